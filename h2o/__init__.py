@@ -1,0 +1,39 @@
+"""h2o — KV-cache eviction policies, attention traces and replay, for teaching.
+
+The policies follow the H2O policy card (``../shared/h2o-policy-card.txt`` in the project's
+workspace): see :mod:`h2o.policies`.
+"""
+
+from .policies import (
+    H2O,
+    POLICIES,
+    TOVA,
+    Policy,
+    RandomEviction,
+    Scissorhands,
+    SlidingWindow,
+    StreamingLLM,
+)
+from .replay import Replay, replay
+from .synthetic import builtin_trace, canonical_trace, stale_spike_trace, toy_trace
+from .trace import Trace, load_trace, save_trace
+
+__all__ = [
+    "H2O",
+    "POLICIES",
+    "TOVA",
+    "Policy",
+    "RandomEviction",
+    "Replay",
+    "Scissorhands",
+    "SlidingWindow",
+    "StreamingLLM",
+    "Trace",
+    "builtin_trace",
+    "canonical_trace",
+    "load_trace",
+    "replay",
+    "save_trace",
+    "stale_spike_trace",
+    "toy_trace",
+]

@@ -1,0 +1,249 @@
+"""Shared mechanics of every eviction policy.
+
+Two layers, so that each policy file only holds what the card says about *that* policy:
+
+* :class:`Policy` — the contract (``kept``, ``scores``, ``on_decode_step``, ``evict``) and every
+  input check. A refused call raises ``ValueError`` before anything is touched.
+* :class:`ScoredPolicy` — the card's storage and eviction: three parallel preallocated arrays in
+  kept order (int32 position, float64 score, one byte of eviction scratch), a protected window of
+  the last ``recent_window`` kept positions, and eviction by repeated argmin over the evictable
+  prefix (equal scores evict the lower position). A subclass only says how a step's attention
+  changes the scores (:meth:`ScoredPolicy._accumulate`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+
+_INT32_MAX = np.iinfo(np.int32).max
+_minimum = np.minimum.reduce
+_maximum = np.maximum.reduce
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+class Policy:
+    """Base class: the decode-step contract and its validation.
+
+    Subclasses implement ``kept``, ``scores``, ``_step`` (apply one validated step) and
+    ``_evict`` (drop ``k > 0`` positions, return them ascending).
+    """
+
+    #: Registry name (``POLICIES`` key) and a human label.
+    name: ClassVar[str] = ""
+    label: ClassVar[str] = ""
+    #: Whether the policy reads the attention weights at all.
+    reads_attention: ClassVar[bool] = True
+    #: What ``scores`` means for this policy, for axis labels and hovers.
+    score_label: ClassVar[str] = "score"
+
+    def __init__(self, budget: int, *, rng: np.random.Generator | None = None) -> None:
+        self.budget = _check_int("budget", budget, 1)
+        if rng is not None and not isinstance(rng, np.random.Generator):
+            raise ValueError(f"rng must be a numpy.random.Generator or None, got {type(rng)!r}")
+        self.rng = rng
+        self._last_pos = -1
+
+    # -- the public contract -------------------------------------------------------------------
+    @property
+    def kept(self) -> np.ndarray:
+        """Kept positions in arrival (hence ascending) order; a read-only array."""
+        raise NotImplementedError
+
+    @property
+    def scores(self) -> np.ndarray:
+        """float64 scores aligned with :attr:`kept`; a read-only array."""
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def on_decode_step(self, pos: int, attn: np.ndarray | None) -> None:
+        """Take one decode step: fold ``attn`` into the scores, then admit ``pos`` with score 0.
+
+        ``attn`` is index-aligned with :attr:`kept` at call time (the softmax over the kept keys,
+        as a serving stack exposes it, usually float32), or ``None``: "no information this step",
+        which leaves every score untouched.
+        """
+        if isinstance(pos, bool) or not isinstance(pos, int | np.integer):
+            raise ValueError(f"pos must be an integer, got {pos!r}")
+        if pos <= self._last_pos:
+            raise ValueError(
+                f"pos must increase strictly: got {pos} after {self._last_pos}"
+                if self._last_pos >= 0
+                else f"pos must be >= 0, got {pos}"
+            )
+        if pos > _INT32_MAX:
+            raise ValueError(f"pos {pos} does not fit the int32 position store")
+        if attn is not None:
+            attn = self._check_attn(attn)
+        self._step(int(pos), attn)
+        self._last_pos = int(pos)
+
+    def evict(self, budget: int | None = None) -> list[int]:
+        """Drop ``len(kept) - budget`` positions (none if not over); return them ascending."""
+        budget = self.budget if budget is None else self._check_budget(budget)
+        k = len(self) - budget
+        return self._evict(k) if k > 0 else []
+
+    # -- validation ----------------------------------------------------------------------------
+    def _check_budget(self, budget: int) -> int:
+        return _check_int("budget", budget, 1)
+
+    def _check_attn(self, attn: object) -> np.ndarray:
+        a = attn if isinstance(attn, np.ndarray) else np.asarray(attn)
+        if a.ndim != 1 or a.dtype.kind not in "fiu":
+            raise ValueError(f"attn must be a 1-D array of weights, got shape {a.shape} {a.dtype}")
+        n = len(self)
+        if a.shape[0] != n:
+            raise ValueError(f"attn has length {a.shape[0]} but {n} positions are kept")
+        if n:
+            # Two reductions, no temporaries: NaN fails `lo >= 0`, +inf fails `hi < inf`.
+            lo, hi = _minimum(a), _maximum(a)
+            if not (lo >= 0 and hi < math.inf):
+                if np.isnan(a).any():
+                    raise ValueError("attn contains NaN")
+                if np.isinf(a).any():
+                    raise ValueError("attn contains inf")
+                raise ValueError(f"attn contains a negative weight ({float(lo)!r})")
+        return a
+
+    # -- for subclasses ------------------------------------------------------------------------
+    def _step(self, pos: int, attn: np.ndarray | None) -> None:
+        raise NotImplementedError
+
+    def _evict(self, k: int) -> list[int]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v}" for k, v in self.params().items())
+        return f"{type(self).__name__}({params})"
+
+    def params(self) -> dict[str, int]:
+        """Constructor parameters (without the rng), for labels and caching keys."""
+        return {"budget": self.budget}
+
+
+class ScoredPolicy(Policy):
+    """Score, protect the recent window, evict by repeated argmin.
+
+    This is the card's mechanism, shared by H2O, Scissorhands, TOVA and random eviction::
+
+        on_decode_step(pos, attn):
+            <fold attn into score>          # subclass: _accumulate
+            admit(pos, score = 0)
+
+        evict(budget):
+            evictable = kept[: len(kept) - recentWindow]
+            drop the `len(kept) - budget` lowest-scoring of those
+
+    Storage is three parallel arrays in kept order, preallocated to ``budget + 1`` slots (the
+    steady state: ``budget`` kept plus the one just admitted): int32 position, float64 score and a
+    uint8 scratch flag used during eviction — 13 bytes a slot. They only grow if a caller admits
+    past that without evicting.
+    """
+
+    def __init__(
+        self, budget: int, recent_window: int = 32, *, rng: np.random.Generator | None = None
+    ) -> None:
+        super().__init__(budget, rng=rng)
+        self.recent_window = _check_int("recent_window", recent_window, 0)
+        if self.recent_window >= self.budget:
+            raise ValueError(
+                f"recent_window ({self.recent_window}) must be smaller than budget "
+                f"({self.budget}): otherwise every kept position is protected and the score has "
+                "nothing to choose between"
+            )
+        cap = self.budget + 1
+        self._pos = np.zeros(cap, dtype=np.int32)
+        self._score = np.zeros(cap, dtype=np.float64)
+        self._scratch = np.zeros(cap, dtype=np.uint8)
+        self._n = 0
+
+    def params(self) -> dict[str, int]:
+        return {"budget": self.budget, "recent_window": self.recent_window}
+
+    @property
+    def kept(self) -> np.ndarray:
+        v = self._pos[: self._n]
+        v.flags.writeable = False
+        return v
+
+    @property
+    def scores(self) -> np.ndarray:
+        v = self._score[: self._n]
+        v.flags.writeable = False
+        return v
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def nbytes_per_slot(self) -> int:
+        """Bytes of state per cache slot (the card: 4 position + 8 score + 1 scratch)."""
+        return self._pos.itemsize + self._score.itemsize + self._scratch.itemsize
+
+    def _check_budget(self, budget: int) -> int:
+        budget = super()._check_budget(budget)
+        if self.recent_window >= budget:
+            raise ValueError(
+                f"budget {budget} must be larger than recent_window ({self.recent_window})"
+            )
+        return budget
+
+    def _step(self, pos: int, attn: np.ndarray | None) -> None:
+        n = self._n
+        if attn is not None and n:
+            self._accumulate(self._score[:n], attn)
+        if n == self._pos.shape[0]:  # admitted past budget + 1 without evicting: grow
+            self._pos, self._score, self._scratch = (
+                np.concatenate([a, np.zeros_like(a)])
+                for a in (self._pos, self._score, self._scratch)
+            )
+        self._pos[n] = pos
+        self._score[n] = 0.0
+        self._n = n + 1
+
+    def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
+        """Fold one step's validated, index-aligned weights into ``score`` in place."""
+        raise NotImplementedError
+
+    def _select(self, k: int, evictable: int) -> list[int]:
+        """Indices (into kept order) of the ``k`` victims among the first ``evictable`` slots.
+
+        Repeated argmin: one linear scan per victim, no sort. ``np.argmin`` returns the first
+        minimum, i.e. the lower position on equal scores. Slots already chosen are flagged in the
+        scratch byte and passed over by the following scans.
+        """
+        score, scratch = self._score[:evictable], self._scratch[:evictable]
+        chosen = [int(np.argmin(score))]
+        for _ in range(k - 1):  # only when more than one position goes at once
+            scratch[chosen[-1]] = 1
+            chosen.append(int(np.argmin(np.where(scratch, math.inf, score))))
+        return chosen
+
+    def _evict(self, k: int) -> list[int]:
+        chosen = sorted(self._select(k, self._n - self.recent_window))
+        pos, score = self._pos, self._score
+        self._scratch[chosen] = 0
+        victims = [int(pos[i]) for i in chosen]
+        # Close the gaps left by the victims, keeping arrival order: one slice move per run of
+        # survivors. In steady state there is one victim and this is a single shift of the tail.
+        w = chosen[0]
+        for j, v in enumerate(chosen):
+            stop = chosen[j + 1] if j + 1 < k else self._n
+            m = stop - v - 1
+            pos[w : w + m] = pos[v + 1 : stop]
+            score[w : w + m] = score[v + 1 : stop]
+            w += m
+        self._n = w
+        return victims

@@ -1,0 +1,42 @@
+"""H2O — Heavy-Hitter Oracle (Zhang et al., NeurIPS 2023, https://arxiv.org/abs/2306.14048).
+
+Keep the positions that have received the most attention so far ("heavy hitters") plus a window of
+recent ones. Each kept position's score is the sum of every attention weight it has received,
+accumulated in float64 (the weights arrive as float32; thousands of float32 additions would lose
+the low-order bits the eviction comparison depends on). Eviction drops the lowest cumulative score
+outside the protected window; equal scores evict the lower position.
+
+Card pseudocode::
+
+    on_decode_step(pos, attn):
+        for i, weight in enumerate(attn):      # attn is index-aligned with kept
+            score[i] += weight                 # float64
+        admit(pos, score = 0)
+
+    evict(budget):
+        evictable = kept[: len(kept) - recentWindow]
+        drop the `len(kept) - budget` lowest-scoring of those
+
+``recent_window >= budget`` is refused. The rng is accepted and never used: H2O is deterministic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import ScoredPolicy
+
+
+class H2O(ScoredPolicy):
+    name = "h2o"
+    label = "H2O"
+    score_label = "cumulative attention"
+
+    def __init__(
+        self, budget: int = 512, recent_window: int = 32, *, rng: np.random.Generator | None = None
+    ) -> None:
+        super().__init__(budget, recent_window, rng=rng)
+
+    def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
+        # score[i] += weight, for every i at once; float32 weights are widened exactly to float64.
+        np.add(score, attn, out=score)

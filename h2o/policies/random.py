@@ -1,0 +1,32 @@
+"""Random eviction — the floor any attention-aware policy must clear.
+
+Protects the last ``recent_window`` kept positions like H2O, then evicts uniformly at random among
+the rest. It never reads the attention (scores stay 0). The only policy that uses its ``rng``;
+without one it seeds ``numpy.random.default_rng(0)`` so that a replay is reproducible.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import ScoredPolicy
+
+
+class RandomEviction(ScoredPolicy):
+    name = "random"
+    label = "Random"
+    reads_attention = False
+    score_label = "(no score)"
+
+    def __init__(
+        self, budget: int = 512, recent_window: int = 32, *, rng: np.random.Generator | None = None
+    ) -> None:
+        super().__init__(budget, recent_window, rng=rng)
+        if self.rng is None:
+            self.rng = np.random.default_rng(0)
+
+    def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
+        pass  # attention is ignored
+
+    def _select(self, k: int, evictable: int) -> list[int]:
+        return [int(i) for i in self.rng.choice(evictable, size=k, replace=False)]

@@ -1,0 +1,40 @@
+"""Scissorhands (Liu et al., NeurIPS 2023, https://arxiv.org/abs/2305.17118).
+
+"Persistence of importance": a position that mattered before will matter again. Instead of H2O's
+cumulative sum, each kept position counts how many steps it beat its fair share — a vote when its
+weight is strictly greater than ``1 / len(attn)``, the weight every kept position would get under
+uniform attention. A count cannot be dominated by one huge step, so a stale early spike earns a
+single vote per step it was attended and is let go once it stops mattering, where H2O's sum would
+defend it forever.
+
+Same mechanics as H2O: protected window of the last ``recent_window`` kept positions, eviction by
+repeated argmin over the rest, equal counts evict the lower position, ``recent_window >= budget``
+refused. Scores are vote counts (float64 holding whole numbers).
+
+    on_decode_step(pos, attn):
+        for i, weight in enumerate(attn):
+            if weight > 1 / len(attn):
+                score[i] += 1
+        admit(pos, score = 0)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import ScoredPolicy
+
+
+class Scissorhands(ScoredPolicy):
+    name = "scissorhands"
+    label = "Scissorhands"
+    score_label = "votes (steps above fair share)"
+
+    def __init__(
+        self, budget: int = 512, recent_window: int = 32, *, rng: np.random.Generator | None = None
+    ) -> None:
+        super().__init__(budget, recent_window, rng=rng)
+
+    def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
+        fair_share = 1.0 / attn.shape[0]
+        score += attn > fair_share

@@ -1,0 +1,34 @@
+"""TOVA — Token Omission Via Attention (Oren et al., 2024, https://arxiv.org/abs/2401.06104).
+
+"Transformers are Multi-State RNNs": when the cache is full, drop the position the *current* query
+attends to least. No history at all: each kept position's score is its weight in the latest step
+(overwritten, not accumulated). The position just admitted has no weight yet, so the default
+``recent_window = 1`` protects it; everything else competes on the last step alone.
+
+    on_decode_step(pos, attn):
+        for i, weight in enumerate(attn):
+            score[i] = weight
+        admit(pos, score = 0)
+
+Shares H2O's window, argmin and tie rules (equal weights evict the lower position).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import ScoredPolicy
+
+
+class TOVA(ScoredPolicy):
+    name = "tova"
+    label = "TOVA"
+    score_label = "last step's attention"
+
+    def __init__(
+        self, budget: int = 512, recent_window: int = 1, *, rng: np.random.Generator | None = None
+    ) -> None:
+        super().__init__(budget, recent_window, rng=rng)
+
+    def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
+        score[:] = attn

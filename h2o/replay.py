@@ -1,0 +1,258 @@
+"""Replay a policy over a trace, step by step, and measure what its cache keeps.
+
+At each step ``t`` the policy sees ``row(t)`` restricted to its kept positions and renormalised
+over them — exactly what a softmax over the kept keys gives — then ``on_decode_step(t, ...)``
+admits ``t``, then ``evict()`` brings the cache back to budget. Recorded per step:
+
+* **retained mass** — the part of the full-cache ``row(t)`` that falls on the kept set (before
+  ``t`` is admitted): how much of the attention the model wanted it still gets to see;
+* **top-k recall** — the fraction of the ``k`` most-attended positions of ``row(t)`` that are kept;
+* the **oracle bound** — the largest mass any ``budget`` positions could hold at that step;
+* the victims, and (with ``record=True``) every kept position's score after the step's update and
+  before its eviction, for heatmaps.
+
+Step 0 has nothing to attend to; its mass and recall are defined as 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .policies import Policy
+from .trace import Trace
+
+
+@dataclass(eq=False)
+class Replay:
+    """The outcome of :func:`replay`. Arrays are indexed by step and read-only."""
+
+    policy: str
+    label: str
+    params: dict[str, int]
+    trace_name: str
+    steps: int
+    budget: int
+    top_k: int
+    window: int  # trailing kept slots the policy never evicts (H2O's recent window)
+    sinks: int  # leading kept slots pinned (StreamingLLM's attention sinks)
+    score_label: str
+    mass: np.ndarray
+    recall: np.ndarray
+    oracle: np.ndarray
+    n_kept: np.ndarray  # after admitting t, before evicting
+    victim_step: np.ndarray
+    victim_pos: np.ndarray
+    victim_score: np.ndarray  # nan when not recorded
+    kept_pos: np.ndarray | None = None  # (T, cap) int32, -1 padded
+    kept_score: np.ndarray | None = None  # (T, cap) float64, nan padded
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # -- summaries -----------------------------------------------------------------------------
+    def summary(self) -> dict[str, float]:
+        """Means over the steps ``t >= budget`` (where eviction is in force).
+
+        ``nan`` if the trace is not longer than the budget.
+        """
+        sl = slice(self.budget, self.steps)
+        n = max(self.steps - self.budget, 0)
+
+        def mean(a: np.ndarray) -> float:
+            return float(a[sl].mean()) if n else float("nan")
+
+        return {
+            "retained_mass": mean(self.mass),
+            "top_k_recall": mean(self.recall),
+            "oracle_mass": mean(self.oracle),
+            "evictions": int(self.victim_pos.shape[0]),
+            "steps_measured": n,
+        }
+
+    def running_mean(self, name: str) -> np.ndarray:
+        """Running mean of ``mass``/``recall``/``oracle`` over the steps ``t >= budget``."""
+        a = np.asarray(getattr(self, name), dtype=np.float64)
+        out = np.full(self.steps, np.nan)
+        if self.steps > self.budget:
+            seg = a[self.budget :]
+            out[self.budget :] = np.cumsum(seg) / np.arange(1, seg.shape[0] + 1)
+        return out
+
+    # -- per-step views ------------------------------------------------------------------------
+    def _require_record(self) -> None:
+        if self.kept_pos is None:
+            raise ValueError("this replay was run with record=False; no per-step scores kept")
+
+    def kept_at(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """Positions and scores held at step ``t``, after its update, before its eviction."""
+        self._require_record()
+        n = int(self.n_kept[t])
+        return self.kept_pos[t, :n], self.kept_score[t, :n]  # type: ignore[index]
+
+    def victims_at(self, t: int) -> list[tuple[int, float]]:
+        lo, hi = np.searchsorted(self.victim_step, [t, t + 1])
+        return [
+            (int(p), float(s))
+            for p, s in zip(self.victim_pos[lo:hi], self.victim_score[lo:hi], strict=True)
+        ]
+
+    def protected_at(self, t: int) -> tuple[int, int] | None:
+        """The (first, last) position of the protected recent window at step ``t``, if any."""
+        self._require_record()
+        n = int(self.n_kept[t])
+        if self.window == 0 or n == 0:
+            return None
+        pos = self.kept_pos[t, :n]  # type: ignore[index]
+        return int(pos[max(0, n - self.window)]), int(pos[n - 1])
+
+    def narrate(self, t: int) -> str:
+        """One sentence on what happened at step ``t``."""
+        self._require_record()
+        n = int(self.n_kept[t])
+        victims = self.victims_at(t)
+        prot = self.protected_at(t)
+        window = f"; positions {prot[0]}–{prot[1]} are protected" if prot else ""
+        if not victims:
+            room = self.budget - n
+            return (
+                f"step {t}: position {t} admitted, {n} of {self.budget} slots in use"
+                + (f" ({room} free)" if room > 0 else "")
+                + f", nothing evicted{window}"
+            )
+        evictable = n - self.window - self.sinks
+        what = ", ".join(f"{p}" for p, _ in victims)
+        noun = "position" if len(victims) == 1 else "positions"
+        if self.policy in ("streaming-llm", "sliding-window"):
+            pinned = f" outside the {self.sinks} pinned sinks" if self.sinks else ""
+            why = f"the oldest{pinned}"
+            return f"step {t}: evicted {noun} {what} — {why}{window}"
+        if self.policy == "random":
+            return (
+                f"step {t}: evicted {noun} {what} — drawn at random from {evictable} "
+                f"evictable positions{window}"
+            )
+        scores = ", ".join(f"{s:.4g}" for _, s in victims)
+        return (
+            f"step {t}: evicted {noun} {what}, {self.score_label} {scores} — the lowest of "
+            f"{evictable} evictable positions{window}"
+        )
+
+    # -- heatmap grids -------------------------------------------------------------------------
+    def score_grid(self, start: int, stop: int) -> np.ndarray:
+        """Scores as a ``(stop - 1, stop - start)`` matrix: position × step, nan where not kept.
+
+        Row ``p`` is position ``p``; column ``j`` is step ``start + j``.
+        """
+        self._require_record()
+        start, stop = max(0, start), min(self.steps, stop)
+        grid = np.full((max(stop, 1), max(stop - start, 0)), np.nan)
+        for j, t in enumerate(range(start, stop)):
+            pos, sc = self.kept_at(t)
+            grid[pos, j] = sc
+        return grid
+
+    def pooled_grid(self, step_bins: int, pos_bins: int) -> tuple[np.ndarray, int, int]:
+        """The whole run max-pooled to at most ``pos_bins x step_bins`` cells.
+
+        Returns ``(grid, step_stride, pos_stride)``; a cell holds the largest score any position
+        in it had at any step in it (max keeps the spikes a mean would wash out), nan if none
+        was kept there.
+        """
+        self._require_record()
+        sx = max(1, -(-self.steps // step_bins))
+        sy = max(1, -(-self.steps // pos_bins))
+        grid = np.full((-(-self.steps // sy), -(-self.steps // sx)), -np.inf)
+        valid = self.kept_pos >= 0  # type: ignore[operator]
+        steps = np.broadcast_to(np.arange(self.steps)[:, None], self.kept_pos.shape)  # type: ignore[union-attr]
+        np.maximum.at(
+            grid,
+            (self.kept_pos[valid] // sy, steps[valid] // sx),  # type: ignore[index]
+            self.kept_score[valid],  # type: ignore[index]
+        )
+        grid[np.isneginf(grid)] = np.nan
+        return grid, sx, sy
+
+
+def _freeze(*arrays: np.ndarray) -> None:
+    for a in arrays:
+        a.flags.writeable = False
+
+
+def replay(policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True) -> Replay:
+    """Run ``policy`` (fresh, nothing admitted yet) over every step of ``trace``.
+
+    ``record=False`` skips the per-step score snapshots (metrics and victims only) for sweeps.
+    """
+    if len(policy) or policy._last_pos >= 0:
+        raise ValueError("replay needs a fresh policy (this one has already taken steps)")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
+    steps, budget = trace.steps, policy.budget
+    topk = trace.top_k(top_k)
+    oracle = trace.oracle_mass(budget)
+    mass = np.ones(steps)
+    recall = np.ones(steps)
+    n_kept = np.zeros(steps, dtype=np.int32)
+    member = np.zeros(steps + 1, dtype=bool)  # member[-1] stays False: the -1 padding of topk
+    cap = budget + 1
+    if record:
+        kept_pos = np.full((steps, cap), -1, dtype=np.int32)
+        kept_score = np.full((steps, cap), np.nan)
+    v_step: list[int] = []
+    v_pos: list[int] = []
+    v_score: list[float] = []
+    f64 = np.float64
+    for t in range(steps):
+        row = trace.row(t)
+        kept = policy.kept
+        w = row[kept]
+        m = float(w.sum(dtype=f64))
+        if t:
+            mass[t] = m
+            recall[t] = np.count_nonzero(member[topk[t]]) / min(top_k, t)
+        policy.on_decode_step(t, w / np.float32(m) if m > 0 else w)
+        member[t] = True
+        n = len(policy)
+        n_kept[t] = n
+        if record:
+            if n > cap:
+                raise ValueError("policy kept more than budget + 1 positions before evicting")
+            kept_pos[t, :n] = policy.kept
+            kept_score[t, :n] = policy.scores
+        victims = policy.evict()
+        if victims:
+            member[victims] = False
+            v_step.extend([t] * len(victims))
+            v_pos.extend(victims)
+            if record:
+                idx = np.searchsorted(kept_pos[t, :n], victims)
+                v_score.extend(kept_score[t, idx].tolist())
+            else:
+                v_score.extend([float("nan")] * len(victims))
+    params = policy.params()
+    out = Replay(
+        policy=policy.name,
+        label=policy.label,
+        params=params,
+        trace_name=trace.name,
+        steps=steps,
+        budget=budget,
+        top_k=top_k,
+        window=int(getattr(policy, "recent_window", 0)),
+        sinks=int(getattr(policy, "sinks", 0)),
+        score_label=policy.score_label,
+        mass=mass,
+        recall=recall,
+        oracle=np.asarray(oracle),
+        n_kept=n_kept,
+        victim_step=np.asarray(v_step, dtype=np.int32),
+        victim_pos=np.asarray(v_pos, dtype=np.int32),
+        victim_score=np.asarray(v_score, dtype=np.float64),
+        kept_pos=kept_pos if record else None,
+        kept_score=kept_score if record else None,
+    )
+    _freeze(mass, recall, n_kept, out.victim_step, out.victim_pos, out.victim_score)
+    if record:
+        _freeze(kept_pos, kept_score)
+    return out

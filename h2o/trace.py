@@ -1,0 +1,306 @@
+"""Attention traces: the full-cache attention of every decode step, and their ``.npz`` format.
+
+A trace of ``T`` steps holds, for each step ``t``, the attention of the query at position ``t``
+over the positions ``0..t-1`` before it (row 0 is empty). Each row sums to 1. A replay shows a
+policy the part of that row its cache still holds.
+
+Rows are stored packed, row after row (the strict lower triangle of a ``T x T`` matrix), in
+float32: ``T (T - 1) / 2`` weights, 33.5 MB at ``T = 4096``. The file format is documented in
+``traces/README.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+FORMAT = "h2o-trace/1"
+#: Largest trace ``load_trace`` accepts (a packed float32 trace of 8192 steps is 134 MB).
+MAX_STEPS = 8192
+#: How far a stored row may be from summing to 1 (float16 storage rounds to ~1e-3).
+ROW_SUM_TOLERANCE = 2e-3
+
+
+def _offset(t: int) -> int:
+    return t * (t - 1) // 2
+
+
+def _steps_for(length: int) -> int:
+    """Invert ``T (T - 1) / 2``; raise if ``length`` is not such a number."""
+    t = int((1 + np.sqrt(1 + 8 * length)) / 2)
+    for cand in (t - 1, t, t + 1):
+        if cand >= 1 and _offset(cand) == length:
+            return cand
+    raise ValueError(
+        f"packed weights have length {length}, which is not T(T-1)/2 for any number of steps T"
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """A sequence of attention rows. Build with :meth:`from_dense` or :meth:`from_rows`."""
+
+    name: str
+    weights: np.ndarray  # packed rows, float32, read-only
+    meta: dict[str, Any] = field(default_factory=dict)
+    tokens: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        w = self.weights
+        if not isinstance(w, np.ndarray) or w.ndim != 1:
+            raise ValueError("weights must be a 1-D array of packed rows")
+        if w.dtype != np.float32:
+            raise ValueError(f"weights must be float32, got {w.dtype}")
+        steps = _steps_for(w.shape[0])
+        if self.tokens is not None and len(self.tokens) != steps:
+            raise ValueError(f"{len(self.tokens)} tokens for a trace of {steps} steps")
+        _check_weights(w, steps)
+        w.flags.writeable = False
+        object.__setattr__(self, "_steps", steps)
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def from_dense(
+        cls,
+        name: str,
+        dense: np.ndarray,
+        meta: dict[str, Any] | None = None,
+        tokens: list[str] | tuple[str, ...] | None = None,
+        *,
+        normalize: bool = False,
+    ) -> Trace:
+        """From a ``(T, T)`` matrix whose row ``t`` holds row(t) in columns ``0..t-1``.
+
+        The diagonal and upper triangle are ignored. With ``normalize`` each row is rescaled to
+        sum to 1 (rows that sum to 0 are refused either way).
+        """
+        dense = np.asarray(dense)
+        if dense.ndim != 2 or dense.shape[0] != dense.shape[1]:
+            raise ValueError(f"attention must be a square (T, T) matrix, got shape {dense.shape}")
+        rows, cols = np.tril_indices(dense.shape[0], k=-1)
+        return cls._build(name, dense[rows, cols], meta, tokens, normalize)
+
+    @classmethod
+    def from_rows(
+        cls,
+        name: str,
+        rows: list[np.ndarray],
+        meta: dict[str, Any] | None = None,
+        tokens: list[str] | tuple[str, ...] | None = None,
+        *,
+        normalize: bool = False,
+    ) -> Trace:
+        """From a list of rows, row ``t`` of length ``t`` (row 0 empty)."""
+        for t, r in enumerate(rows):
+            if np.shape(r) != (t,):
+                raise ValueError(f"row {t} must have length {t}, got shape {np.shape(r)}")
+        packed = np.concatenate([np.asarray(r, dtype=np.float64) for r in rows]) if rows else []
+        return cls._build(name, np.asarray(packed), meta, tokens, normalize)
+
+    @classmethod
+    def _build(cls, name, packed, meta, tokens, normalize) -> Trace:
+        packed = np.asarray(packed, dtype=np.float64)
+        if normalize:
+            steps = _steps_for(packed.shape[0])
+            sums = _row_sums(packed, steps)
+            if steps > 1 and not np.all(sums[1:] > 0):
+                bad = int(np.flatnonzero(~(sums[1:] > 0))[0]) + 1
+                raise ValueError(f"row {bad} sums to {sums[bad]}, cannot normalise it")
+            packed = packed / np.repeat(np.where(sums > 0, sums, 1.0), np.arange(steps))
+        return cls(
+            str(name),
+            packed.astype(np.float32),
+            dict(meta or {}),
+            tuple(str(s) for s in tokens) if tokens is not None else None,
+        )
+
+    # -- access ------------------------------------------------------------------------------
+    @property
+    def steps(self) -> int:
+        return self._steps  # type: ignore[attr-defined]
+
+    def row(self, t: int) -> np.ndarray:
+        """Attention of the query at step ``t`` over positions ``0..t-1`` (a read-only view)."""
+        if not 0 <= t < self.steps:
+            raise IndexError(f"step {t} out of range for a trace of {self.steps} steps")
+        o = _offset(t)
+        return self.weights[o : o + t]
+
+    def dense(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Rows ``start..stop-1`` as a float32 matrix ``(stop - start, stop - 1)``, zero-padded."""
+        stop = self.steps if stop is None else stop
+        out = np.zeros((max(stop - start, 0), max(stop - 1, 0)), dtype=np.float32)
+        for i, t in enumerate(range(start, stop)):
+            out[i, :t] = self.row(t)
+        return out
+
+    def token(self, pos: int) -> str | None:
+        return None if self.tokens is None else self.tokens[pos]
+
+    # -- trace-level facts the replay metrics need (computed once per trace) ------------------
+    def top_k(self, k: int) -> np.ndarray:
+        """``(T, k)`` int32: the ``k`` most-attended positions of each row, -1 padded.
+
+        Equal weights at the cut-off are taken lowest position first, so the set is
+        deterministic even for flat rows.
+        """
+        cache = self._cache.setdefault("top_k", {})
+        if k not in cache:
+            out = np.full((self.steps, k), -1, dtype=np.int32)
+            for t in range(1, self.steps):
+                r = self.row(t)
+                if t <= k:
+                    out[t, :t] = np.arange(t)
+                    continue
+                thr = np.partition(r, t - k)[t - k]
+                above = np.flatnonzero(r > thr)
+                ties = np.flatnonzero(r == thr)[: k - above.shape[0]]
+                out[t] = np.sort(np.concatenate([above, ties]))
+            out.flags.writeable = False
+            cache[k] = out
+        return cache[k]
+
+    def oracle_mass(self, budget: int) -> np.ndarray:
+        """``(T,)``: per step, the largest mass any ``budget`` positions could hold."""
+        cache = self._cache.setdefault("oracle", {})
+        if budget not in cache:
+            out = np.ones(self.steps)
+            out[0] = 0.0 if self.steps else 1.0
+            for t in range(1, self.steps):
+                r = self.row(t)
+                if t > budget:
+                    out[t] = float(np.partition(r, t - budget)[t - budget :].sum(dtype=np.float64))
+                else:
+                    out[t] = float(r.sum(dtype=np.float64))
+            out.flags.writeable = False
+            cache[budget] = out
+        return cache[budget]
+
+    def recent_mass(self, width: int) -> np.ndarray:
+        """``(T,)``: per step, the mass on the most recent ``width`` positions."""
+        return np.array(
+            [self.row(t)[max(0, t - width) :].sum(dtype=np.float64) for t in range(self.steps)]
+        )
+
+    @cached_property
+    def _cache(self) -> dict[str, Any]:
+        return {}
+
+    def __repr__(self) -> str:
+        return f"Trace({self.name!r}, steps={self.steps})"
+
+
+def _row_sums(packed: np.ndarray, steps: int) -> np.ndarray:
+    sums = np.zeros(steps)
+    if steps > 1:
+        starts = np.array([_offset(t) for t in range(1, steps)])
+        sums[1:] = np.add.reduceat(packed.astype(np.float64, copy=False), starts)
+    return sums
+
+
+def _check_weights(w: np.ndarray, steps: int) -> None:
+    if w.shape[0] == 0:
+        return
+    if not np.isfinite(w).all():
+        bad = int(np.flatnonzero(~np.isfinite(w))[0])
+        raise ValueError(f"trace has a non-finite weight (NaN or inf) in row {_row_of(bad)}")
+    if (w < 0).any():
+        bad = int(np.flatnonzero(w < 0)[0])
+        raise ValueError(f"trace has a negative weight in row {_row_of(bad)}")
+    sums = _row_sums(w, steps)
+    off = np.abs(sums[1:] - 1.0) > ROW_SUM_TOLERANCE
+    if off.any():
+        t = int(np.flatnonzero(off)[0]) + 1
+        raise ValueError(f"row {t} of the trace sums to {sums[t]:.6f}, not 1")
+
+
+def _row_of(index: int) -> int:
+    # The row t holding packed index i satisfies offset(t) <= i < offset(t + 1).
+    t = int((1 + np.sqrt(1 + 8 * index)) / 2)
+    while _offset(t) > index:
+        t -= 1
+    while _offset(t + 1) <= index:
+        t += 1
+    return t
+
+
+# -- files -------------------------------------------------------------------------------------
+def save_trace(trace: Trace, path: str | os.PathLike[str], *, float16: bool = False) -> None:
+    """Write ``trace`` as a compressed ``.npz`` (see ``traces/README.md``).
+
+    ``float16`` halves the file; rows are renormalised to sum to 1 when loaded back.
+    """
+    arrays: dict[str, np.ndarray] = {
+        "format": np.array(FORMAT),
+        "name": np.array(trace.name),
+        "meta": np.array(json.dumps(trace.meta, sort_keys=True)),
+        "weights": trace.weights.astype(np.float16 if float16 else np.float32),
+    }
+    if trace.tokens is not None:
+        arrays["tokens"] = np.array(trace.tokens, dtype=np.str_)
+    np.savez_compressed(path, **arrays)
+
+
+def load_trace(
+    source: str | os.PathLike[str] | Any, *, name: str | None = None, max_steps: int = MAX_STEPS
+) -> Trace:
+    """Read a trace from a path or a binary file object; ``ValueError`` names what is wrong.
+
+    Accepts the packed ``weights`` layout written by :func:`save_trace`, or a square
+    ``attention`` matrix (row ``t`` in columns ``0..t-1``) as other tools may write it.
+    """
+    try:
+        npz = np.load(source, allow_pickle=False)
+    except ValueError as e:  # pickled object arrays are refused
+        raise ValueError(f"not a trace file: {e}") from None
+    except (OSError, EOFError) as e:
+        raise ValueError(f"not a readable .npz file: {e}") from None
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise ValueError("not a trace file: expected an .npz archive, got a single array")
+    with npz:
+        keys = set(npz.files)
+        try:
+            fmt = str(npz["format"]) if "format" in keys else FORMAT
+            if fmt != FORMAT:
+                raise ValueError(f"unsupported trace format {fmt!r} (this version reads {FORMAT})")
+            meta = json.loads(str(npz["meta"])) if "meta" in keys else {}
+            if not isinstance(meta, dict):
+                raise ValueError("meta must be a JSON object")
+            tname = name or (str(npz["name"]) if "name" in keys else "uploaded")
+            tokens = [str(s) for s in npz["tokens"]] if "tokens" in keys else None
+            if "weights" in keys:
+                w = npz["weights"]
+                if w.ndim != 1 or w.dtype.kind != "f":
+                    raise ValueError(
+                        f"'weights' must be a 1-D float array, got {w.shape} {w.dtype}"
+                    )
+                steps = _steps_for(w.shape[0])
+                _check_size(steps, max_steps)
+                _check_weights(w.astype(np.float64), steps)
+                return Trace._build(tname, w, meta, tokens, normalize=True)
+            if "attention" in keys:
+                a = npz["attention"]
+                if a.ndim != 2 or a.shape[0] != a.shape[1] or a.dtype.kind != "f":
+                    raise ValueError(
+                        f"'attention' must be a square float matrix, got {a.shape} {a.dtype}"
+                    )
+                _check_size(a.shape[0], max_steps)
+                rows, cols = np.tril_indices(a.shape[0], k=-1)
+                packed = a[rows, cols].astype(np.float64)
+                _check_weights(packed, a.shape[0])
+                return Trace._build(tname, packed, meta, tokens, normalize=True)
+        except (KeyError, json.JSONDecodeError) as e:
+            raise ValueError(f"malformed trace file: {e}") from None
+    raise ValueError(
+        f"not a trace file: found arrays {sorted(keys)}, expected 'weights' or 'attention'"
+    )
+
+
+def _check_size(steps: int, max_steps: int) -> None:
+    if steps > max_steps:
+        raise ValueError(f"trace has {steps} steps; at most {max_steps} are accepted")
