@@ -179,40 +179,50 @@ def _freeze(*arrays: np.ndarray) -> None:
         a.flags.writeable = False
 
 
+def _recall(topk: np.ndarray, evicted_at: np.ndarray) -> np.ndarray:
+    """Per step, the share of that row's top-k positions still held (computed after the run).
+
+    Position ``p`` is held at step ``t`` (before ``t`` is admitted) iff it was not evicted at a
+    step before ``t``; every top-k position of row ``t`` is older than ``t``.
+    """
+    steps, k = topk.shape
+    valid = topk >= 0
+    held = (evicted_at[np.where(valid, topk, 0)] >= np.arange(steps)[:, None]) & valid
+    out = np.ones(steps)
+    t = np.arange(1, steps)
+    out[1:] = held[1:].sum(axis=1) / np.minimum(k, t)
+    return out
+
+
 def replay(policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True) -> Replay:
     """Run ``policy`` (fresh, nothing admitted yet) over every step of ``trace``.
 
     ``record=False`` skips the per-step score snapshots (metrics and victims only) for sweeps.
     """
-    if len(policy) or policy._last_pos >= 0:
+    if len(policy) or policy.last_pos >= 0:
         raise ValueError("replay needs a fresh policy (this one has already taken steps)")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
     steps, budget = trace.steps, policy.budget
-    topk = trace.top_k(top_k)
-    oracle = trace.oracle_mass(budget)
     mass = np.ones(steps)
-    recall = np.ones(steps)
     n_kept = np.zeros(steps, dtype=np.int32)
-    member = np.zeros(steps + 1, dtype=bool)  # member[-1] stays False: the -1 padding of topk
+    evicted_at = np.full(steps, steps, dtype=np.int64)  # step each position left the cache
     cap = budget + 1
     if record:
         kept_pos = np.full((steps, cap), -1, dtype=np.int32)
         kept_score = np.full((steps, cap), np.nan)
     v_step: list[int] = []
     v_pos: list[int] = []
-    v_score: list[float] = []
-    f64 = np.float64
+    f64, f32, total = np.float64, np.float32, np.add.reduce
+    advance = policy._advance  # trusted: see Policy._advance
+    weights = trace.weights  # rows packed back to back: row t starts at t(t-1)/2
     for t in range(steps):
-        row = trace.row(t)
-        kept = policy.kept
-        w = row[kept]
-        m = float(w.sum(dtype=f64))
+        o = t * (t - 1) // 2
+        w = weights[o : o + t][policy.kept]
+        m = total(w, dtype=f64)
         if t:
             mass[t] = m
-            recall[t] = np.count_nonzero(member[topk[t]]) / min(top_k, t)
-        policy.on_decode_step(t, w / np.float32(m) if m > 0 else w)
-        member[t] = True
+        advance(t, w / f32(m) if m > 0 else w)
         n = len(policy)
         n_kept[t] = n
         if record:
@@ -221,15 +231,18 @@ def replay(policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True
             kept_pos[t, :n] = policy.kept
             kept_score[t, :n] = policy.scores
         victims = policy.evict()
-        if victims:
-            member[victims] = False
-            v_step.extend([t] * len(victims))
-            v_pos.extend(victims)
-            if record:
-                idx = np.searchsorted(kept_pos[t, :n], victims)
-                v_score.extend(kept_score[t, idx].tolist())
-            else:
-                v_score.extend([float("nan")] * len(victims))
+        for v in victims:
+            evicted_at[v] = t
+            v_step.append(t)
+            v_pos.append(v)
+    recall = _recall(trace.top_k(top_k), evicted_at)
+    victim_step = np.asarray(v_step, dtype=np.int32)
+    victim_pos = np.asarray(v_pos, dtype=np.int32)
+    if record and v_pos:  # a victim's score is the one recorded at the step it went
+        idx = (kept_pos[victim_step] == victim_pos[:, None]).argmax(axis=1)
+        victim_score = kept_score[victim_step, idx]
+    else:
+        victim_score = np.full(len(v_pos), np.nan)
     params = policy.params()
     out = Replay(
         policy=policy.name,
@@ -244,11 +257,11 @@ def replay(policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True
         score_label=policy.score_label,
         mass=mass,
         recall=recall,
-        oracle=np.asarray(oracle),
+        oracle=trace.oracle_mass(budget),
         n_kept=n_kept,
-        victim_step=np.asarray(v_step, dtype=np.int32),
-        victim_pos=np.asarray(v_pos, dtype=np.int32),
-        victim_score=np.asarray(v_score, dtype=np.float64),
+        victim_step=victim_step,
+        victim_pos=victim_pos,
+        victim_score=victim_score,
         kept_pos=kept_pos if record else None,
         kept_score=kept_score if record else None,
     )

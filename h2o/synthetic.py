@@ -95,7 +95,8 @@ def stale_spike_trace(steps: int = 96, seed: int = 0) -> Trace:
 
     Position 0 takes almost the whole of the first two steps (all of step 1, when it is the only
     position, and 0.97 of step 2) and almost nothing after. Under H2O that is a cumulative score of
-    ~1.97, higher than any position here ever reaches, so H2O defends it to the end. Under
+    ~1.97, more than any position that is not steadily attended ever reaches, so H2O defends it
+    to the end, at the expense of positions that matter now. Under
     Scissorhands it is a single vote — step 1 gives weight 1 = the fair share 1/1, which is not
     *greater* than it — so as soon as everything else has two votes the spike is the minimum and
     goes. Meanwhile three positions (3, 9 and 17) matter steadily from birth to the end, and the
@@ -113,10 +114,10 @@ def stale_spike_trace(steps: int = 96, seed: int = 0) -> Trace:
         if t == 2:
             r[:] = [0.97, 0.03]
         else:
-            r[SPIKE] = 0.002
             live = steady[steady < t]
             r[live] += 0.16
             r[max(0, t - 3) :] += np.array([0.06, 0.09, 0.12])[-min(3, t) :]  # recency
+            r[SPIKE] = 0.002  # stale from now on
         rows.append(r / r.sum())
     meta = {
         "source": "synthetic",

@@ -166,11 +166,13 @@ class Trace:
         return cache[k]
 
     def oracle_mass(self, budget: int) -> np.ndarray:
-        """``(T,)``: per step, the largest mass any ``budget`` positions could hold."""
+        """``(T,)``: per step, the largest mass any ``budget`` positions could hold.
+
+        Step 0 has nothing to hold and counts as 1, like the replay's own metrics.
+        """
         cache = self._cache.setdefault("oracle", {})
         if budget not in cache:
             out = np.ones(self.steps)
-            out[0] = 0.0 if self.steps else 1.0
             for t in range(1, self.steps):
                 r = self.row(t)
                 if t > budget:

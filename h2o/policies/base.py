@@ -72,10 +72,11 @@ class Policy:
 
         ``attn`` is index-aligned with :attr:`kept` at call time (the softmax over the kept keys,
         as a serving stack exposes it, usually float32), or ``None``: "no information this step",
-        which leaves every score untouched.
+        which leaves every score untouched. Bad input raises ``ValueError`` and changes nothing.
         """
-        if isinstance(pos, bool) or not isinstance(pos, int | np.integer):
+        if type(pos) is not int and (isinstance(pos, bool) or not isinstance(pos, np.integer)):
             raise ValueError(f"pos must be an integer, got {pos!r}")
+        pos = int(pos)
         if pos <= self._last_pos:
             raise ValueError(
                 f"pos must increase strictly: got {pos} after {self._last_pos}"
@@ -84,10 +85,19 @@ class Policy:
             )
         if pos > _INT32_MAX:
             raise ValueError(f"pos {pos} does not fit the int32 position store")
-        if attn is not None:
-            attn = self._check_attn(attn)
-        self._step(int(pos), attn)
-        self._last_pos = int(pos)
+        self._advance(pos, None if attn is None else self._check_attn(attn))
+
+    def _advance(self, pos: int, attn: np.ndarray | None) -> None:
+        """``on_decode_step`` past validation. The replay calls it directly: its positions count
+        up from 0 and its weights come from a validated trace, renormalised, so they are finite,
+        non-negative and aligned by construction."""
+        self._step(pos, attn)
+        self._last_pos = pos
+
+    @property
+    def last_pos(self) -> int:
+        """The last position admitted, -1 before the first step."""
+        return self._last_pos
 
     def evict(self, budget: int | None = None) -> list[int]:
         """Drop ``len(kept) - budget`` positions (none if not over); return them ascending."""
@@ -100,7 +110,7 @@ class Policy:
         return _check_int("budget", budget, 1)
 
     def _check_attn(self, attn: object) -> np.ndarray:
-        a = attn if isinstance(attn, np.ndarray) else np.asarray(attn)
+        a = attn if type(attn) is np.ndarray else np.asarray(attn)
         if a.ndim != 1 or a.dtype.kind not in "fiu":
             raise ValueError(f"attn must be a 1-D array of weights, got shape {a.shape} {a.dtype}")
         n = len(self)
@@ -220,30 +230,31 @@ class ScoredPolicy(Policy):
     def _select(self, k: int, evictable: int) -> list[int]:
         """Indices (into kept order) of the ``k`` victims among the first ``evictable`` slots.
 
-        Repeated argmin: one linear scan per victim, no sort. ``np.argmin`` returns the first
-        minimum, i.e. the lower position on equal scores. Slots already chosen are flagged in the
-        scratch byte and passed over by the following scans.
+        Repeated argmin: one linear scan per victim, no sort. ``argmin`` returns the first
+        minimum, i.e. the lower position on equal scores. When several go at once, the slots
+        already chosen are flagged in the scratch byte and passed over by the following scans.
         """
-        score, scratch = self._score[:evictable], self._scratch[:evictable]
-        chosen = [int(np.argmin(score))]
-        for _ in range(k - 1):  # only when more than one position goes at once
-            scratch[chosen[-1]] = 1
-            chosen.append(int(np.argmin(np.where(scratch, math.inf, score))))
+        score = self._score[:evictable]
+        chosen = [int(score.argmin())]
+        if k > 1:
+            scratch = self._scratch[:evictable]
+            for _ in range(k - 1):
+                scratch[chosen[-1]] = 1
+                chosen.append(int(np.where(scratch, math.inf, score).argmin()))
+            scratch[:] = 0
         return chosen
 
     def _evict(self, k: int) -> list[int]:
         chosen = sorted(self._select(k, self._n - self.recent_window))
-        pos, score = self._pos, self._score
-        self._scratch[chosen] = 0
+        pos, score, n = self._pos, self._score, self._n
         victims = [int(pos[i]) for i in chosen]
         # Close the gaps left by the victims, keeping arrival order: one slice move per run of
         # survivors. In steady state there is one victim and this is a single shift of the tail.
         w = chosen[0]
         for j, v in enumerate(chosen):
-            stop = chosen[j + 1] if j + 1 < k else self._n
-            m = stop - v - 1
-            pos[w : w + m] = pos[v + 1 : stop]
-            score[w : w + m] = score[v + 1 : stop]
-            w += m
+            stop = chosen[j + 1] if j + 1 < k else n
+            pos[w : w + stop - v - 1] = pos[v + 1 : stop]
+            score[w : w + stop - v - 1] = score[v + 1 : stop]
+            w += stop - v - 1
         self._n = w
         return victims

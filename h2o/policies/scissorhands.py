@@ -36,5 +36,7 @@ class Scissorhands(ScoredPolicy):
         super().__init__(budget, recent_window, rng=rng)
 
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
-        fair_share = 1.0 / attn.shape[0]
+        # A float64 fair share, so float32 weights are compared with 1/n exactly (a Python float
+        # would be demoted to float32 and misjudge weights a rounding step away from it).
+        fair_share = np.float64(1.0) / attn.shape[0]
         score += attn > fair_share
