@@ -162,10 +162,19 @@ class ScoredPolicy(Policy):
     past that without evicting.
     """
 
+    #: ``recent_window`` when none is given (TOVA protects only the newest position).
+    default_recent_window: ClassVar[int] = 32
+
     def __init__(
-        self, budget: int, recent_window: int = 32, *, rng: np.random.Generator | None = None
+        self,
+        budget: int = 512,
+        recent_window: int | None = None,
+        *,
+        rng: np.random.Generator | None = None,
     ) -> None:
         super().__init__(budget, rng=rng)
+        if recent_window is None:
+            recent_window = self.default_recent_window
         self.recent_window = _check_int("recent_window", recent_window, 0)
         if self.recent_window >= self.budget:
             raise ValueError(

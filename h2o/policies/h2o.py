@@ -32,11 +32,6 @@ class H2O(ScoredPolicy):
     label = "H2O"
     score_label = "cumulative attention"
 
-    def __init__(
-        self, budget: int = 512, recent_window: int = 32, *, rng: np.random.Generator | None = None
-    ) -> None:
-        super().__init__(budget, recent_window, rng=rng)
-
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         # score[i] += weight, for every i at once; float32 weights are widened exactly to float64.
         np.add(score, attn, out=score)

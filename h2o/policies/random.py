@@ -19,7 +19,11 @@ class RandomEviction(ScoredPolicy):
     score_label = "(no score)"
 
     def __init__(
-        self, budget: int = 512, recent_window: int = 32, *, rng: np.random.Generator | None = None
+        self,
+        budget: int = 512,
+        recent_window: int | None = None,
+        *,
+        rng: np.random.Generator | None = None,
     ) -> None:
         super().__init__(budget, recent_window, rng=rng)
         if self.rng is None:

@@ -30,11 +30,6 @@ class Scissorhands(ScoredPolicy):
     label = "Scissorhands"
     score_label = "votes (steps above fair share)"
 
-    def __init__(
-        self, budget: int = 512, recent_window: int = 32, *, rng: np.random.Generator | None = None
-    ) -> None:
-        super().__init__(budget, recent_window, rng=rng)
-
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         # A float64 fair share, so float32 weights are compared with 1/n exactly (a Python float
         # would be demoted to float32 and misjudge weights a rounding step away from it).

@@ -25,10 +25,7 @@ class TOVA(ScoredPolicy):
     label = "TOVA"
     score_label = "last step's attention"
 
-    def __init__(
-        self, budget: int = 512, recent_window: int = 1, *, rng: np.random.Generator | None = None
-    ) -> None:
-        super().__init__(budget, recent_window, rng=rng)
+    default_recent_window = 1
 
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         score[:] = attn
