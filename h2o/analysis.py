@@ -57,15 +57,18 @@ def standard_lineup(budget: int, windows: Iterable[int] = (32, 64)) -> list[tupl
 
 
 def suggested(trace: Trace) -> dict[str, int]:
-    """Default budget, recent_window and top-k for a trace (its metadata may suggest them)."""
-    budget = int(trace.meta.get("suggested_budget", 256))
-    budget = (
-        min(budget, max(1, trace.steps // 4)) if "suggested_budget" not in trace.meta else budget
-    )
+    """Default budget, recent_window, sinks and top-k for a trace.
+
+    The trace's metadata may suggest them (the small lesson traces do); otherwise a budget of 256,
+    or a quarter of a shorter trace, with the card's window of 32 and top-32 recall.
+    """
+    meta = trace.meta
+    budget = int(meta.get("suggested_budget", min(256, max(1, trace.steps // 4))))
     return {
         "budget": budget,
-        "recent_window": int(trace.meta.get("suggested_recent_window", min(32, budget // 4))),
-        "top_k": int(trace.meta.get("suggested_top_k", min(32, budget // 2) or 1)),
+        "recent_window": int(meta.get("suggested_recent_window", min(32, budget // 4))),
+        "top_k": int(meta.get("suggested_top_k", min(32, budget // 2) or 1)),
+        "sinks": max(0, min(int(meta.get("sinks", 4)), budget - 1)),
     }
 
 

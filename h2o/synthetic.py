@@ -94,9 +94,11 @@ def stale_spike_trace(steps: int = 96, seed: int = 0) -> Trace:
     """The card's distinguishing vectors: a stale early spike against steady importance.
 
     Position 0 takes almost the whole of the first two steps (all of step 1, when it is the only
-    position, and 0.97 of step 2) and almost nothing after. Under H2O that is a cumulative score of
-    ~1.97, more than any position that is not steadily attended ever reaches, so H2O defends it
-    to the end, at the expense of positions that matter now. Under
+    position, and 0.97 of step 2) and almost nothing after (0.002 of each row). Under H2O those two
+    steps give it a cumulative score of ~1.97 (~2.25 by the end, with the trickle renormalised
+    over the small cache): below the three steadily attended positions, which reach ~23, but above
+    every other position, so H2O defends it to the end at the expense of positions that matter
+    now. Under
     Scissorhands it is a single vote — step 1 gives weight 1 = the fair share 1/1, which is not
     *greater* than it — so as soon as everything else has two votes the spike is the minimum and
     goes. Meanwhile three positions (3, 9 and 17) matter steadily from birth to the end, and the

@@ -256,14 +256,17 @@ def load_trace(
     Accepts the packed ``weights`` layout written by :func:`save_trace`, or a square
     ``attention`` matrix (row ``t`` in columns ``0..t-1``) as other tools may write it.
     """
+    magic = _magic(source)
+    if magic.startswith(b"\x93NUMPY"):
+        raise ValueError("not a trace file: expected an .npz archive, got a single .npy array")
+    if not magic.startswith(b"PK"):
+        # Checked before numpy sees it: numpy would call unknown bytes "pickled data" and
+        # suggest allow_pickle=True, which is the one thing not to do with an untrusted file.
+        raise ValueError("not an .npz file (a trace is a NumPy .npz archive: traces/README.md)")
     try:
         npz = np.load(source, allow_pickle=False)
-    except ValueError as e:  # pickled object arrays are refused
-        raise ValueError(f"not a trace file: {e}") from None
-    except (OSError, EOFError) as e:
+    except (ValueError, OSError, EOFError) as e:
         raise ValueError(f"not a readable .npz file: {e}") from None
-    if not isinstance(npz, np.lib.npyio.NpzFile):
-        raise ValueError("not a trace file: expected an .npz archive, got a single array")
     with npz:
         keys = set(npz.files)
         try:
@@ -298,9 +301,32 @@ def load_trace(
                 return Trace._build(tname, packed, meta, tokens, normalize=True)
         except (KeyError, json.JSONDecodeError) as e:
             raise ValueError(f"malformed trace file: {e}") from None
+        except ValueError as e:
+            if "allow_pickle" in str(e):  # an object array: loading it would unpickle
+                raise ValueError(
+                    "trace file holds pickled (object) arrays; they are refused"
+                ) from None
+            raise
     raise ValueError(
         f"not a trace file: found arrays {sorted(keys)}, expected 'weights' or 'attention'"
     )
+
+
+def _magic(source: str | os.PathLike[str] | Any) -> bytes:
+    """The first bytes of a path or a seekable binary file (its position is left unchanged)."""
+    if isinstance(source, str | os.PathLike):
+        try:
+            with open(source, "rb") as f:
+                return f.read(8)
+        except OSError as e:
+            raise ValueError(f"cannot read {os.fspath(source)!r}: {e.strerror}") from None
+    try:
+        start = source.tell()
+        head = source.read(8)
+        source.seek(start)
+    except (AttributeError, OSError) as e:
+        raise ValueError(f"cannot read the trace: {e}") from None
+    return head if isinstance(head, bytes) else b""
 
 
 def _check_size(steps: int, max_steps: int) -> None:

@@ -162,3 +162,29 @@ def test_file_format_is_plain_npz(tmp_path):
         assert str(z["format"]) == "h2o-trace/1"
         assert json.loads(str(z["meta"]))["generator"] == "h2o.synthetic.toy_trace"
         assert z["weights"].shape == (tr.steps * (tr.steps - 1) // 2,)
+
+
+def test_non_zip_bytes_are_called_not_an_npz_and_never_suggest_unpickling():
+    with pytest.raises(ValueError, match=r"not an \.npz file") as e:
+        load_trace(io.BytesIO(b"\x80\x04garbage that numpy would call pickled"))
+    assert "allow_pickle=True" not in str(e.value)
+
+
+def test_a_single_npy_array_is_refused():
+    buf = io.BytesIO()
+    np.save(buf, np.ones(3))
+    buf.seek(0)
+    with pytest.raises(ValueError, match=r"single \.npy array"):
+        load_trace(buf)
+
+
+def test_a_missing_path_is_a_value_error(tmp_path):
+    with pytest.raises(ValueError, match="cannot read"):
+        load_trace(tmp_path / "nope.npz")
+
+
+def test_loading_leaves_a_file_object_position_usable():
+    buf = io.BytesIO()
+    save_trace(toy_trace(), buf)
+    buf.seek(0)
+    assert load_trace(buf).steps == 40

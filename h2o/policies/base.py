@@ -164,6 +164,15 @@ class ScoredPolicy(Policy):
 
     #: ``recent_window`` when none is given (TOVA protects only the newest position).
     default_recent_window: ClassVar[int] = 32
+    #: Storage per slot: the card's int32 position, float64 score and one byte of scratch.
+    POS_DTYPE, SCORE_DTYPE, SCRATCH_DTYPE = (
+        np.dtype(np.int32),
+        np.dtype(np.float64),
+        np.dtype(np.uint8),
+    )
+    nbytes_per_slot: ClassVar[int] = (
+        POS_DTYPE.itemsize + SCORE_DTYPE.itemsize + SCRATCH_DTYPE.itemsize
+    )
 
     def __init__(
         self,
@@ -183,9 +192,9 @@ class ScoredPolicy(Policy):
                 "nothing to choose between"
             )
         cap = self.budget + 1
-        self._pos = np.zeros(cap, dtype=np.int32)
-        self._score = np.zeros(cap, dtype=np.float64)
-        self._scratch = np.zeros(cap, dtype=np.uint8)
+        self._pos = np.zeros(cap, dtype=self.POS_DTYPE)
+        self._score = np.zeros(cap, dtype=self.SCORE_DTYPE)
+        self._scratch = np.zeros(cap, dtype=self.SCRATCH_DTYPE)
         self._n = 0
 
     def params(self) -> dict[str, int]:
@@ -205,11 +214,6 @@ class ScoredPolicy(Policy):
 
     def __len__(self) -> int:
         return self._n
-
-    @property
-    def nbytes_per_slot(self) -> int:
-        """Bytes of state per cache slot (the card: 4 position + 8 score + 1 scratch)."""
-        return self._pos.itemsize + self._score.itemsize + self._scratch.itemsize
 
     def _check_budget(self, budget: int) -> int:
         budget = super()._check_budget(budget)

@@ -1,0 +1,288 @@
+"""Cached traces, replays and comparisons.
+
+Everything expensive is computed once per process and shared by every session: traces and
+recorded replays are read-only (``st.cache_resource``); summary tables are small plain data
+(``st.cache_data`` with ``max_entries``). A trace is identified by ``ident``: its picker key for
+the built-in ones, the key plus the file's mtime for ``traces/*.npz``, the content hash for an
+upload — so a cache never serves a stale or a different file under the same name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import streamlit as st
+
+import h2o
+from h2o import analysis
+from h2o.synthetic import BUILTIN
+from h2o.trace import MAX_STEPS
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE_DIR = ROOT / "traces"
+UPLOAD_PREFIX = "upload:"
+#: Largest upload accepted, in MB (the file uploader refuses bigger files in the browser).
+MAX_UPLOAD_MB = 200
+#: Largest trace accepted from an upload, in steps (the library's own limit by default).
+MAX_UPLOAD_STEPS = MAX_STEPS
+
+
+@dataclass(frozen=True, eq=False)
+class TraceRef:
+    """A loaded trace and the identity its cached results are keyed by."""
+
+    key: str  # what the trace picker and the URL hold
+    ident: str  # cache identity (see the module docstring)
+    trace: h2o.Trace
+
+
+@dataclass(frozen=True)
+class Upload:
+    name: str
+    digest: str
+    data: bytes
+
+
+# -- traces ----------------------------------------------------------------------------------------
+@st.cache_resource(show_spinner="Building the trace…")
+def _builtin(name: str) -> h2o.Trace:
+    return h2o.builtin_trace(name)
+
+
+@st.cache_resource(show_spinner="Loading the trace…", max_entries=8)
+def _file(path: str, mtime_ns: int) -> h2o.Trace:
+    return h2o.load_trace(path, name=Path(path).stem)
+
+
+@st.cache_resource(show_spinner="Checking the upload…", max_entries=8)
+def _upload(digest: str, max_steps: int, name: str, _data: bytes) -> h2o.Trace:
+    # Keyed by the content hash: hashing the bytes themselves on every rerun would cost more
+    # than the lookup saves.
+    if not _data.startswith(b"PK"):
+        # numpy would try it as a pickle and suggest allow_pickle=True: say what it is instead.
+        raise ValueError("not an .npz file (an .npz is a zip archive; this file is not one)")
+    stem = Path(name).stem or "uploaded"
+    return h2o.load_trace(io.BytesIO(_data), name=stem, max_steps=max_steps)
+
+
+def trace_files() -> list[str]:
+    """Every ``.npz`` under ``traces/``, as repo-relative paths (the picker's keys)."""
+    if not TRACE_DIR.is_dir():
+        return []
+    return sorted(p.relative_to(ROOT).as_posix() for p in TRACE_DIR.rglob("*.npz"))
+
+
+def trace_options(uploads: dict[str, Upload]) -> list[str]:
+    return [*BUILTIN, *trace_files(), *uploads]
+
+
+def make_upload(name: str, payload: bytes) -> tuple[str, Upload]:
+    """The picker key and registry entry for an uploaded file (not yet validated)."""
+    if len(payload) > MAX_UPLOAD_MB * 1_000_000:
+        raise ValueError(
+            f"the file is {len(payload) / 1e6:.0f} MB; at most {MAX_UPLOAD_MB} MB is accepted"
+        )
+    digest = hashlib.sha256(payload).hexdigest()
+    return f"{UPLOAD_PREFIX}{name}#{digest[:8]}", Upload(name, digest, payload)
+
+
+def load(key: str, uploads: dict[str, Upload]) -> TraceRef:
+    """Resolve a picker key to a trace; ``ValueError`` says what is wrong with it."""
+    if key in BUILTIN:
+        return TraceRef(key, key, _builtin(key))
+    if key.startswith(UPLOAD_PREFIX):
+        up = uploads.get(key)
+        if up is None:
+            raise ValueError(f"{key!r} is not in this session (uploads are not shared): upload it")
+        trace = _upload(up.digest, MAX_UPLOAD_STEPS, up.name, up.data)
+        return TraceRef(key, f"{UPLOAD_PREFIX}{up.digest}", trace)
+    path = (ROOT / key).resolve()
+    if path.suffix != ".npz" or TRACE_DIR.resolve() not in path.parents or not path.is_file():
+        raise ValueError(f"{key!r} is not a trace file under traces/")
+    mtime = path.stat().st_mtime_ns
+    return TraceRef(key, f"{key}@{mtime}", _file(str(path), mtime))
+
+
+def describe_trace(trace: h2o.Trace) -> str:
+    meta = trace.meta
+    bits = [f"{trace.steps:,} steps"]
+    if meta.get("source"):
+        bits.append(str(meta["source"]))
+    if trace.tokens is not None:
+        bits.append("with token strings")
+    if "band" in meta:
+        bits.append(f"recency band {meta['band']}")
+    if "epoch" in meta:
+        bits.append(f"epoch {meta['epoch']}")
+    return " · ".join(bits)
+
+
+# -- replays ---------------------------------------------------------------------------------------
+def build_policy(name: str, budget: int, recent_window: int, sinks: int) -> h2o.Policy:
+    """``make_policy`` from the shared controls; ``ValueError`` for a refused combination."""
+    return analysis.make_policy(name, budget, recent_window=recent_window, sinks=sinks)
+
+
+@st.cache_resource(show_spinner=False, max_entries=24)
+def _replay(
+    ident: str, _trace: h2o.Trace, name: str, params: tuple[tuple[str, int], ...], top_k: int
+) -> h2o.Replay:
+    p = analysis.make_policy(name, **dict(params))
+    return h2o.replay(p, _trace, top_k=top_k, record=True)
+
+
+def recorded_replay(ref: TraceRef, policy: h2o.Policy, top_k: int) -> h2o.Replay:
+    """The recorded replay of ``policy`` (fresh) on ``ref``, computed once per parameters."""
+    params = tuple(sorted(policy.params().items()))
+    with st.spinner(f"Replaying {analysis.describe(policy.name, policy.params())}…"):
+        return _replay(ref.ident, ref.trace, policy.name, params, top_k)
+
+
+def memo(rep: h2o.Replay, key: Any, fn: Callable[[], Any]) -> Any:
+    """Derived data kept on the (shared, cached) replay itself, so it lives as long as it does."""
+    cache = rep.extra.setdefault("app", {})
+    if key not in cache:
+        cache[key] = fn()
+    return cache[key]
+
+
+def score_max(rep: h2o.Replay) -> float:
+    """Largest score the replay ever held (0 if none): fixes the colour range for the whole run."""
+
+    def compute() -> float:
+        m = np.nanmax(rep.kept_score) if np.isfinite(rep.kept_score).any() else 0.0
+        return float(m)
+
+    return memo(rep, "score_max", compute)
+
+
+def score_min_positive(rep: h2o.Replay) -> float:
+    def compute() -> float:
+        s = rep.kept_score[np.isfinite(rep.kept_score) & (rep.kept_score > 0)]
+        return float(s.min()) if s.size else 0.0
+
+    return memo(rep, "score_min_positive", compute)
+
+
+def pooled(rep: h2o.Replay, step_bins: int, pos_bins: int) -> tuple[np.ndarray, int, int]:
+    """``Replay.pooled_grid`` (max-pooled whole run), computed once per replay and size."""
+    return memo(rep, ("pooled", step_bins, pos_bins), lambda: rep.pooled_grid(step_bins, pos_bins))
+
+
+# -- comparisons (small results, cached as data) ---------------------------------------------------
+def _bar_progress(total: int, what: str) -> tuple[Any, Callable[[int], Callable]]:
+    """An ``st.progress`` bar and a factory of library progress callbacks feeding it.
+
+    Created inside the cached functions below, so a cache hit replays it (ending empty) and the
+    first computation shows it moving.
+    """
+    bar = st.progress(0.0, text=f"{what}…")
+
+    def at(offset: int) -> Callable[[int, int, str], None]:
+        def cb(done: int, _n: int, label: str) -> None:
+            frac = min(1.0, (offset + done) / max(total, 1))
+            bar.progress(frac, text=f"{what}: {label} ({offset + done}/{total})")
+
+        return cb
+
+    return bar, at
+
+
+def sweep_windows_for(budget: int, band: int | None) -> list[int]:
+    """The recent_window values to sweep at ``budget``: 0 to 3/4 of it, plus 32 and the band."""
+    step = max(1, budget // 32)
+    top = max(0, (3 * budget) // 4)
+    ws = set(range(0, top + 1, step))
+    ws.update(w for w in (32, band) if w is not None and w < budget)
+    return sorted(w for w in ws if w < budget)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def window_sweep(
+    ident: str,
+    _trace: h2o.Trace,
+    budget: int,
+    top_k: int,
+    windows: tuple[int, ...],
+    sinks: int,
+) -> dict[str, list[dict]]:
+    """H2O and Scissorhands against recent_window, with StreamingLLM and sliding window."""
+    n = len(windows)
+    bar, at = _bar_progress(2 * n + 2, "Replaying the sweep")
+    out = {
+        name: analysis.sweep_windows(_trace, name, windows, budget, top_k, progress=at(i * n))
+        for i, name in enumerate(("h2o", "scissorhands"))
+    }
+    lineup = [("streaming-llm", {"sinks": sinks}), ("sliding-window", {})]
+    out["refs"] = analysis.bench(_trace, budget, top_k, lineup=lineup, progress=at(2 * n))
+    bar.empty()
+    return out
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def bench(
+    ident: str, _trace: h2o.Trace, budget: int, top_k: int, lineup: tuple | None = None
+) -> list[dict]:
+    """``analysis.bench`` (the standard lineup unless one is given)."""
+    jobs = [(n, dict(p)) for n, p in lineup] if lineup is not None else None
+    total = len(jobs) if jobs is not None else len(analysis.standard_lineup(budget))
+    bar, at = _bar_progress(total, "Replaying every policy")
+    rows = analysis.bench(_trace, budget, top_k, lineup=jobs, progress=at(0))
+    bar.empty()
+    return rows
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def budget_curves(
+    ident: str, _trace: h2o.Trace, lineup: tuple, budgets: tuple[int, ...], top_k: int
+) -> tuple[list[dict], dict[int, float]]:
+    """Mass and recall per (policy, budget), and the oracle bound per budget."""
+    jobs = [(n, dict(p)) for n, p in lineup]
+    total = len(jobs) * len(budgets)
+    bar, at = _bar_progress(total, "Replaying every policy at every budget")
+    rows = analysis.budget_curve(_trace, jobs, budgets, top_k, progress=at(0))
+    oracle = analysis.oracle_curve(_trace, budgets)
+    bar.empty()
+    return rows, oracle
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def band_share(ident: str, _trace: h2o.Trace, width: int) -> float:
+    """``analysis.band_share``: mean attention on the most recent ``width`` positions."""
+    return analysis.band_share(_trace, width)
+
+
+def freeze_lineup(lineup: Sequence[tuple[str, dict[str, int]]]) -> tuple:
+    """A lineup as nested tuples, hashable for the caches above."""
+    return tuple((n, tuple(sorted(p.items()))) for n, p in lineup)
+
+
+def shared_slots(rep_a: h2o.Replay, rep_b: h2o.Replay, trace: h2o.Trace) -> dict[str, float]:
+    """How much two replays' caches agree, as means over the steps ``t >= budget``.
+
+    ``share``: the fraction of slots both hold; ``both``/``only_a``/``only_b``: the attention mass
+    (of the full-cache row) on the positions both hold, or only one of them holds.
+    """
+
+    def compute() -> dict[str, float]:
+        acc = {"share": [], "both": [], "only_a": [], "only_b": []}
+        for t in range(rep_a.budget, rep_a.steps):
+            a, _ = rep_a.kept_at(t)
+            b, _ = rep_b.kept_at(t)
+            a, b = a[a < t], b[b < t]  # the row attends to positions before t
+            row = trace.row(t)
+            common = np.intersect1d(a, b, assume_unique=True)
+            acc["share"].append(common.size / max(a.size, 1))
+            acc["both"].append(row[common].sum(dtype=np.float64))
+            acc["only_a"].append(row[np.setdiff1d(a, b, assume_unique=True)].sum(dtype=np.float64))
+            acc["only_b"].append(row[np.setdiff1d(b, a, assume_unique=True)].sum(dtype=np.float64))
+        return {k: float(np.mean(v)) if v else float("nan") for k, v in acc.items()}
+
+    key = ("shared", rep_b.policy, tuple(sorted(rep_b.params.items())), rep_b.top_k)
+    return memo(rep_a, key, compute)

@@ -1,0 +1,67 @@
+"""The classroom app's router: ``streamlit run app/main.py``.
+
+One file per page under ``pages/``, listed once in :data:`PAGES` (modelled on ``streamlit hello``).
+The page is the URL path (``/step-through``, ``/window-explorer``, …); the shared parameters ride
+in the query string, so a copied link reopens the exact view.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# `streamlit run app/main.py` puts app/ on sys.path, not the repo root that `app` lives in.
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+from app import state  # noqa: E402
+
+HERE = Path(__file__).parent
+
+#: Every page, in menu order. To add one (e.g. "Real model"), append an st.Page here.
+PAGES = [
+    st.Page(
+        HERE / "pages" / "step_through.py",
+        title="Step through",
+        icon=":material/play_circle:",
+        url_path="step-through",
+        default=True,
+    ),
+    st.Page(
+        HERE / "pages" / "window_explorer.py",
+        title="recentWindow explorer",
+        icon=":material/tune:",
+        url_path="window-explorer",
+    ),
+    st.Page(
+        HERE / "pages" / "stale_spike.py",
+        title="Stale spike: H2O vs Scissorhands",
+        icon=":material/bolt:",
+        url_path="stale-spike",
+    ),
+    st.Page(
+        HERE / "pages" / "all_policies.py",
+        title="All policies",
+        icon=":material/leaderboard:",
+        url_path="all-policies",
+    ),
+    st.Page(
+        HERE / "pages" / "how_it_works.py",
+        title="How it works",
+        icon=":material/code:",
+        url_path="how-it-works",
+    ),
+]
+
+st.set_page_config(
+    page_title="H2O — KV-cache eviction",
+    page_icon=":material/memory:",
+    layout="wide",
+    menu_items={"About": "A teaching app for KV-cache eviction: H2O and its baselines."},
+)
+page = st.navigation(PAGES)
+state.read_url()  # once per session: a pasted link opens its view
+page.run()

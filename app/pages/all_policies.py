@@ -1,0 +1,123 @@
+"""All policies: the policy table on one trace, and retained mass against the cache budget."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app import data, figures, state
+from h2o import analysis
+
+st.title("All policies")
+st.markdown(
+    "Every policy replayed on the sidebar's trace — the table of `python -m h2o bench`. "
+    "H2O and Scissorhands appear at recent_window 32 and 64 (and at the sidebar's value); "
+    "StreamingLLM and the sliding window never read attention; random eviction is the floor "
+    "any attention-aware policy must clear."
+)
+
+ctx = state.sidebar()
+state.publish(state.SHARED)
+if ctx.budget < 2:
+    st.error("Raise the budget to at least 2: every policy needs room to evict.")
+    st.stop()
+
+lineup = analysis.standard_lineup(ctx.budget, windows=sorted({32, 64, ctx.recent_window}))
+if ctx.sinks < ctx.budget:
+    lineup = [(n, {"sinks": ctx.sinks} if n == "streaming-llm" else p) for n, p in lineup]
+else:
+    st.error(state.policy_or_error(ctx, "streaming-llm")[1] or "")
+
+rows = data.bench(ctx.ref.ident, ctx.trace, ctx.budget, ctx.top_k, data.freeze_lineup(lineup))
+oracle = rows[0]["oracle_mass"]
+
+st.subheader(f"{ctx.trace.name}, budget {ctx.budget}")
+fig = figures.policy_bars(
+    labels=[r["label"] for r in rows],
+    mass=[r["retained_mass"] for r in rows],
+    recall=[r["top_k_recall"] for r in rows],
+    oracle=oracle,
+    top_k=ctx.top_k,
+    title=f"Retained mass and top-{ctx.top_k} recall — {ctx.trace.name}, budget {ctx.budget}",
+)
+st.plotly_chart(fig, width="stretch", key="policy_bars", config={"displaylogo": False})
+table = pd.DataFrame(
+    {
+        "policy": [r["label"] for r in rows],
+        "reads attention": [r["reads_attention"] for r in rows],
+        "retained mass": [r["retained_mass"] for r in rows],
+        f"top-{ctx.top_k} recall": [r["top_k_recall"] for r in rows],
+        "share of the oracle": [r["retained_mass"] / oracle if oracle else None for r in rows],
+    }
+)
+st.dataframe(
+    table,
+    hide_index=True,
+    width="stretch",
+    key="policy_table",
+    column_config={
+        "retained mass": st.column_config.NumberColumn(format="%.4f"),
+        f"top-{ctx.top_k} recall": st.column_config.NumberColumn(format="%.4f"),
+        "share of the oracle": st.column_config.NumberColumn(format="percent"),
+    },
+)
+st.caption(
+    f"Means over steps t ≥ {ctx.budget}. Oracle bound: the best {ctx.budget} positions of every "
+    f"step, chosen with hindsight — {oracle:.4f}."
+)
+
+# -- mass against budget ---------------------------------------------------------------------------
+st.subheader("Against the budget")
+budgets = [b for b in (32, 64, 128, 256, 512, 1024) if b < ctx.trace.steps]
+if len(budgets) < 3:  # small traces: the same doubling, lower down
+    budgets = [b for b in (4, 6, 8, 12, 16, 24, 32, 48, 64) if b < ctx.trace.steps]
+w, s = ctx.recent_window, ctx.sinks
+curve_lineup = [
+    ("h2o", {"recent_window": w}),
+    ("scissorhands", {"recent_window": w}),
+    ("tova", {"recent_window": 1}),
+    ("streaming-llm", {"sinks": s}),
+    ("sliding-window", {}),
+    ("random", {"recent_window": w}),
+]
+curve_rows, oracle_by_budget = data.budget_curves(
+    ctx.ref.ident, ctx.trace, data.freeze_lineup(curve_lineup), tuple(budgets), ctx.top_k
+)
+tabs = st.tabs(["Retained mass", f"Top-{ctx.top_k} recall"])
+for tab, metric, title in (
+    (tabs[0], "retained_mass", "Retained attention mass"),
+    (tabs[1], "top_k_recall", f"Top-{ctx.top_k} recall"),
+):
+    curves = []
+    for name, params in curve_lineup:
+        mine = [r for r in curve_rows if r["policy"] == name]
+        if mine:
+            curves.append(
+                (
+                    analysis.describe(name, params),
+                    figures.POLICY_COLOURS[name],
+                    [r["budget"] for r in mine],
+                    [r[metric] for r in mine],
+                )
+            )
+    tab.plotly_chart(
+        figures.budget_curves(
+            curves=curves,
+            oracle=oracle_by_budget if metric == "retained_mass" else None,
+            title=f"{title} vs cache budget — {ctx.trace.name}",
+            ytitle=title.lower() + " (mean over t ≥ budget)",
+        ),
+        width="stretch",
+        key=f"budget_{metric}",
+        config={"displaylogo": False},
+    )
+skipped = sorted({b for b in budgets if b <= max(w, s)})
+st.caption(
+    f"recent_window {w} and sinks {s} from the sidebar, at every budget"
+    + (
+        f"; budgets {', '.join(map(str, skipped))} are skipped for the policies that refuse "
+        "recent_window or sinks ≥ budget."
+        if skipped
+        else "."
+    )
+)

@@ -1,0 +1,37 @@
+"""Step through: two policies side by side on one trace, one decode step at a time."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import h2o
+from app import data, figures, state, stepper
+from h2o import analysis
+
+st.title("Step through a replay")
+st.markdown(
+    "Each heatmap cell is a **position** (row) at a **decode step** (column), coloured by the "
+    "score the policy keeps for it — blank once it is evicted. ✕ marks an eviction (hover for "
+    "who, with what score, and why; click one to jump to its step), the green band is the "
+    "protected recent window, the dashed red line is the current step. Below each heatmap: the "
+    "kept slots right now, before this step's eviction."
+)
+
+ctx = state.sidebar()
+cols = st.columns(2)
+chosen = [
+    state.policy_choice(state.POLICY_A, "Policy A", "h2o", cols[0]),
+    state.policy_choice(state.POLICY_B, "Policy B", "streaming-llm", cols[1]),
+]
+state.publish([*state.SHARED, state.POLICY_A, state.POLICY_B, state.STEP])
+
+slots = []
+for i, name in enumerate(chosen):
+    policy, error = state.policy_or_error(ctx, name)
+    label = (
+        analysis.describe(name, policy.params()) if policy is not None else h2o.POLICIES[name].label
+    )
+    replay = data.recorded_replay(ctx.ref, policy, ctx.top_k) if policy is not None else None
+    slots.append(stepper.Slot(f"{'AB'[i]} · {label}", figures.SLOT_COLOURS[i], replay, error))
+
+stepper.render(ctx.trace, slots, key=state.STEP, budget=ctx.budget)

@@ -1,0 +1,326 @@
+"""Session state, the URL, and the shared controls (trace, upload, budget, recent_window, sinks).
+
+The session holds a small *model*: plain ``st.session_state`` entries named like the URL
+parameters (``trace``, ``budget``, ``recent_window``, ``sinks``, ``policy_a``, ``policy_b``,
+``step``, ``spike_step``). Widgets mirror it under ``w_<name>`` keys, set from it before every
+call (Streamlit forgets widgets a page switch leaves unrendered), so nothing is lost moving
+between pages. Callbacks change the model and its mirror together.
+
+The URL query string is read once per session (a pasted link opens that view) and rewritten
+from the model by every page for the parameters it uses; the page itself is the URL path.
+Kept server-side on purpose: Streamlit's widget ``bind="query-params"`` forgets the parameters of
+one page when the user switches to another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import streamlit as st
+
+import h2o
+from app import data
+from h2o import analysis
+
+TRACE, BUDGET, WINDOW, SINKS, STEP = "trace", "budget", "recent_window", "sinks", "step"
+POLICY_A, POLICY_B, SPIKE_STEP = "policy_a", "policy_b", "spike_step"
+SHARED = (TRACE, BUDGET, WINDOW, SINKS)
+#: URL parameter → (parser, smallest accepted value for integers).
+URL_PARAMS: dict[str, tuple[type, int]] = {
+    TRACE: (str, 0),
+    BUDGET: (int, 1),
+    WINDOW: (int, 0),
+    SINKS: (int, 0),
+    POLICY_A: (str, 0),
+    POLICY_B: (str, 0),
+    STEP: (int, 0),
+    SPIKE_STEP: (int, 0),
+}
+UPLOADS, UPLOAD, TRACE_OK = "_uploads", "w_upload", "_trace_ok"
+TRACE_ERROR, URL_READ, URL_PROBLEMS = "_trace_error", "_url_read", "_url_problems"
+DEFAULT_TRACE = "canonical"
+
+
+# -- the model and its widget mirrors --------------------------------------------------------------
+def wkey(name: str) -> str:
+    return f"w_{name}"
+
+
+def set_value(name: str, value: Any) -> None:
+    """Change a model entry and the widget that shows it (safe in callbacks)."""
+    st.session_state[name] = value
+    st.session_state[wkey(name)] = value
+
+
+def mirror(name: str, default: Any, on_change: Callable[[], None] | None = None) -> dict:
+    """``key``/``on_change`` kwargs for the widget that edits the model entry ``name``.
+
+    The widget is set from the model before every call (Streamlit forgets the state of widgets a
+    page switch left unrendered) and copies its value back on change, before anything else runs.
+    """
+    ss = st.session_state
+    ss.setdefault(name, default)
+    ss[wkey(name)] = ss[name]
+
+    def changed() -> None:
+        ss[name] = ss[wkey(name)]
+        if on_change is not None:
+            on_change()
+
+    return {"key": wkey(name), "on_change": changed}
+
+
+def set_step(name: str, value: int) -> None:
+    """Move a step (``step``/``spike_step``): the model, and a fresh slider to show it.
+
+    The step slider is re-created under a new key on every move that is not a drag of the
+    slider itself. Play ticks move the step several times a second, and a browser still showing
+    the previous value would otherwise report it back as if the user had dragged it there.
+    """
+    ss = st.session_state
+    ss[name] = int(value)
+    ss[f"_{name}_version"] = ss.get(f"_{name}_version", 0) + 1
+
+
+def step_slider_key(name: str) -> str:
+    return f"w_{name}_{st.session_state.get(f'_{name}_version', 0)}"
+
+
+def read_url() -> None:
+    """Copy the URL's parameters into the model, once per session (called by the router)."""
+    ss = st.session_state
+    if ss.get(URL_READ):
+        return
+    ss[URL_READ] = True
+    problems = []
+    for name, raw in st.query_params.to_dict().items():
+        if name not in URL_PARAMS:
+            continue
+        kind, lowest = URL_PARAMS[name]
+        if kind is int:
+            try:
+                value = int(raw)
+            except ValueError:
+                problems.append(f"{name}={raw!r} is not a whole number")
+                continue
+            if value < lowest:
+                problems.append(f"{name}={value} is below {lowest}")
+                continue
+            ss[name] = value
+        else:
+            ss[name] = raw
+    ss[URL_PROBLEMS] = problems
+
+
+def url_problems() -> list[str]:
+    return st.session_state.pop(URL_PROBLEMS, [])
+
+
+def publish(names: Iterable[str]) -> None:
+    """Make the query string hold exactly these model entries (the page's shareable view)."""
+    ss = st.session_state
+    want = {n: str(ss[n]) for n in names if n in ss}
+    if st.query_params.to_dict() != want:
+        st.query_params.from_dict(want)
+
+
+def publish_one(name: str, value: Any) -> None:
+    """Update one parameter (from a fragment, where the rest of the page is not rerun)."""
+    if st.query_params.get(name) != str(value):
+        st.query_params[name] = str(value)
+
+
+# -- traces ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Context:
+    """What a page needs from the shared controls."""
+
+    ref: data.TraceRef
+    budget: int
+    recent_window: int
+    sinks: int
+    top_k: int
+
+    @property
+    def trace(self) -> h2o.Trace:
+        return self.ref.trace
+
+
+def uploads() -> dict[str, data.Upload]:
+    return st.session_state.setdefault(UPLOADS, {})
+
+
+def _apply_defaults(trace: h2o.Trace) -> None:
+    """The trace's suggested budget and window, and back to step 0."""
+    sug = analysis.suggested(trace)
+    set_value(BUDGET, sug["budget"])
+    set_value(WINDOW, sug["recent_window"])
+    set_value(SINKS, sug["sinks"])
+    set_step(STEP, 0)
+
+
+def _on_trace_change() -> None:
+    ss = st.session_state
+    key = ss[TRACE]
+    try:
+        ref = data.load(key, uploads())
+    except ValueError as e:
+        ok = ss.get(TRACE_OK, DEFAULT_TRACE)
+        ss[TRACE_ERROR] = (
+            f"Could not open the trace {key!r}: {e}. Pick another one; {ok!r} is still selected."
+        )
+        set_value(TRACE, ok)
+        return
+    ss[TRACE_OK] = key
+    _apply_defaults(ref.trace)
+
+
+def _on_upload() -> None:
+    ss = st.session_state
+    f = ss.get(UPLOAD)
+    if f is None:  # the file was removed from the uploader: keep whatever is selected
+        return
+    current = ss.get(TRACE_OK, DEFAULT_TRACE)
+    try:
+        key, up = data.make_upload(f.name, f.getvalue())
+        ref = data.load(key, {key: up})  # validates it (and caches the parsed trace)
+    except ValueError as e:
+        ss[TRACE_ERROR] = (
+            f"Could not use the upload {f.name!r}: {e}. Upload an .npz in the format of "
+            f"traces/README.md (h2o.save_trace writes one): rows of finite, non-negative weights "
+            f"that each sum to 1, at most {data.MAX_UPLOAD_STEPS:,} steps. The trace "
+            f"{current!r} is still selected."
+        )
+        return
+    uploads()[key] = up
+    set_value(TRACE, key)
+    ss[TRACE_OK] = key
+    _apply_defaults(ref.trace)
+
+
+def _resolve(key: str) -> tuple[data.TraceRef, str | None]:
+    """The selected trace, or the last good one and the reason the selected one failed."""
+    try:
+        return data.load(key, uploads()), None
+    except ValueError as e:
+        ok = st.session_state.get(TRACE_OK, DEFAULT_TRACE)
+        fallback = ok if ok != key else DEFAULT_TRACE
+        msg = f"Could not open the trace {key!r}: {e}. Pick another trace; showing {fallback!r}."
+        return data.load(fallback, uploads()), msg
+
+
+def sidebar() -> Context:
+    """Draw the shared controls in the sidebar; errors go at the top of the page."""
+    ss = st.session_state
+    options = data.trace_options(uploads())
+    errors = [f"Ignored from the link: {p}." for p in url_problems()]
+    if ss.get(TRACE, DEFAULT_TRACE) not in options:
+        errors.append(
+            f"The trace {ss[TRACE]!r} from the link is not available here (uploads are not "
+            f"shared between sessions): showing {DEFAULT_TRACE!r}. Upload the file to use it."
+        )
+        set_value(TRACE, DEFAULT_TRACE)
+    with st.sidebar:
+        st.header("Trace")
+        key = st.selectbox(
+            "Attention trace",
+            options,
+            **mirror(TRACE, DEFAULT_TRACE, _on_trace_change),
+            help="canonical: the benchmark trace of the policy card (sinks, a 64-wide recency "
+            "band, heavy hitters per 512-step epoch). stale-spike: the card's H2O-vs-"
+            "Scissorhands lesson. toy: small enough to follow cell by cell. Files in traces/ "
+            "and your uploads follow.",
+        )
+        st.file_uploader(
+            "Upload a trace (.npz)",
+            type=["npz"],
+            key=UPLOAD,
+            on_change=_on_upload,
+            max_upload_size=data.MAX_UPLOAD_MB,
+            help="An .npz written by h2o.save_trace (packed 'weights'), or with a square "
+            "'attention' matrix; optional 'tokens' show up in hovers.",
+        )
+        if ss.get(TRACE_ERROR):
+            errors.append(ss.pop(TRACE_ERROR))
+        ref, problem = _resolve(key)
+        if problem:
+            errors.append(problem)
+        else:
+            ss[TRACE] = key
+            ss.setdefault(TRACE_OK, key)
+        st.caption(f"**{ref.trace.name}** — {data.describe_trace(ref.trace)}")
+
+        st.header("Cache")
+        sug = analysis.suggested(ref.trace)
+        budget = st.number_input(
+            "budget — slots in the cache",
+            min_value=1,
+            step=1,
+            **mirror(BUDGET, sug["budget"]),
+            help="How many positions the cache may hold after each step's eviction.",
+        )
+        window = st.number_input(
+            "recent_window — newest slots never evicted",
+            min_value=0,
+            step=1,
+            **mirror(WINDOW, sug["recent_window"]),
+            help="H2O, Scissorhands, TOVA and Random protect this many of the newest kept "
+            "positions. Must be smaller than the budget. The card: set it at least as wide as "
+            "the model's local attention band (64 on the canonical trace).",
+        )
+        sinks = st.number_input(
+            "sinks — StreamingLLM's pinned first positions",
+            min_value=0,
+            step=1,
+            **mirror(SINKS, sug["sinks"]),
+            help="StreamingLLM keeps the first `sinks` positions forever and a ring buffer of "
+            "the most recent ones. Must be smaller than the budget.",
+        )
+        ss[BUDGET], ss[WINDOW], ss[SINKS] = int(budget), int(window), int(sinks)
+        top_k = sug["top_k"]
+        st.caption(f"Recall is top-{top_k} recall (the trace's suggestion).")
+    for msg in errors:
+        st.error(msg, icon=":material/error:")
+    if budget >= ref.trace.steps:
+        st.warning(
+            f"The budget ({budget}) is not smaller than the trace ({ref.trace.steps} steps): "
+            "nothing is ever evicted and the means over steps t ≥ budget are empty. Lower the "
+            "budget.",
+            icon=":material/warning:",
+        )
+    return Context(ref, int(budget), int(window), int(sinks), int(top_k))
+
+
+def policy_or_error(ctx: Context, name: str) -> tuple[h2o.Policy | None, str | None]:
+    """A fresh policy from the shared controls, or an error that says what to change."""
+    try:
+        return data.build_policy(name, ctx.budget, ctx.recent_window, ctx.sinks), None
+    except ValueError as e:
+        label = h2o.POLICIES[name].label
+        if "recent_window" in str(e):
+            fix = f"lower recent_window below {ctx.budget}, or raise the budget above it"
+        elif "sinks" in str(e):
+            fix = f"lower sinks below {ctx.budget}, or raise the budget above it"
+        else:
+            fix = "change the parameters in the sidebar"
+        return None, f"{label} refuses these settings: {e}. To fix: {fix}."
+
+
+def policy_choice(name: str, label: str, default: str, container: Any = st) -> str:
+    """A policy picker bound to the model entry ``name`` (``policy_a``/``policy_b``)."""
+    names = list(h2o.POLICIES)
+    ss = st.session_state
+    if ss.get(name, default) not in names:
+        st.error(f"Ignored {name}={ss[name]!r} from the link: choose from {', '.join(names)}.")
+        set_value(name, default)
+    chosen = container.selectbox(
+        label,
+        names,
+        **mirror(name, default),
+        help="h2o: cumulative attention · streaming-llm: sinks + ring buffer · scissorhands: "
+        "votes · tova: last step's attention · sliding-window: newest only · random: floor.",
+    )
+    ss[name] = chosen
+    return chosen
