@@ -1,0 +1,42 @@
+"""A real LLM inside: SmolLM2-135M-Instruct in plain numpy, read from its GGUF file.
+
+* :class:`SmolLM` — load (:meth:`SmolLM.load`), tokenize, forward pass, perplexity.
+* :func:`perplexity_under_eviction` — closed-loop quality with a policy in every (layer, KV head).
+* :func:`generate` — greedy continuation under eviction.
+* :func:`capture_attention` — a full-cache attention trace of one layer (for replay).
+* :func:`layer_attention_shares` — per layer, attention mass on sinks / recent / middle.
+
+Only numpy, ``gguf`` and ``tokenizers`` are needed (no torch, no transformers).
+"""
+
+from h2o.model.capture import LayerShares, capture_attention, layer_attention_shares, to_trace
+from h2o.model.forward import AttnChunk, KVCache, SmolLM
+from h2o.model.generate import GenerationResult, generate
+from h2o.model.gguf_io import ModelConfig, ModelNotFoundError, find_gguf
+from h2o.model.quality import (
+    PerplexityResult,
+    make_policies,
+    perplexity_under_eviction,
+    policy_factory,
+    quality_table,
+)
+
+__all__ = [
+    "AttnChunk",
+    "GenerationResult",
+    "KVCache",
+    "LayerShares",
+    "ModelConfig",
+    "ModelNotFoundError",
+    "PerplexityResult",
+    "SmolLM",
+    "capture_attention",
+    "find_gguf",
+    "generate",
+    "layer_attention_shares",
+    "make_policies",
+    "perplexity_under_eviction",
+    "policy_factory",
+    "quality_table",
+    "to_trace",
+]

@@ -1,0 +1,96 @@
+"""Greedy generation with an evicting KV cache.
+
+The prompt is prefilled under eviction exactly as in :mod:`h2o.model.quality` (token by token
+semantics, one policy per layer and KV head), then new tokens are decoded one at a time from the
+same cache and policies. Used for the classroom demo: a fact stated once early in a long prompt,
+asked about at the end — which caches still let the model answer?
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from h2o.model.forward import KVCache, PolicyFactory, Progress, SmolLM
+from h2o.model.quality import FULL_CACHE, make_policies
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """A greedy continuation and how it was produced."""
+
+    label: str
+    prompt_tokens: int
+    new_ids: list[int]
+    text: str
+    seconds: float
+    stopped: str  # "max_new", "eos" or "stop string"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "label": self.label,
+            "prompt_tokens": self.prompt_tokens,
+            "new_tokens": len(self.new_ids),
+            "text": self.text,
+            "seconds": round(self.seconds, 3),
+            "stopped": self.stopped,
+        }
+
+
+def generate(
+    model: SmolLM,
+    prompt_ids: Sequence[int],
+    max_new: int = 20,
+    policy_factory: PolicyFactory | None = None,
+    progress: Progress | None = None,
+    stop_strings: Sequence[str] = (),
+    stop_at_eos: bool = True,
+    label: str | None = None,
+) -> GenerationResult:
+    """Greedy continuation of ``prompt_ids`` under eviction (``policy_factory=None``: full cache).
+
+    ``progress(done, total)`` counts the prompt prefill's layers, then each new token
+    (``total = n_layers + max_new``). Generation stops after ``max_new`` tokens, at an
+    end-of-sequence token, or once the continuation contains one of ``stop_strings``.
+    """
+    prompt_ids = [int(i) for i in prompt_ids]
+    if not prompt_ids:
+        raise ValueError("the prompt is empty")
+    if max_new < 1:
+        raise ValueError("max_new must be >= 1")
+    t_start = time.perf_counter()
+    n_layers = model.config.n_layers
+    total = n_layers + max_new
+    cache = KVCache(model.config, len(prompt_ids) + max_new)
+    policies = None if policy_factory is None else make_policies(model, policy_factory)
+    eos = {i for i in (model.tokenizer.eos_id, 0) if i is not None}
+
+    prefill_progress = None if progress is None else (lambda d, _n: progress(d, total))
+    hidden = model.forward(prompt_ids, cache=cache, policies=policies, progress=prefill_progress)
+    new_ids: list[int] = []
+    stopped = "max_new"
+    while True:
+        nxt = int(np.argmax(model.logits(hidden[-1:])[0]))
+        if stop_at_eos and nxt in eos:
+            stopped = "eos"
+            break
+        new_ids.append(nxt)
+        if progress is not None:
+            progress(n_layers + len(new_ids), total)
+        if stop_strings and any(s in model.decode(new_ids) for s in stop_strings):
+            stopped = "stop string"
+            break
+        if len(new_ids) >= max_new:
+            break
+        hidden = model.forward([nxt], cache=cache, policies=policies)
+    return GenerationResult(
+        label=label or (FULL_CACHE if policy_factory is None else "policy"),
+        prompt_tokens=len(prompt_ids),
+        new_ids=new_ids,
+        text=model.decode(new_ids),
+        seconds=time.perf_counter() - t_start,
+        stopped=stopped,
+    )

@@ -1,0 +1,122 @@
+"""Closed-loop quality: the model's perplexity with the cache an eviction policy leaves it.
+
+One policy instance runs in every (layer, KV head) — 30 × 3 = 90 for SmolLM2-135M. Its
+attention signal is the mean, over the query heads of its group, of each head's softmax over
+the kept keys. The text is run as a masked causal prefill, layer by layer: inside a layer the
+queries, keys and values of all tokens are known (they depend only on the previous layer), and
+the queries are then stepped in order ``t = 0..T-1``: query ``t`` attends to ``kept ∪ {t}``,
+the policy sees that step's weights over ``kept``, admits ``t`` and evicts. This is exactly what
+token-by-token decoding with eviction computes under teacher forcing, at prefill speed (see
+:meth:`h2o.model.forward.SmolLM._attention`).
+
+A budget ``>= T`` never evicts and reproduces the full-cache numbers bit for bit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from h2o.model.forward import PolicyFactory, Progress, SmolLM
+
+if TYPE_CHECKING:
+    from h2o.policies import Policy
+
+FULL_CACHE = "full cache"
+
+
+@dataclass(frozen=True)
+class PerplexityResult:
+    """Perplexity of one run, with the per-token negative log-likelihoods behind it."""
+
+    label: str
+    perplexity: float
+    nll: np.ndarray = field(repr=False)  # (T-1,) float64: -log p(token t+1 | tokens <= t)
+    n_tokens: int
+    seconds: float
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "label": self.label,
+            "perplexity": self.perplexity,
+            "n_tokens": self.n_tokens,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def policy_factory(name: str, budget: int, seed: int = 0, **params: int) -> PolicyFactory:
+    """A factory building ``POLICIES[name](budget, **params)`` for each (layer, KV head).
+
+    Every instance gets its own ``numpy.random.Generator`` seeded from ``(seed, layer, head)``,
+    so random eviction is reproducible and independent across heads.
+    """
+    from h2o.policies import POLICIES
+
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(sorted(POLICIES))}")
+    cls = POLICIES[name]
+    cls(budget, **params)  # fail fast on a bad combination (e.g. recent_window >= budget)
+
+    def make(layer: int, kv_head: int) -> Policy:
+        return cls(budget, rng=np.random.default_rng([seed, layer, kv_head]), **params)
+
+    return make
+
+
+def make_policies(model: SmolLM, factory: PolicyFactory) -> list[list[Policy]]:
+    """``policies[layer][kv_head]``: one fresh instance per (layer, KV head)."""
+    cfg = model.config
+    return [[factory(li, g) for g in range(cfg.n_kv_heads)] for li in range(cfg.n_layers)]
+
+
+def perplexity_under_eviction(
+    model: SmolLM,
+    ids: Sequence[int],
+    policy_factory: PolicyFactory | None,
+    progress: Progress | None = None,
+    label: str | None = None,
+) -> PerplexityResult:
+    """Perplexity of ``ids`` when every (layer, KV head) cache is managed by a policy.
+
+    ``policy_factory(layer, kv_head)`` returns a fresh policy; ``None`` means the full cache.
+    ``progress(done, total)`` is called after each of the model's layers.
+    """
+    ids = [int(i) for i in ids]
+    if len(ids) < 2:
+        raise ValueError("need at least 2 tokens")
+    t_start = time.perf_counter()
+    policies = None if policy_factory is None else make_policies(model, policy_factory)
+    hidden = model.forward(ids[:-1], policies=policies, progress=progress)
+    nll = -model.token_logprobs(hidden, ids[1:])
+    return PerplexityResult(
+        label=label or (FULL_CACHE if policy_factory is None else "policy"),
+        perplexity=float(np.exp(nll.mean())),
+        nll=nll,
+        n_tokens=len(ids),
+        seconds=time.perf_counter() - t_start,
+    )
+
+
+def quality_table(
+    model: SmolLM,
+    ids: Sequence[int],
+    policies: Sequence[str],
+    budgets: Sequence[int],
+    progress: Callable[[str, int, int], None] | None = None,
+    seed: int = 0,
+) -> list[PerplexityResult]:
+    """The full-cache run followed by every (policy, budget) run, labelled ``"name@budget"``.
+
+    ``progress(label, done_layers, n_layers)`` reports each run's layers.
+    """
+    runs: list[tuple[str, PolicyFactory | None]] = [(FULL_CACHE, None)]
+    runs += [(f"{p}@{b}", policy_factory(p, b, seed)) for p in policies for b in budgets]
+    results = []
+    for label, factory in runs:
+        cb = None if progress is None else (lambda d, n, _l=label: progress(_l, d, n))
+        results.append(perplexity_under_eviction(model, ids, factory, cb, label=label))
+    return results

