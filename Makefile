@@ -37,6 +37,7 @@ format: setup-test
 
 bench: setup
 	$(PY) benchmarks/replay.py
+	$(PY) benchmarks/model.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

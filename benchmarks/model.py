@@ -1,16 +1,18 @@
 """Benchmark of the numpy SmolLM2-135M: load, capture, prefill, closed-loop quality evaluation.
 
     .venv/bin/python benchmarks/model.py [--sizes 512,1024,2048] [--quality-tokens 2048]
-                                         [--policies ...] [--budget 256] [--repeats 2]
+                                         [--policies ...] [--budget 256] [--repeats 3]
 
 * capture: one layer's attention trace (layer 8: only layers 0..8 run), time and peak memory;
 * prefill: a full 30-layer causal prefill plus the perplexity head, time and peak memory;
 * quality: ``perplexity_under_eviction`` per policy at T = 2048, as a ratio to one plain
   (full-cache) run of the same function — the target is <= 2x.
 
-Times are the minimum over ``--repeats`` runs (the machine is shared; the minimum is the least
-disturbed). "peak" is the largest extra memory numpy allocated during the call (tracemalloc,
-which numpy reports to), on top of the loaded model; "RSS" is the process high-water mark.
+Times are medians over ``--repeats`` runs, and each quality ratio is the median of the ratios
+measured within one repeat (the machine is shared and noisy: a ratio taken inside one run
+cancels most of the load of other processes). "peak" is the largest extra memory numpy
+allocated during the call (tracemalloc, which numpy reports to), on top of the loaded model;
+"RSS" is the process high-water mark.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import statistics
 import sys
 import time
 import tracemalloc
@@ -42,16 +45,16 @@ def _rss_mb() -> float:
 
 
 def _timed(fn: Callable[[], object], repeats: int) -> float:
-    """Minimum wall time over ``repeats`` runs; the CPU seconds of that run go to ``_CPU``."""
-    best = float("inf")
+    """Median wall time over ``repeats`` runs; the median CPU seconds go to ``_CPU``."""
+    walls, cpus = [], []
     for _ in range(repeats):
         c0, t = os.times(), time.perf_counter()
         fn()
-        wall, c1 = time.perf_counter() - t, os.times()
-        if wall < best:
-            best = wall
-            _CPU[0] = (c1.user - c0.user) + (c1.system - c0.system)
-    return best
+        walls.append(time.perf_counter() - t)
+        c1 = os.times()
+        cpus.append((c1.user - c0.user) + (c1.system - c0.system))
+    _CPU[0] = statistics.median(cpus)
+    return statistics.median(walls)
 
 
 _CPU = [0.0]
@@ -75,7 +78,7 @@ def main() -> int:
         "--policies", default="h2o,streaming-llm,tova,scissorhands,sliding-window,random"
     )
     ap.add_argument("--budget", type=int, default=256)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
 
     t = time.perf_counter()
@@ -109,11 +112,11 @@ def main() -> int:
     T = args.quality_tokens
     ids = ids_all[:T]
     # Interleaved: every repeat runs the full-cache baseline and each policy once, so that a
-    # burst of load from other processes hits all of them alike; then the minimum per run.
+    # burst of load from other processes hits all of them alike; a ratio is taken within a repeat.
     runs: dict[str, object] = {"full cache": None}
     runs |= {name: policy_factory(name, args.budget) for name in args.policies.split(",")}
-    wall = dict.fromkeys(runs, float("inf"))
-    cpu = dict.fromkeys(runs, 0.0)
+    wall: dict[str, list[float]] = {k: [] for k in runs}
+    cpu: dict[str, list[float]] = {k: [] for k in runs}
     ppl: dict[str, float] = {}
     for _ in range(args.repeats):
         for label, f in runs.items():
@@ -123,18 +126,21 @@ def main() -> int:
                 ),
                 1,
             )
-            if w < wall[label]:
-                wall[label], cpu[label] = w, _CPU[0]
+            wall[label].append(w)
+            cpu[label].append(_CPU[0])
     print(
-        f"\nquality evaluation at T = {T}, budget {args.budget} per head; ratio = time / one "
-        "plain full-cache run of the same function"
+        f"\nquality evaluation at T = {T}, budget {args.budget} per head; ratio = time / the "
+        f"plain full-cache run of the same repeat (medians of {args.repeats})"
     )
     print(f"{'policy':<16} {'wall':>8} {'ratio':>6} {'cpu':>8} {'ratio':>6} {'perplexity':>11}")
-    b_wall, b_cpu = wall["full cache"], cpu["full cache"]
+    base_w, base_c = wall["full cache"], cpu["full cache"]
+    med = statistics.median
     for label in runs:
+        r_w = med(a / b for a, b in zip(wall[label], base_w, strict=True))
+        r_c = med(a / b for a, b in zip(cpu[label], base_c, strict=True))
         print(
-            f"{label:<16} {wall[label]:>6.2f} s {wall[label] / b_wall:>6.2f} "
-            f"{cpu[label]:>6.1f} s {cpu[label] / b_cpu:>6.2f} {ppl[label]:>11.2f}"
+            f"{label:<16} {med(wall[label]):>6.2f} s {r_w:>6.2f} "
+            f"{med(cpu[label]):>6.1f} s {r_c:>6.2f} {ppl[label]:>11.2f}"
         )
     print(f"\nprocess RSS high-water mark: {_rss_mb():.0f} MB")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")

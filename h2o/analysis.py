@@ -30,7 +30,7 @@ def make_policy(name: str, budget: int, **params: Any) -> Policy:
     cls = POLICIES[name]
     accepted = inspect.signature(cls.__init__).parameters
     kw = {k: v for k, v in params.items() if k in accepted and v is not None}
-    return cls(budget, **kw)
+    return cls(budget, **kw)  # rng passes through: every policy accepts one
 
 
 def policy_params(name: str) -> list[str]:

@@ -530,3 +530,27 @@ def test_cli_capture_quality_generate(tiny, tmp_path, capsys) -> None:
     )
     lines = capsys.readouterr().out.strip().splitlines()
     assert rc == 0 and len(lines) == 2 and "full cache" in lines[0] and "h2o@40" in lines[1]
+
+
+def test_policy_factory_takes_shared_options_and_drops_the_ones_a_policy_lacks() -> None:
+    from h2o.model import policy_factory
+
+    make = policy_factory("streaming-llm", 16, recent_window=4, sinks=2)
+    p = make(0, 0)
+    assert p.params() == {"budget": 16, "sinks": 2}
+    assert policy_factory("h2o", 16, recent_window=4, sinks=2)(3, 1).params() == {
+        "budget": 16,
+        "recent_window": 4,
+    }
+    with pytest.raises(ValueError, match="recent_window"):
+        policy_factory("h2o", 16)  # the default window of 32 does not fit a budget of 16
+
+
+def test_cli_quality_small_budgets_with_a_window(tiny, tmp_path, capsys) -> None:
+    text = tmp_path / "t.txt"
+    text.write_text("the hen and the heron " * 12, encoding="utf-8")
+    args = ["quality", "--text", str(text), "--policies", "h2o,streaming-llm", "--budgets", "8"]
+    opts = ["--tokens", "40", "--recent-window", "2", "--sinks", "1", "--json"]
+    assert _cli([*args, *opts, "--model", str(tiny[0]), "--quiet"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data["perplexity"]["h2o"]) == {"8"}

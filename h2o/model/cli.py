@@ -64,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--budgets", default="64,128,256,512", help="comma-separated cache sizes")
     p.add_argument("--tokens", type=int, default=None, help="first N tokens (default: all)")
-    p.add_argument("--seed", type=int, default=0, help="seed of random eviction")
+    _policy_options(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_quality)
 
@@ -81,12 +81,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", default="h2o", help="comma-separated; 'full' = no eviction")
     p.add_argument("--budget", type=int, default=128, help="cache size per head")
     p.add_argument("--max-new", type=int, default=20, help="new tokens (default 20)")
-    p.add_argument("--seed", type=int, default=0, help="seed of random eviction")
+    _policy_options(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_generate)
 
 
 # -- helpers -----------------------------------------------------------------------------------
+def _policy_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--recent-window",
+        type=int,
+        default=None,
+        help="protected recent window of the policies that have one (default: each policy's "
+        "own, 32 for H2O; must be below the budget)",
+    )
+    p.add_argument("--sinks", type=int, default=None, help="StreamingLLM's sinks (default 4)")
+    p.add_argument("--seed", type=int, default=0, help="seed of random eviction")
+
+
+def _policy_params(args: argparse.Namespace) -> dict[str, int | None]:
+    return {"recent_window": args.recent_window, "sinks": args.sinks}
+
+
 def _progress(args: argparse.Namespace, what: str) -> Progress | None:
     if args.quiet:
         return None
@@ -161,7 +177,10 @@ def cmd_quality(args: argparse.Namespace) -> int:
 
     policies = _csv(args.policies)
     budgets = [int(b) for b in _csv(args.budgets)]
-    factories = {(p, b): policy_factory(p, b, args.seed) for p in policies for b in budgets}
+    params = _policy_params(args)
+    factories = {
+        (p, b): policy_factory(p, b, args.seed, **params) for p in policies for b in budgets
+    }
     model = _load(args)
     ids = _ids(model, _read_text(args.text), args.tokens, args.quiet)
     full = perplexity_under_eviction(
@@ -196,7 +215,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     names = _csv(args.policy)
     factories = {
-        n: None if n == "full" else policy_factory(n, args.budget, args.seed) for n in names
+        n: None
+        if n == "full"
+        else policy_factory(n, args.budget, args.seed, **_policy_params(args))
+        for n in names
     }
     model = _load(args)
     text = args.prompt if args.prompt is not None else _read_text(args.prompt_file)

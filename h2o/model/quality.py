@@ -48,21 +48,21 @@ class PerplexityResult:
         }
 
 
-def policy_factory(name: str, budget: int, seed: int = 0, **params: int) -> PolicyFactory:
+def policy_factory(name: str, budget: int, seed: int = 0, **params: int | None) -> PolicyFactory:
     """A factory building ``POLICIES[name](budget, **params)`` for each (layer, KV head).
 
-    Every instance gets its own ``numpy.random.Generator`` seeded from ``(seed, layer, head)``,
-    so random eviction is reproducible and independent across heads.
+    Parameters the policy does not take (e.g. ``sinks`` for H2O) and ``None`` values are
+    dropped, so one set of options serves every policy. Every instance gets its own
+    ``numpy.random.Generator`` seeded from ``(seed, layer, head)``, so random eviction is
+    reproducible and independent across heads.
     """
-    from h2o.policies import POLICIES
+    from h2o.analysis import make_policy
 
-    if name not in POLICIES:
-        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(sorted(POLICIES))}")
-    cls = POLICIES[name]
-    cls(budget, **params)  # fail fast on a bad combination (e.g. recent_window >= budget)
+    make_policy(name, budget, **params)  # fail fast: unknown name, recent_window >= budget, ...
 
     def make(layer: int, kv_head: int) -> Policy:
-        return cls(budget, rng=np.random.default_rng([seed, layer, kv_head]), **params)
+        rng = np.random.default_rng([seed, layer, kv_head])
+        return make_policy(name, budget, rng=rng, **params)
 
     return make
 
