@@ -14,7 +14,7 @@ import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import streamlit as st
@@ -23,6 +23,9 @@ import h2o
 from h2o import analysis
 from h2o.synthetic import BUILTIN
 from h2o.trace import MAX_STEPS
+
+if TYPE_CHECKING:
+    from h2o.model import SmolLM
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE_DIR = ROOT / "traces"
@@ -114,6 +117,8 @@ def describe_trace(trace: h2o.Trace) -> str:
     bits = [f"{trace.steps:,} steps"]
     if meta.get("source"):
         bits.append(str(meta["source"]))
+    elif "layer" in meta:  # a captured trace without a source line: say which layer and head
+        bits.append(f"layer {meta['layer']}" + (f", head {meta['head']}" if "head" in meta else ""))
     if trace.tokens is not None:
         bits.append("with token strings")
     if "band" in meta:
@@ -286,3 +291,207 @@ def shared_slots(rep_a: h2o.Replay, rep_b: h2o.Replay, trace: h2o.Trace) -> dict
 
     key = ("shared", rep_b.policy, tuple(sorted(rep_b.params.items())), rep_b.top_k)
     return memo(rep_a, key, compute)
+
+
+# -- the real model (SmolLM2-135M in numpy) --------------------------------------------------------
+# Nothing here runs on page load except `model_path` (a file lookup): the model loads on the
+# first computation a user asks for, once per process, and every result is cached.
+TEXT_DIR = TRACE_DIR / "texts"
+
+
+def trace_origin(trace: h2o.Trace) -> str | None:
+    """Where a captured trace comes from ("SmolLM2-135M-Instruct, layer 8, mean over its 9
+    query heads, 1,024 tokens of traces/texts/lighthouse.txt"), or None for other traces."""
+    meta = trace.meta
+    if "layer" not in meta:
+        return None
+    head = meta.get("head")
+    if head == "mean":
+        heads = meta.get("n_heads")
+        who = f"mean over its {heads} query heads" if heads else "mean over its query heads"
+    else:
+        who = f"query head {head}" if head is not None else None
+    bits = [str(meta.get("model", "a real model")), f"layer {meta['layer']}"]
+    if who:
+        bits.append(who)
+    text = str(meta.get("text", "")).split(" (")[0]
+    if text and text != "unspecified":
+        bits.append(f"{trace.steps:,} tokens of {text}")
+    return ", ".join(bits)
+
+
+def text_files() -> list[str]:
+    """The shipped texts (``traces/texts/*.txt``), by stem: ``["library", "lighthouse"]``."""
+    return sorted(p.stem for p in TEXT_DIR.glob("*.txt")) if TEXT_DIR.is_dir() else []
+
+
+def text_ref(name: str) -> tuple[str, int]:
+    """``(name, mtime_ns)``: a text's cache identity (an edited file is a different text)."""
+    path = TEXT_DIR / f"{name}.txt"
+    if name not in text_files():
+        raise ValueError(f"no text {name!r} in {TEXT_DIR.relative_to(ROOT)}")
+    return name, path.stat().st_mtime_ns
+
+
+def model_path() -> Path:
+    """The GGUF file (cheap: no loading); ``ModelNotFoundError`` says how to install it."""
+    from h2o.model import find_gguf
+
+    return find_gguf()
+
+
+@st.cache_resource(show_spinner="Loading SmolLM2-135M (about 3 s, once per server)…", max_entries=1)
+def _model(path: str, mtime_ns: int) -> SmolLM:
+    from h2o.model import SmolLM
+
+    return SmolLM.load(path)
+
+
+def model() -> SmolLM:
+    """The one shared :class:`h2o.model.SmolLM` (read-only weights, ~0.8 GB)."""
+    path = model_path()
+    return _model(str(path), path.stat().st_mtime_ns)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def text_ids(name: str, mtime_ns: int, n_tokens: int | None = None) -> list[int]:
+    """The first ``n_tokens`` token ids of a shipped text (all of them for None)."""
+    text = (TEXT_DIR / f"{name}.txt").read_text(encoding="utf-8").rstrip()
+    ids = model().encode(text)
+    return ids if n_tokens is None else ids[:n_tokens]
+
+
+def _layer_progress(what: str) -> tuple[Any, Callable[[int, int], None]]:
+    bar = st.progress(0.0, text=f"{what}…")
+
+    def cb(done: int, total: int) -> None:
+        bar.progress(min(1.0, done / max(total, 1)), text=f"{what}: layer {done}/{total}")
+
+    return bar, cb
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def captured_layers(name: str, mtime_ns: int, n_tokens: int) -> list[h2o.Trace]:
+    """Every layer's attention trace of a text's first ``n_tokens`` tokens (one prefill)."""
+    from h2o.model.layers import capture_layers
+
+    ids = text_ids(name, mtime_ns, n_tokens)
+    bar, cb = _layer_progress(f"Running SmolLM2 on {len(ids):,} tokens of {name}, every layer")
+    traces = capture_layers(
+        model(), ids, progress=cb, text=f"traces/texts/{name}.txt", source_name=name
+    )
+    bar.empty()
+    return traces
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def layer_shares(name: str, mtime_ns: int, n_tokens: int) -> dict[str, Any]:
+    """Per layer, the share of attention on the sinks / the recent 64 / the middle."""
+    from h2o.model.layers import layer_shares as shares_of
+
+    traces = captured_layers(name, mtime_ns, n_tokens)
+    shares = shares_of(traces)
+    return {
+        "n_tokens": traces[0].steps,
+        "sink": shares.sink,
+        "recent": shares.recent,
+        "middle": shares.middle,
+        "n_sinks": shares.n_sinks,
+        "n_recent": shares.n_recent,
+    }
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def layer_comparison(
+    name: str, mtime_ns: int, n_tokens: int, budget: int, lineup: tuple, top_k: int
+) -> list[dict]:
+    """``compare_layers`` rows: each policy of ``lineup`` replayed on every layer at ``budget``."""
+    from h2o.model.layers import compare_layers
+
+    traces = captured_layers(name, mtime_ns, n_tokens)
+    bar, at = _bar_progress(len(traces), f"Replaying on every layer at budget {budget}")
+    rows = compare_layers(traces, [(n, dict(p)) for n, p in lineup], budget, top_k, at(0))
+    bar.empty()
+    return rows
+
+
+def policy_label(name: str, params: tuple[tuple[str, int], ...] | dict[str, int]) -> str:
+    """``"TOVA (recent_window=1)"``: the policy as built, its defaults included."""
+    params = dict(params)
+    roomy = 2 + max(64, *params.values()) if params else 66  # above any default window or sinks
+    built = analysis.make_policy(name, roomy, **params)
+    return analysis.describe(name, built.params())
+
+
+def _run_bar(label: str, index: int, total: int) -> tuple[Any, Callable[[int, int], None]]:
+    """A bar for run ``index`` of ``total`` (1-based), advancing with the run's own progress."""
+    bar = st.progress((index - 1) / total, text=f"{label} — run {index} of {total}…")
+
+    def cb(done: int, steps: int) -> None:
+        frac = (index - 1 + done / max(steps, 1)) / total
+        bar.progress(min(1.0, frac), text=f"{label} — run {index} of {total}: {done}/{steps}")
+
+    return bar, cb
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def perplexity_run(
+    name: str,
+    mtime_ns: int,
+    n_tokens: int,
+    policy: str | None,
+    budget: int | None,
+    params: tuple[tuple[str, int], ...],
+    _index: int = 1,
+    _total: int = 1,
+) -> dict[str, Any]:
+    """Closed-loop perplexity of one (policy, budget) on a text (``policy=None``: full cache)."""
+    from h2o.model import perplexity_under_eviction, policy_factory
+
+    ids = text_ids(name, mtime_ns, n_tokens)
+    label = "full cache" if policy is None else f"{policy_label(policy, params)} @ {budget}"
+    factory = None if policy is None else policy_factory(policy, budget, **dict(params))
+    bar, cb = _run_bar(f"Perplexity, {label}", _index, _total)
+    res = perplexity_under_eviction(model(), ids, factory, progress=cb, label=label)
+    bar.empty()
+    return {
+        "policy": policy,
+        "budget": budget,
+        "label": label,
+        "perplexity": res.perplexity,
+        "n_tokens": res.n_tokens,
+        "seconds": res.seconds,
+    }
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def generation_run(
+    name: str,
+    mtime_ns: int,
+    policy: str | None,
+    budget: int | None,
+    params: tuple[tuple[str, int], ...],
+    max_new: int,
+    stop_strings: tuple[str, ...],
+    _index: int = 1,
+    _total: int = 1,
+) -> dict[str, Any]:
+    """A greedy continuation of a whole shipped text under one policy (``None``: full cache)."""
+    from h2o.model import generate, policy_factory
+
+    ids = text_ids(name, mtime_ns)
+    label = "full cache" if policy is None else f"{policy_label(policy, params)} @ {budget}"
+    factory = None if policy is None else policy_factory(policy, budget, **dict(params))
+    bar, cb = _run_bar(f"Generating, {label}", _index, _total)
+    res = generate(model(), ids, max_new, factory, cb, stop_strings=stop_strings, label=label)
+    bar.empty()
+    return {
+        "policy": policy,
+        "budget": budget,
+        "label": label,
+        "text": res.text,
+        "prompt_tokens": res.prompt_tokens,
+        "new_tokens": len(res.new_ids),
+        "seconds": res.seconds,
+        "stopped": res.stopped,
+    }

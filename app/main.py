@@ -49,6 +49,12 @@ PAGES = [
         url_path="all-policies",
     ),
     st.Page(
+        HERE / "pages" / "real_model.py",
+        title="Real model",
+        icon=":material/neurology:",
+        url_path="real-model",
+    ),
+    st.Page(
         HERE / "pages" / "how_it_works.py",
         title="How it works",
         icon=":material/code:",

@@ -40,6 +40,7 @@ PAGES = [
     ("window-explorer", 2, "recentWindow explorer"),
     ("stale-spike", 8, "Stale spike: H2O vs Scissorhands"),
     ("all-policies", 3, "All policies"),
+    ("real-model", 1, "A real LLM inside"),
     ("how-it-works", 0, "How it works"),
 ]
 
@@ -249,5 +250,35 @@ def test_clicking_an_eviction_marker_jumps_to_its_step(server, browser):
         step = int(re.match(r"step (\d+):", _story(page)).group(1))
         assert "evicted" in _story(page)  # a marker's step is an eviction step
         assert f"step={step}" in page.url
+    finally:
+        ctx.close()
+
+
+@pytest.mark.model
+def test_real_model_layer_story_runs_in_the_browser(server, browser, tmp_path):
+    from h2o.model import ModelNotFoundError, find_gguf
+
+    try:
+        find_gguf()
+    except ModelNotFoundError as e:
+        pytest.skip(f"SmolLM2 GGUF not available: {e}")
+    ctx, page = new_page(browser, "light")
+    try:
+        page.goto(f"{server}/real-model")
+        wait_ready(page)
+        page.locator(".st-key-w_rm_story_tokens").get_by_text("512", exact=True).first.click()
+        wait_ready(page)
+        t0 = time.monotonic()
+        page.locator(".st-key-rm_story_go button").first.click()
+        # The trace chart, then the two layer-story charts (the progress bar shows meanwhile).
+        page.wait_for_function(
+            "document.querySelectorAll('.js-plotly-plot .main-svg').length >= 3", timeout=120_000
+        )
+        wait_ready(page)
+        print(f"browser: layer story at 512 tokens in {time.monotonic() - t0:.1f} s")
+        assert page.get_by_text(re.compile(r"of 30 layers")).count() >= 1
+        assert page.locator('[data-testid="stException"]').count() == 0
+        page.screenshot(path=str(tmp_path / "real-model-story.png"), full_page=True)
+        print(f"screenshot: {tmp_path / 'real-model-story.png'}")
     finally:
         ctx.close()

@@ -18,6 +18,11 @@ st.markdown(
 )
 
 ctx = state.sidebar()
+if (origin := data.trace_origin(ctx.trace)) is not None:
+    st.caption(
+        f"**{ctx.trace.name}**: the attention of {origin}. Hover a cell for its token; the "
+        "Real model page says what to look for."
+    )
 cols = st.columns(2)
 chosen = [
     state.policy_choice(state.POLICY_A, "Policy A", "h2o", cols[0]),
