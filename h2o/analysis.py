@@ -33,6 +33,16 @@ def make_policy(name: str, budget: int, **params: Any) -> Policy:
     return cls(budget, **kw)  # rng passes through: every policy accepts one
 
 
+def refusal(name: str, budget: int, **params: Any) -> str | None:
+    """Why ``make_policy(name, budget, **params)`` would be refused (naming the fix), or None."""
+    try:
+        make_policy(name, budget, **params)
+    except ValueError as e:
+        label = POLICIES[name].label if name in POLICIES else name
+        return f"{label} refuses these settings: {e}."
+    return None
+
+
 def policy_params(name: str) -> list[str]:
     """The tunable keyword parameters of a policy (besides ``budget`` and ``rng``)."""
     sig = inspect.signature(POLICIES[name].__init__).parameters
@@ -56,20 +66,39 @@ def standard_lineup(budget: int, windows: Iterable[int] = (32, 64)) -> list[tupl
     ]
 
 
+def _meta_int(meta: dict[str, Any], key: str, default: int, lo: int) -> int:
+    """``meta[key]`` if it is a whole number >= ``lo`` (metadata may come from any upload)."""
+    v = meta.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int | np.integer | float):
+        return default
+    if isinstance(v, float) and not (np.isfinite(v) and v == int(v)):
+        return default
+    return int(v) if v >= lo else default
+
+
 def suggested(trace: Trace) -> dict[str, int]:
     """Default budget, recent_window, sinks and top-k for a trace.
 
-    The trace's metadata may suggest them (the small lesson traces do); otherwise a budget of 256,
-    or a quarter of a shorter trace, with the card's window of 32 and top-32 recall.
+    The trace's metadata may suggest them (the small lesson traces do); otherwise, and whenever
+    a suggestion is not a usable number, a budget of 256 or a quarter of a shorter trace, the
+    card's window of 32 (at most a quarter of the budget), 4 sinks and top-32 recall. The result
+    always fits: window and sinks below the budget, budget below the trace length when possible.
     """
     meta = trace.meta
-    budget = int(meta.get("suggested_budget", min(256, max(1, trace.steps // 4))))
+    budget = _meta_int(meta, "suggested_budget", min(256, max(1, trace.steps // 4)), 1)
+    window = _meta_int(meta, "suggested_recent_window", min(32, budget // 4), 0)
     return {
         "budget": budget,
-        "recent_window": int(meta.get("suggested_recent_window", min(32, budget // 4))),
-        "top_k": int(meta.get("suggested_top_k", min(32, budget // 2) or 1)),
-        "sinks": max(0, min(int(meta.get("sinks", 4)), budget - 1)),
+        "recent_window": min(window, budget - 1),
+        "top_k": _meta_int(meta, "suggested_top_k", max(1, min(32, budget // 2)), 1),
+        "sinks": min(_meta_int(meta, "sinks", 4, 0), budget - 1),
     }
+
+
+def band_width(trace: Trace) -> int | None:
+    """The trace's recency band width from its metadata (the canonical trace's 64), if usable."""
+    width = _meta_int(trace.meta, "band", 0, 1)
+    return width or None
 
 
 def describe(name: str, params: dict[str, int]) -> str:
@@ -145,6 +174,7 @@ def budget_curve(
     progress: Progress = None,
 ) -> list[dict]:
     """Summary rows for every (policy, budget); combinations a policy refuses are skipped."""
+    lineup = list(lineup)  # iterated once per budget
     jobs = [(n, p, b) for b in budgets for n, p in lineup if b < trace.steps]
     rows = []
     for i, (name, params, b) in enumerate(jobs):

@@ -40,8 +40,8 @@ def canonical_trace(steps: int = 4096, seed: int = 0) -> Trace:
 
     Rows are drawn in order from one ``numpy.random.default_rng(seed)`` stream.
     """
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+    if steps < 2:
+        raise ValueError(f"steps must be >= 2, got {steps}")
     rng = np.random.default_rng(seed)
     hitters = _epoch_hitters(steps, rng)
     ages = np.arange(1, BAND + 1)

@@ -57,6 +57,8 @@ class Trace:
         if w.dtype != np.float32:
             raise ValueError(f"weights must be float32, got {w.dtype}")
         steps = _steps_for(w.shape[0])
+        if steps < 2:
+            raise ValueError(f"a trace needs at least 2 steps (one row of attention), got {steps}")
         if self.tokens is not None and len(self.tokens) != steps:
             raise ValueError(f"{len(self.tokens)} tokens for a trace of {steps} steps")
         _check_weights(w, steps)

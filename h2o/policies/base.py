@@ -31,6 +31,15 @@ def _check_int(name: str, value: object, minimum: int) -> int:
     return int(value)
 
 
+def _check_room(name: str, value: int, budget: int, why: str) -> None:
+    """Refuse ``value >= budget`` for a parameter that reserves slots (window, sinks)."""
+    if value >= budget:
+        raise ValueError(
+            f"{name} ({value}) must be smaller than budget ({budget}): {why}. "
+            f"Lower {name} below {budget}, or raise the budget above {value}"
+        )
+
+
 class Policy:
     """Base class: the decode-step contract and its validation.
 
@@ -185,12 +194,7 @@ class ScoredPolicy(Policy):
         if recent_window is None:
             recent_window = self.default_recent_window
         self.recent_window = _check_int("recent_window", recent_window, 0)
-        if self.recent_window >= self.budget:
-            raise ValueError(
-                f"recent_window ({self.recent_window}) must be smaller than budget "
-                f"({self.budget}): otherwise every kept position is protected and the score has "
-                "nothing to choose between"
-            )
+        self._check_budget(self.budget)
         cap = self.budget + 1
         self._pos = np.zeros(cap, dtype=self.POS_DTYPE)
         self._score = np.zeros(cap, dtype=self.SCORE_DTYPE)
@@ -217,10 +221,8 @@ class ScoredPolicy(Policy):
 
     def _check_budget(self, budget: int) -> int:
         budget = super()._check_budget(budget)
-        if self.recent_window >= budget:
-            raise ValueError(
-                f"budget {budget} must be larger than recent_window ({self.recent_window})"
-            )
+        why = "every kept position would be protected, leaving the score nothing to choose between"
+        _check_room("recent_window", self.recent_window, budget, why)
         return budget
 
     def _step(self, pos: int, attn: np.ndarray | None) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Policy, _check_int
+from .base import Policy, _check_int, _check_room
 
 
 class StreamingLLM(Policy):
@@ -32,11 +32,7 @@ class StreamingLLM(Policy):
     ) -> None:
         super().__init__(budget, rng=rng)
         self.sinks = _check_int("sinks", sinks, 0)
-        if self.sinks >= self.budget:
-            raise ValueError(
-                f"sinks ({self.sinks}) must be smaller than budget ({self.budget}): "
-                "the ring of recent positions would have no room"
-            )
+        self._check_budget(self.budget)
         self._sink = np.zeros(self.sinks, dtype=np.int32)
         self._ns = 0
         self._ring = np.zeros(self.budget - self.sinks + 1, dtype=np.int32)
@@ -69,8 +65,7 @@ class StreamingLLM(Policy):
 
     def _check_budget(self, budget: int) -> int:
         budget = super()._check_budget(budget)
-        if self.sinks >= budget:
-            raise ValueError(f"budget {budget} must be larger than sinks ({self.sinks})")
+        _check_room("sinks", self.sinks, budget, "the ring of recent positions would have no room")
         return budget
 
     def _step(self, pos: int, attn: np.ndarray | None) -> None:
