@@ -71,6 +71,26 @@ def _defaults(args: argparse.Namespace, trace: Trace) -> None:
         args.budget = sug["budget"]
     if args.top_k is None:
         args.top_k = sug["top_k"]
+    if args.budget >= trace.steps:
+        raise ValueError(
+            f"budget {args.budget} holds the whole trace ({trace.steps} steps): nothing would be "
+            f"evicted; choose a budget below {trace.steps}"
+        )
+
+
+def _print_json(obj: object) -> None:
+    """JSON with NaN written as null (NaN is not JSON)."""
+
+    def clean(x: object) -> object:
+        if isinstance(x, float) and x != x:
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [clean(v) for v in x]
+        return x
+
+    print(json.dumps(clean(obj), indent=2, allow_nan=False))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -79,18 +99,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     rows = analysis.bench(trace, args.budget, args.top_k, progress=_Progress(args.json))
     oracle = rows[0]["oracle_mass"] if rows else float("nan")
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "trace": trace.name,
-                    "budget": args.budget,
-                    "top_k": args.top_k,
-                    "oracle_mass": oracle,
-                    "rows": rows,
-                },
-                indent=2,
-            )
-        )
+        head = {"trace": trace.name, "budget": args.budget, "top_k": args.top_k}
+        _print_json({**head, "oracle_mass": oracle, "rows": rows})
         return 0
     print(
         f"trace {trace.name} ({trace.steps} steps), budget {args.budget}; "
@@ -119,19 +129,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     lineup = [("streaming-llm", {"sinks": min(4, args.budget - 1)})]
     ref = analysis.bench(trace, args.budget, args.top_k, lineup=lineup)[0]
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "trace": trace.name,
-                    "policy": args.policy,
-                    "budget": args.budget,
-                    "top_k": args.top_k,
-                    "streaming_llm": ref,
-                    "rows": rows,
-                },
-                indent=2,
-            )
-        )
+        head = {"trace": trace.name, "budget": args.budget, "top_k": args.top_k}
+        _print_json({**head, "policy": args.policy, "streaming_llm": ref, "rows": rows})
         return 0
     print(
         f"{POLICIES[args.policy].label} on {trace.name}, budget {args.budget}: "

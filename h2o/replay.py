@@ -201,13 +201,16 @@ def replay(policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True
     """
     if len(policy) or policy.last_pos >= 0:
         raise ValueError("replay needs a fresh policy (this one has already taken steps)")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+    if isinstance(top_k, bool) or not isinstance(top_k, int | np.integer) or top_k < 1:
         raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
+    top_k = int(top_k)
     steps, budget = trace.steps, policy.budget
     mass = np.ones(steps)
     n_kept = np.zeros(steps, dtype=np.int32)
     evicted_at = np.full(steps, steps, dtype=np.int64)  # step each position left the cache
-    cap = budget + 1
+    # Slots per recorded step: budget + 1 at most (admitted, not yet evicted), and never more
+    # than the trace has positions — so a huge budget on a short trace costs nothing.
+    cap = min(budget + 1, steps)
     if record:
         kept_pos = np.full((steps, cap), -1, dtype=np.int32)
         kept_score = np.full((steps, cap), np.nan)
@@ -218,7 +221,8 @@ def replay(policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True
     weights = trace.weights  # rows packed back to back: row t starts at t(t-1)/2
     for t in range(steps):
         o = t * (t - 1) // 2
-        w = weights[o : o + t][policy.kept]
+        kept = policy.kept
+        w = weights[o : o + t][kept]
         m = total(w, dtype=f64)
         if t:
             mass[t] = m
@@ -228,7 +232,10 @@ def replay(policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True
         if record:
             if n > cap:
                 raise ValueError("policy kept more than budget + 1 positions before evicting")
-            kept_pos[t, :n] = policy.kept
+            # Admitting only appends t (the contract), so the kept set after the step is the
+            # one before it plus t: no second read of policy.kept (a copy, for StreamingLLM).
+            kept_pos[t, : n - 1] = kept
+            kept_pos[t, n - 1] = t
             kept_score[t, :n] = policy.scores
         victims = policy.evict()
         for v in victims:

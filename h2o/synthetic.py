@@ -94,22 +94,27 @@ def stale_spike_trace(steps: int = 96, seed: int = 0) -> Trace:
     """The card's distinguishing vectors: a stale early spike against steady importance.
 
     Position 0 takes almost the whole of the first two steps (all of step 1, when it is the only
-    position, and 0.97 of step 2) and almost nothing after (0.002 of each row). Under H2O those two
-    steps give it a cumulative score of ~1.97 (~2.25 by the end, with the trickle renormalised
-    over the small cache): below the three steadily attended positions, which reach ~23, but above
-    every other position, so H2O defends it to the end at the expense of positions that matter
-    now. Under
-    Scissorhands it is a single vote — step 1 gives weight 1 = the fair share 1/1, which is not
-    *greater* than it — so as soon as everything else has two votes the spike is the minimum and
-    goes. Meanwhile three positions (3, 9 and 17) matter steadily from birth to the end, and the
-    most recent positions carry a recency band.
+    position, and 0.97 of step 2) and almost nothing after (0.002 of each row). Three positions
+    (4, 9 and 17) matter steadily from birth to the end, the three most recent positions carry a
+    recency band, and the rest is faint background.
+
+    At step 8 the cache (budget 8, window 2) is first over budget, and the two policies part:
+
+    * under **H2O** the spike's two steps are a cumulative score of ~1.97, the highest of any
+      position, so H2O defends it — and keeps defending it to the end (a sum never forgets),
+      along with the early positions that collected large shares of the first, short rows. The
+      slots they hold are paid for by positions that matter now: H2O even lets steady position
+      17 go;
+    * under **Scissorhands** the spike has a single vote — step 1 gives weight 1 = the fair
+      share 1/1, which is not *greater* than it — the lowest count (ties go to the lower
+      position), so it is evicted at once, and the steady positions all stay.
 
     Meant for ``budget = 8`` with ``recent_window = 2`` (see ``meta``).
     """
     if not 3 <= steps <= 128:
         raise ValueError(f"the stale-spike trace has 3 to 128 steps, got {steps}")
     rng = np.random.default_rng(seed)
-    steady = np.array([3, 9, 17])
+    steady = np.array([4, 9, 17])
     rows = [np.zeros(0), np.ones(1)]
     for t in range(2, steps):
         r = rng.uniform(0.5, 1.5, size=t) * 0.05 / t  # faint background
@@ -117,7 +122,7 @@ def stale_spike_trace(steps: int = 96, seed: int = 0) -> Trace:
             r[:] = [0.97, 0.03]
         else:
             live = steady[steady < t]
-            r[live] += 0.16
+            r[live] += 0.12
             r[max(0, t - 3) :] += np.array([0.06, 0.09, 0.12])[-min(3, t) :]  # recency
             r[SPIKE] = 0.002  # stale from now on
         rows.append(r / r.sum())

@@ -84,8 +84,7 @@ class Trace:
         dense = np.asarray(dense)
         if dense.ndim != 2 or dense.shape[0] != dense.shape[1]:
             raise ValueError(f"attention must be a square (T, T) matrix, got shape {dense.shape}")
-        rows, cols = np.tril_indices(dense.shape[0], k=-1)
-        return cls._build(name, dense[rows, cols], meta, tokens, normalize)
+        return cls._build(name, _pack_lower(dense), meta, tokens, normalize)
 
     @classmethod
     def from_rows(
@@ -102,21 +101,25 @@ class Trace:
             if np.shape(r) != (t,):
                 raise ValueError(f"row {t} must have length {t}, got shape {np.shape(r)}")
         packed = np.concatenate([np.asarray(r, dtype=np.float64) for r in rows]) if rows else []
-        return cls._build(name, np.asarray(packed), meta, tokens, normalize)
+        return cls._build(name, np.asarray(packed, dtype=np.float64), meta, tokens, normalize)
 
     @classmethod
-    def _build(cls, name, packed, meta, tokens, normalize) -> Trace:
-        packed = np.asarray(packed, dtype=np.float64)
-        if normalize:
-            steps = _steps_for(packed.shape[0])
-            sums = _row_sums(packed, steps)
+    def _build(cls, name, packed: np.ndarray, meta, tokens, normalize: bool) -> Trace:
+        """``packed`` (a fresh array the trace may take over) as float32, each row rescaled to
+        sum to 1 if ``normalize``."""
+        steps = _steps_for(packed.shape[0])
+        sums = _row_sums(packed, steps) if normalize else None  # from the given precision
+        weights = packed.astype(np.float32, copy=False)
+        if sums is not None:
             if steps > 1 and not np.all(sums[1:] > 0):
                 bad = int(np.flatnonzero(~(sums[1:] > 0))[0]) + 1
                 raise ValueError(f"row {bad} sums to {sums[bad]}, cannot normalise it")
-            packed = packed / np.repeat(np.where(sums > 0, sums, 1.0), np.arange(steps))
+            for t in range(1, steps):  # in place, row by row: no trace-sized temporaries
+                o = _offset(t)
+                weights[o : o + t] *= np.float32(1.0 / sums[t])
         return cls(
             str(name),
-            packed.astype(np.float32),
+            weights,
             dict(meta or {}),
             tuple(str(s) for s in tokens) if tokens is not None else None,
         )
@@ -200,11 +203,22 @@ class Trace:
 
 
 def _row_sums(packed: np.ndarray, steps: int) -> np.ndarray:
+    """float64 sum of each row (row 0: 0), without a float64 copy of the weights."""
     sums = np.zeros(steps)
     if steps > 1:
         starts = np.array([_offset(t) for t in range(1, steps)])
-        sums[1:] = np.add.reduceat(packed.astype(np.float64, copy=False), starts)
+        sums[1:] = np.add.reduceat(packed, starts, dtype=np.float64)
     return sums
+
+
+def _pack_lower(dense: np.ndarray) -> np.ndarray:
+    """The strict lower triangle of a square matrix, row after row (no index arrays)."""
+    T = dense.shape[0]
+    packed = np.empty(T * (T - 1) // 2, dtype=np.result_type(dense.dtype, np.float32))
+    for t in range(1, T):
+        o = _offset(t)
+        packed[o : o + t] = dense[t, :t]
+    return packed
 
 
 def _check_weights(w: np.ndarray, steps: int) -> None:
@@ -279,28 +293,33 @@ def load_trace(
             if not isinstance(meta, dict):
                 raise ValueError("meta must be a JSON object")
             tname = name or (str(npz["name"]) if "name" in keys else "uploaded")
-            tokens = [str(s) for s in npz["tokens"]] if "tokens" in keys else None
+            tokens = None
+            if "tokens" in keys:
+                tok = npz["tokens"]
+                if tok.ndim != 1:
+                    raise ValueError(
+                        f"'tokens' must be a 1-D array of strings, got shape {tok.shape}"
+                    )
+                tokens = [str(x) for x in tok]
             if "weights" in keys:
-                w = npz["weights"]
-                if w.ndim != 1 or w.dtype.kind != "f":
+                shape, dtype = _header(npz, "weights")
+                if len(shape) != 1 or dtype.kind != "f":
+                    raise ValueError(f"'weights' must be a 1-D float array, got {shape} {dtype}")
+                _check_size(_steps_for(shape[0]), max_steps)
+                packed = npz["weights"]
+            elif "attention" in keys:
+                shape, dtype = _header(npz, "attention")
+                if len(shape) != 2 or shape[0] != shape[1] or dtype.kind != "f":
                     raise ValueError(
-                        f"'weights' must be a 1-D float array, got {w.shape} {w.dtype}"
+                        f"'attention' must be a square float matrix, got {shape} {dtype}"
                     )
-                steps = _steps_for(w.shape[0])
-                _check_size(steps, max_steps)
-                _check_weights(w.astype(np.float64), steps)
-                return Trace._build(tname, w, meta, tokens, normalize=True)
-            if "attention" in keys:
-                a = npz["attention"]
-                if a.ndim != 2 or a.shape[0] != a.shape[1] or a.dtype.kind != "f":
-                    raise ValueError(
-                        f"'attention' must be a square float matrix, got {a.shape} {a.dtype}"
-                    )
-                _check_size(a.shape[0], max_steps)
-                rows, cols = np.tril_indices(a.shape[0], k=-1)
-                packed = a[rows, cols].astype(np.float64)
-                _check_weights(packed, a.shape[0])
-                return Trace._build(tname, packed, meta, tokens, normalize=True)
+                _check_size(shape[0], max_steps)
+                packed = _pack_lower(npz["attention"])
+            else:
+                raise ValueError(
+                    f"not a trace file: found arrays {sorted(keys)}, expected 'weights' or "
+                    "'attention'"
+                )
         except (KeyError, json.JSONDecodeError) as e:
             raise ValueError(f"malformed trace file: {e}") from None
         except ValueError as e:
@@ -309,9 +328,22 @@ def load_trace(
                     "trace file holds pickled (object) arrays; they are refused"
                 ) from None
             raise
-    raise ValueError(
-        f"not a trace file: found arrays {sorted(keys)}, expected 'weights' or 'attention'"
-    )
+    _check_weights(packed, _steps_for(packed.shape[0]))  # as stored, before renormalising
+    return Trace._build(tname, packed, meta, tokens, normalize=True)
+
+
+def _header(npz: Any, key: str) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype of an array in an .npz, read from its header without decompressing it."""
+    try:
+        with npz.zip.open(f"{key}.npy") as f:
+            fmt = np.lib.format
+            read = fmt.read_array_header_1_0 if fmt.read_magic(f) == (1, 0) else None
+            shape, _, dtype = (read or fmt.read_array_header_2_0)(f)
+    except (KeyError, ValueError, OSError) as e:
+        raise ValueError(f"malformed array {key!r} in the trace file: {e}") from None
+    if dtype.hasobject:
+        raise ValueError(f"{key!r} holds pickled (object) data; it is refused, never unpickled")
+    return shape, dtype
 
 
 def _magic(source: str | os.PathLike[str] | Any) -> bytes:

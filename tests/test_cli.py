@@ -52,3 +52,8 @@ def test_module_entry_point_and_help():
     ).stdout
     for opt in ("--trace", "--budget", "--top-k", "--json"):
         assert opt in out
+
+
+def test_a_budget_that_holds_the_whole_trace_is_refused(capsys):
+    assert main(["bench", "--trace", "toy", "--budget", "64", "--json"]) == 2
+    assert "choose a budget below 40" in capsys.readouterr().err

@@ -1,8 +1,9 @@
 """H2O against its policy card, one rule at a time.
 
 Each test names the card's sentence it pins. They are written from the card, not from the
-implementation: where a rule could be broken in a plausible way (a float32 accumulator, a sort
-instead of argmin, victims in chosen order), a test shows that breaking it fails.
+implementation: where a rule could be broken in a plausible way (a float32 accumulator, an
+unprotected newest position, victims in chosen order, ties to the higher position), a test shows
+that breaking it fails.
 """
 
 from __future__ import annotations

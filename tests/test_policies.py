@@ -78,18 +78,30 @@ def test_kept_and_scores_are_read_only(name):
 
 @pytest.mark.parametrize("name", sorted(CARD_POLICIES))
 def test_matches_the_pure_python_transcription(name):
+    """Step by step, with null steps, skipped evictions (the cache grows past budget + 1, the
+    ring buffer wraps and grows) and evictions to other budgets."""
     rng = np.random.default_rng(5)
     p = make(name, budget=12)
     ref = CARD_POLICIES[name](12, **{k: v for k, v in p.params().items() if k != "budget"})
-    for t in range(400):
+    floor = max(getattr(p, "recent_window", 0), getattr(p, "sinks", 0)) + 1
+    for t in range(600):
         w = rng.dirichlet(np.ones(len(p)) * 0.5).astype(np.float32) if len(p) else []
-        w = np.asarray(w, dtype=np.float32)
+        w = None if rng.random() < 0.1 else np.asarray(w, dtype=np.float32)
         p.on_decode_step(t, w)
-        ref.on_decode_step(t, [float(x) for x in w])
-        assert p.evict() == ref.evict()
+        ref.on_decode_step(t, None if w is None else [float(x) for x in w])
+        r = rng.random()
+        if r < 0.2:
+            continue  # no eviction this step
+        budget = int(rng.integers(floor, 16)) if r < 0.35 else None
+        assert p.evict(budget) == ref.evict(budget)
         assert list(p.kept) == ref.kept
         if hasattr(ref, "score"):
             assert list(p.scores) == ref.score
+
+
+def test_streaming_llm_defaults_to_four_sinks():
+    """The card: "StreamingLLM is a ring buffer with four pinned slots."."""
+    assert StreamingLLM(64).sinks == 4
 
 
 # -- bad input: a clear ValueError, and nothing changes ------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -188,3 +189,45 @@ def test_loading_leaves_a_file_object_position_usable():
     save_trace(toy_trace(), buf)
     buf.seek(0)
     assert load_trace(buf).steps == 40
+
+
+def test_tokens_must_be_a_list_of_strings():
+    with pytest.raises(ValueError, match="1-D array of strings"):
+        load_trace(_npz(weights=np.ones(1), tokens=np.array("ab")))
+
+
+def test_a_trace_needs_two_steps():
+    with pytest.raises(ValueError, match="at least 2 steps"):
+        Trace.from_rows("one", [np.zeros(0)])
+    with pytest.raises(ValueError, match="at least 2 steps"):
+        load_trace(_npz(weights=np.zeros(0)))
+
+
+def test_the_size_limit_is_checked_before_decompressing():
+    # 2000 x 2000 zeros: 16 MB of float32 that compress to a few kB.
+    buf = io.BytesIO()
+    np.savez_compressed(buf, attention=np.zeros((2000, 2000), np.float32))
+    buf.seek(0)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="at most 100"):
+            load_trace(buf, max_steps=100)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2_000_000  # the 16 MB array was never materialised
+
+
+def test_loading_a_trace_costs_a_few_times_its_size_not_more():
+    big = Trace.from_rows("big", [np.zeros(0)] + [np.full(t, 1 / t) for t in range(1, 1500)])
+    buf = io.BytesIO()
+    save_trace(big, buf)
+    buf.seek(0)
+    tracemalloc.start()
+    try:
+        back = load_trace(buf)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert back.steps == 1500
+    assert peak < 4.5 * big.weights.nbytes

@@ -206,12 +206,14 @@ class ScoredPolicy(Policy):
 
     @property
     def kept(self) -> np.ndarray:
+        """Kept positions in arrival order: a read-only view, valid until the next step."""
         v = self._pos[: self._n]
         v.flags.writeable = False
         return v
 
     @property
     def scores(self) -> np.ndarray:
+        """float64 scores aligned with :attr:`kept`: a read-only view, valid until the next step."""
         v = self._score[: self._n]
         v.flags.writeable = False
         return v
@@ -255,7 +257,8 @@ class ScoredPolicy(Policy):
             scratch = self._scratch[:evictable]
             for _ in range(k - 1):
                 scratch[chosen[-1]] = 1
-                chosen.append(int(np.where(scratch, math.inf, score).argmin()))
+                free = np.flatnonzero(scratch == 0)  # by index: scores may be anything, even inf
+                chosen.append(int(free[score[free].argmin()]))
             scratch[:] = 0
         return chosen
 

@@ -18,19 +18,10 @@ class RandomEviction(ScoredPolicy):
     reads_attention = False
     score_label = "(no score)"
 
-    def __init__(
-        self,
-        budget: int = 512,
-        recent_window: int | None = None,
-        *,
-        rng: np.random.Generator | None = None,
-    ) -> None:
-        super().__init__(budget, recent_window, rng=rng)
-        if self.rng is None:
-            self.rng = np.random.default_rng(0)
-
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         pass  # attention is ignored
 
     def _select(self, k: int, evictable: int) -> list[int]:
+        if self.rng is None:  # reproducible by default; created once, then drawn from
+            self.rng = np.random.default_rng(0)
         return [int(i) for i in self.rng.choice(evictable, size=k, replace=False)]
