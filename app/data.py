@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,9 +69,6 @@ def _file(path: str, mtime_ns: int) -> h2o.Trace:
 def _upload(digest: str, max_steps: int, name: str, _data: bytes) -> h2o.Trace:
     # Keyed by the content hash: hashing the bytes themselves on every rerun would cost more
     # than the lookup saves.
-    if not _data.startswith(b"PK"):
-        # numpy would try it as a pickle and suggest allow_pickle=True: say what it is instead.
-        raise ValueError("not an .npz file (an .npz is a zip archive; this file is not one)")
     stem = Path(name).stem or "uploaded"
     return h2o.load_trace(io.BytesIO(_data), name=stem, max_steps=max_steps)
 
@@ -112,41 +111,64 @@ def load(key: str, uploads: dict[str, Upload]) -> TraceRef:
     return TraceRef(key, f"{key}@{mtime}", _file(str(path), mtime))
 
 
+def _said(value: Any, limit: int = 120) -> str:
+    """A metadata value as caption text, cut short (an upload's metadata may hold anything)."""
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def describe_trace(trace: h2o.Trace) -> str:
+    """One caption line: steps, where the trace comes from, its band (descriptive metadata only;
+    the numbers the app computes with come from ``analysis.suggested``/``band_width``)."""
     meta = trace.meta
     bits = [f"{trace.steps:,} steps"]
     if meta.get("source"):
-        bits.append(str(meta["source"]))
+        bits.append(_said(meta["source"]))
     elif "layer" in meta:  # a captured trace without a source line: say which layer and head
-        bits.append(f"layer {meta['layer']}" + (f", head {meta['head']}" if "head" in meta else ""))
+        head = f", head {_said(meta['head'], 20)}" if "head" in meta else ""
+        bits.append(f"layer {_said(meta['layer'], 20)}{head}")
     if trace.tokens is not None:
         bits.append("with token strings")
-    if "band" in meta:
-        bits.append(f"recency band {meta['band']}")
+    if (band := analysis.band_width(trace)) is not None:
+        bits.append(f"recency band {band}")
     if "epoch" in meta:
-        bits.append(f"epoch {meta['epoch']}")
+        bits.append(f"epoch {_said(meta['epoch'], 20)}")
     return " · ".join(bits)
 
 
 # -- replays ---------------------------------------------------------------------------------------
-def build_policy(name: str, budget: int, recent_window: int, sinks: int) -> h2o.Policy:
-    """``make_policy`` from the shared controls; ``ValueError`` for a refused combination."""
-    return analysis.make_policy(name, budget, recent_window=recent_window, sinks=sinks)
+#: A recorded replay holds ``steps × min(budget + 1, steps)`` slots of 12 bytes (position and
+#: score): 13 MB for the canonical trace at budget 256, 200 MB at its largest budget, 800 MB for
+#: the largest upload at its largest. Replays above this many slots get a cache of their own
+#: with room for one side-by-side view, so large budgets cannot pile up two dozen of them.
+BIG_REPLAY_SLOTS = 2_500_000
+
+
+def _record(name: str, params: tuple[tuple[str, int], ...], trace: h2o.Trace, top_k: int):
+    return h2o.replay(analysis.make_policy(name, **dict(params)), trace, top_k=top_k, record=True)
 
 
 @st.cache_resource(show_spinner=False, max_entries=24)
 def _replay(
     ident: str, _trace: h2o.Trace, name: str, params: tuple[tuple[str, int], ...], top_k: int
 ) -> h2o.Replay:
-    p = analysis.make_policy(name, **dict(params))
-    return h2o.replay(p, _trace, top_k=top_k, record=True)
+    return _record(name, params, _trace, top_k)
+
+
+@st.cache_resource(show_spinner=False, max_entries=2)
+def _big_replay(
+    ident: str, _trace: h2o.Trace, name: str, params: tuple[tuple[str, int], ...], top_k: int
+) -> h2o.Replay:
+    return _record(name, params, _trace, top_k)
 
 
 def recorded_replay(ref: TraceRef, policy: h2o.Policy, top_k: int) -> h2o.Replay:
     """The recorded replay of ``policy`` (fresh) on ``ref``, computed once per parameters."""
     params = tuple(sorted(policy.params().items()))
+    steps = ref.trace.steps
+    big = steps * min(policy.params()["budget"] + 1, steps) > BIG_REPLAY_SLOTS
     with st.spinner(f"Replaying {analysis.describe(policy.name, policy.params())}…"):
-        return _replay(ref.ident, ref.trace, policy.name, params, top_k)
+        return (_big_replay if big else _replay)(ref.ident, ref.trace, policy.name, params, top_k)
 
 
 def memo(rep: h2o.Replay, key: Any, fn: Callable[[], Any]) -> Any:
@@ -308,13 +330,17 @@ def trace_origin(trace: h2o.Trace) -> str | None:
     head = meta.get("head")
     if head == "mean":
         heads = meta.get("n_heads")
-        who = f"mean over its {heads} query heads" if heads else "mean over its query heads"
+        who = (
+            f"mean over its {_said(heads, 20)} query heads"
+            if heads
+            else "mean over its query heads"
+        )
     else:
-        who = f"query head {head}" if head is not None else None
-    bits = [str(meta.get("model", "a real model")), f"layer {meta['layer']}"]
+        who = f"query head {_said(head, 20)}" if head is not None else None
+    bits = [_said(meta.get("model", "a real model")), f"layer {_said(meta['layer'], 20)}"]
     if who:
         bits.append(who)
-    text = str(meta.get("text", "")).split(" (")[0]
+    text = _said(str(meta.get("text", "")).split(" (")[0])
     if text and text != "unspecified":
         bits.append(f"{trace.steps:,} tokens of {text}")
     return ", ".join(bits)
@@ -370,9 +396,36 @@ def _layer_progress(what: str) -> tuple[Any, Callable[[int, int], None]]:
     return bar, cb
 
 
-@st.cache_resource(show_spinner=False, max_entries=4)
+#: Captures (30 layer traces of one text prefix, ~60 MB at 1,024 tokens) the server keeps.
+CAPTURES_KEPT = 4
+
+
+@st.cache_resource
+def _capture_store() -> tuple[OrderedDict, threading.Lock]:
+    """The captures, least recently used first: a store the page can look into without running
+    the model (``st.cache_resource`` cannot say whether it holds an entry without computing it)."""
+    return OrderedDict(), threading.Lock()
+
+
+def capture_ready(name: str, mtime_ns: int, n_tokens: int) -> bool:
+    """Whether :func:`captured_layers` would return at once (no model run)."""
+    store, lock = _capture_store()
+    with lock:
+        return (name, mtime_ns, n_tokens) in store
+
+
 def captured_layers(name: str, mtime_ns: int, n_tokens: int) -> list[h2o.Trace]:
-    """Every layer's attention trace of a text's first ``n_tokens`` tokens (one prefill)."""
+    """Every layer's attention trace of a text's first ``n_tokens`` tokens (one prefill).
+
+    Runs the model unless the capture is kept: call it after a click, or once
+    :func:`capture_ready` says it is there.
+    """
+    store, lock = _capture_store()
+    key = (name, mtime_ns, n_tokens)
+    with lock:
+        if key in store:
+            store.move_to_end(key)
+            return store[key]
     from h2o.model.layers import capture_layers
 
     ids = text_ids(name, mtime_ns, n_tokens)
@@ -381,6 +434,10 @@ def captured_layers(name: str, mtime_ns: int, n_tokens: int) -> list[h2o.Trace]:
         model(), ids, progress=cb, text=f"traces/texts/{name}.txt", source_name=name
     )
     bar.empty()
+    with lock:
+        store[key] = traces
+        while len(store) > CAPTURES_KEPT:
+            store.popitem(last=False)
     return traces
 
 

@@ -1,8 +1,13 @@
 """The classroom app's router: ``streamlit run app/main.py``.
 
-One file per page under ``pages/``, listed once in :data:`PAGES` (modelled on ``streamlit hello``).
+One file per page under ``views/``, listed once in :data:`PAGES` (modelled on ``streamlit hello``).
 The page is the URL path (``/step-through``, ``/window-explorer``, …); the shared parameters ride
 in the query string, so a copied link reopens the exact view.
+
+The folder is ``views/``, not ``pages/``: Streamlit treats a ``pages/`` folder next to the main
+script as an old-style multipage app, and a fresh server's first run then resolves the URL
+against that folder's file names (``window_explorer``, not ``window-explorer``) and shows a
+"Page not found" dialog over a pasted deep link (streamlit#8860, #9992).
 """
 
 from __future__ import annotations
@@ -24,38 +29,38 @@ HERE = Path(__file__).parent
 #: Every page, in menu order. To add one (e.g. "Real model"), append an st.Page here.
 PAGES = [
     st.Page(
-        HERE / "pages" / "step_through.py",
+        HERE / "views" / "step_through.py",
         title="Step through",
         icon=":material/play_circle:",
         url_path="step-through",
         default=True,
     ),
     st.Page(
-        HERE / "pages" / "window_explorer.py",
+        HERE / "views" / "window_explorer.py",
         title="recentWindow explorer",
         icon=":material/tune:",
         url_path="window-explorer",
     ),
     st.Page(
-        HERE / "pages" / "stale_spike.py",
+        HERE / "views" / "stale_spike.py",
         title="Stale spike: H2O vs Scissorhands",
         icon=":material/bolt:",
         url_path="stale-spike",
     ),
     st.Page(
-        HERE / "pages" / "all_policies.py",
+        HERE / "views" / "all_policies.py",
         title="All policies",
         icon=":material/leaderboard:",
         url_path="all-policies",
     ),
     st.Page(
-        HERE / "pages" / "real_model.py",
+        HERE / "views" / "real_model.py",
         title="Real model",
         icon=":material/neurology:",
         url_path="real-model",
     ),
     st.Page(
-        HERE / "pages" / "how_it_works.py",
+        HERE / "views" / "how_it_works.py",
         title="How it works",
         icon=":material/code:",
         url_path="how-it-works",

@@ -40,6 +40,10 @@ URL_PARAMS: dict[str, tuple[type, int]] = {
 }
 UPLOADS, UPLOAD, TRACE_OK = "_uploads", "w_upload", "_trace_ok"
 TRACE_ERROR, URL_READ, URL_PROBLEMS = "_trace_error", "_url_read", "_url_problems"
+FROM_URL = "_from_url"
+#: Policies that keep their own recent_window whatever the controls say: TOVA's is 1 (it
+#: protects only the newest position, as in the card's lineup), on every page.
+OWN_WINDOW = ("tova",)
 DEFAULT_TRACE = "canonical"
 
 
@@ -88,13 +92,25 @@ def step_slider_key(name: str) -> str:
     return f"w_{name}_{st.session_state.get(f'_{name}_version', 0)}"
 
 
+def _shown(raw: str) -> str:
+    """A URL value for a message, cut short (a link may carry anything)."""
+    return repr(raw if len(raw) <= 24 else raw[:24] + "…")
+
+
 def read_url() -> None:
-    """Copy the URL's parameters into the model, once per session (called by the router)."""
+    """Copy the URL's parameters into the model, once per session (called by the router).
+
+    Values that are not whole numbers, or below a parameter's smallest value, are ignored and
+    reported at the top of the next page with shared controls. Upper limits depend on the trace:
+    the names taken from the link are remembered (:func:`from_link`) and checked against it by
+    :func:`sidebar` (budget, recent_window, sinks) and the step view (step, spike_step).
+    """
     ss = st.session_state
     if ss.get(URL_READ):
         return
     ss[URL_READ] = True
     problems = []
+    taken = set()
     for name, raw in st.query_params.to_dict().items():
         if name not in URL_PARAMS:
             continue
@@ -103,7 +119,7 @@ def read_url() -> None:
             try:
                 value = int(raw)
             except ValueError:
-                problems.append(f"{name}={raw!r} is not a whole number")
+                problems.append(f"{name}={_shown(raw)} is not a whole number")
                 continue
             if value < lowest:
                 problems.append(f"{name}={value} is below {lowest}")
@@ -111,7 +127,19 @@ def read_url() -> None:
             ss[name] = value
         else:
             ss[name] = raw
+        taken.add(name)
     ss[URL_PROBLEMS] = problems
+    ss[FROM_URL] = taken
+
+
+def from_link(name: str) -> bool:
+    """Whether the model entry ``name`` still holds the value the link gave it (and forget it:
+    each value from the link is checked against a trace once)."""
+    taken = st.session_state.get(FROM_URL, set())
+    if name in taken:
+        taken.discard(name)
+        return True
+    return False
 
 
 def url_problems() -> list[str]:
@@ -152,29 +180,47 @@ def uploads() -> dict[str, data.Upload]:
     return st.session_state.setdefault(UPLOADS, {})
 
 
-def _apply_defaults(trace: h2o.Trace) -> None:
-    """The trace's suggested budget and window, and back to step 0."""
+def defaults(trace: h2o.Trace) -> dict[str, int]:
+    """The trace's suggested settings, keyed like the session state.
+
+    :func:`h2o.analysis.suggested` reads any metadata defensively and fits the result to the
+    trace (budget and top-k below its length, window and sinks below the budget).
+    """
     sug = analysis.suggested(trace)
-    set_value(BUDGET, sug["budget"])
-    set_value(WINDOW, sug["recent_window"])
-    set_value(SINKS, sug["sinks"])
+    return {BUDGET: sug["budget"], WINDOW: sug["recent_window"], SINKS: sug["sinks"], **sug}
+
+
+def open_trace(key: str, upload: data.Upload | None = None) -> h2o.Trace:
+    """Select the trace ``key`` with its suggested settings, at step 0 (a callback's work).
+
+    Everything that can fail comes first: the trace is loaded (so validated) and its defaults
+    computed before anything is stored, and ``upload`` is registered under ``key`` only then. A
+    ``ValueError`` leaves the session exactly as it was.
+    """
+    pool = uploads() if upload is None else {**uploads(), key: upload}
+    trace = data.load(key, pool).trace
+    fit = defaults(trace)
+    if upload is not None:
+        uploads()[key] = upload
+    set_value(TRACE, key)
+    st.session_state[TRACE_OK] = key
+    for name in (BUDGET, WINDOW, SINKS):
+        set_value(name, fit[name])
     set_step(STEP, 0)
+    return trace
 
 
 def _on_trace_change() -> None:
     ss = st.session_state
     key = ss[TRACE]
     try:
-        ref = data.load(key, uploads())
+        open_trace(key)
     except ValueError as e:
         ok = ss.get(TRACE_OK, DEFAULT_TRACE)
         ss[TRACE_ERROR] = (
             f"Could not open the trace {key!r}: {e}. Pick another one; {ok!r} is still selected."
         )
         set_value(TRACE, ok)
-        return
-    ss[TRACE_OK] = key
-    _apply_defaults(ref.trace)
 
 
 def _on_upload() -> None:
@@ -185,19 +231,14 @@ def _on_upload() -> None:
     current = ss.get(TRACE_OK, DEFAULT_TRACE)
     try:
         key, up = data.make_upload(f.name, f.getvalue())
-        ref = data.load(key, {key: up})  # validates it (and caches the parsed trace)
+        open_trace(key, up)
     except ValueError as e:
         ss[TRACE_ERROR] = (
             f"Could not use the upload {f.name!r}: {e}. Upload an .npz in the format of "
             f"traces/README.md (h2o.save_trace writes one): rows of finite, non-negative weights "
-            f"that each sum to 1, at most {data.MAX_UPLOAD_STEPS:,} steps. The trace "
-            f"{current!r} is still selected."
+            f"that each sum to 1, at least 2 and at most {data.MAX_UPLOAD_STEPS:,} steps. The "
+            f"trace {current!r} is still selected."
         )
-        return
-    uploads()[key] = up
-    set_value(TRACE, key)
-    ss[TRACE_OK] = key
-    _apply_defaults(ref.trace)
 
 
 def _resolve(key: str) -> tuple[data.TraceRef, str | None]:
@@ -253,59 +294,102 @@ def sidebar() -> Context:
         st.caption(f"**{ref.trace.name}** — {data.describe_trace(ref.trace)}")
 
         st.header("Cache")
-        sug = analysis.suggested(ref.trace)
+        fit = defaults(ref.trace)
+        most = ref.trace.steps - 1
+        for name in (BUDGET, WINDOW, SINKS):
+            if (problem := _fit_to_trace(name, most, fit, ref.trace)) is not None:
+                errors.append(problem)
         budget = st.number_input(
             "budget — slots in the cache",
             min_value=1,
+            max_value=most,
             step=1,
-            **mirror(BUDGET, sug["budget"]),
-            help="How many positions the cache may hold after each step's eviction.",
+            **mirror(BUDGET, fit[BUDGET]),
+            help="How many positions the cache may hold after each step's eviction: at most "
+            f"{most:,} here, one less than the trace's steps (a bigger cache never evicts).",
         )
         window = st.number_input(
             "recent_window — newest slots never evicted",
             min_value=0,
+            max_value=most,
             step=1,
-            **mirror(WINDOW, sug["recent_window"]),
-            help="H2O, Scissorhands, TOVA and Random protect this many of the newest kept "
-            "positions. Must be smaller than the budget. The card: set it at least as wide as "
-            "the model's local attention band (64 on the canonical trace).",
+            **mirror(WINDOW, fit[WINDOW]),
+            help="H2O, Scissorhands and Random protect this many of the newest kept positions; "
+            f"TOVA keeps its own window of {own_window('tova')} on every page (it protects only "
+            "the newest position). Must be smaller than the budget. The card: set it at least as "
+            "wide as the model's local attention band (64 on the canonical trace).",
         )
         sinks = st.number_input(
             "sinks — StreamingLLM's pinned first positions",
             min_value=0,
+            max_value=most,
             step=1,
-            **mirror(SINKS, sug["sinks"]),
+            **mirror(SINKS, fit[SINKS]),
             help="StreamingLLM keeps the first `sinks` positions forever and a ring buffer of "
             "the most recent ones. Must be smaller than the budget.",
         )
         ss[BUDGET], ss[WINDOW], ss[SINKS] = int(budget), int(window), int(sinks)
-        top_k = sug["top_k"]
+        top_k = fit["top_k"]
         st.caption(f"Recall is top-{top_k} recall (the trace's suggestion).")
     for msg in errors:
         st.error(msg, icon=":material/error:")
-    if budget >= ref.trace.steps:
-        st.warning(
-            f"The budget ({budget}) is not smaller than the trace ({ref.trace.steps} steps): "
-            "nothing is ever evicted and the means over steps t ≥ budget are empty. Lower the "
-            "budget.",
-            icon=":material/warning:",
-        )
     return Context(ref, int(budget), int(window), int(sinks), int(top_k))
 
 
+def _fit_to_trace(name: str, most: int, fit: dict[str, int], trace: h2o.Trace) -> str | None:
+    """Replace a model value above ``most`` (from the link, or left by another trace) with the
+    trace's suggestion, and say so; None if it fits."""
+    ss = st.session_state
+    linked = from_link(name)
+    value = ss.get(name)
+    if value is None or value <= most:
+        return None
+    set_value(name, fit[name])
+    return (
+        ("Ignored from the link: " if linked else "")
+        + f"{name}={value} is above {most:,}, the most the trace {trace.name!r} "
+        f"({trace.steps:,} steps) allows. Using its suggested {name} of {fit[name]}."
+    )
+
+
+# -- policies --------------------------------------------------------------------------------------
+def own_window(name: str) -> int:
+    """The recent_window a policy of :data:`OWN_WINDOW` keeps (its default: TOVA's 1)."""
+    return int(analysis.make_policy(name, 1024).params()["recent_window"])
+
+
+def policy_settings(name: str, recent_window: int, sinks: int) -> dict[str, int]:
+    """The shared controls' values that policy ``name`` takes (per ``analysis.policy_params``).
+
+    recent_window goes to every policy that has one except those of :data:`OWN_WINDOW`.
+    """
+    taken = analysis.policy_params(name)
+    out = {}
+    if "recent_window" in taken and name not in OWN_WINDOW:
+        out["recent_window"] = recent_window
+    if "sinks" in taken:
+        out["sinks"] = sinks
+    return out
+
+
+def refusal(name: str, budget: int, recent_window: int, sinks: int) -> str | None:
+    """``analysis.refusal`` for the controls' values (its message names the fix), or None."""
+    problem = analysis.refusal(name, budget, **policy_settings(name, recent_window, sinks))
+    if problem is not None and name in OWN_WINDOW:
+        problem += (
+            f" In this app {h2o.POLICIES[name].label} always keeps its own recent_window of "
+            f"{own_window(name)}, so raise the budget."
+        )
+    return problem
+
+
 def policy_or_error(ctx: Context, name: str) -> tuple[h2o.Policy | None, str | None]:
-    """A fresh policy from the shared controls, or an error that says what to change."""
-    try:
-        return data.build_policy(name, ctx.budget, ctx.recent_window, ctx.sinks), None
-    except ValueError as e:
-        label = h2o.POLICIES[name].label
-        if "recent_window" in str(e):
-            fix = f"lower recent_window below {ctx.budget}, or raise the budget above it"
-        elif "sinks" in str(e):
-            fix = f"lower sinks below {ctx.budget}, or raise the budget above it"
-        else:
-            fix = "change the parameters in the sidebar"
-        return None, f"{label} refuses these settings: {e}. To fix: {fix}."
+    """A fresh policy from the shared controls, or the refusal that says what to change."""
+    problem = refusal(name, ctx.budget, ctx.recent_window, ctx.sinks)
+    if problem is not None:
+        return None, problem
+    params = policy_settings(name, ctx.recent_window, ctx.sinks)
+    return analysis.make_policy(name, ctx.budget, **params), None
 
 
 def policy_choice(name: str, label: str, default: str, container: Any = st) -> str:
@@ -320,7 +404,8 @@ def policy_choice(name: str, label: str, default: str, container: Any = st) -> s
         names,
         **mirror(name, default),
         help="h2o: cumulative attention · streaming-llm: sinks + ring buffer · scissorhands: "
-        "votes · tova: last step's attention · sliding-window: newest only · random: floor.",
+        "votes · tova: last step's attention (with its own recent_window of 1) · "
+        "sliding-window: newest only · random: floor.",
     )
     ss[name] = chosen
     return chosen

@@ -167,6 +167,14 @@ def render(
     highlights: Sequence[tuple[int, str]] = (),
 ) -> None:
     """View options, then the step fragment. ``key`` is the URL-bound session key of the step."""
+    last = trace.steps - 1
+    if state.from_link(key) and st.session_state.get(key, 0) > last:
+        st.error(
+            f"Ignored from the link: {key}={st.session_state[key]} is past the last step of the "
+            f"trace {trace.name!r} ({last:,}). Showing step {last:,}.",
+            icon=":material/error:",
+        )
+        state.set_step(key, last)
     big = trace.steps > SMALL_TRACE
     with st.container(horizontal=True, vertical_alignment="bottom"):
         colour = st.segmented_control(

@@ -73,6 +73,29 @@ def time_replay(name, params, trace, budget, record) -> float:
     return (time.perf_counter() - t0) / trace.steps * 1e6
 
 
+def numpy_floor(inputs, budget: int, window: int) -> float:
+    """The bare numpy calls of one H2O step (validate, add, admit, argmin, shift), no policy
+    object around them: the least a numpy-per-step design can cost."""
+    mn, mx = np.minimum.reduce, np.maximum.reduce
+    pos = np.zeros(budget + 2, np.int32)
+    sc = np.zeros(budget + 2)
+    n = 0
+    t0 = time.perf_counter()
+    for t, a in enumerate(inputs):
+        if n:
+            mn(a), mx(a)
+            s = sc[:n]
+            np.add(s, a, out=s)
+        pos[n], sc[n] = t, 0.0
+        n += 1
+        if n > budget:
+            i = int(sc[: n - window].argmin())
+            pos[i : n - 1] = pos[i + 1 : n]
+            sc[i : n - 1] = sc[i + 1 : n]
+            n -= 1
+    return (time.perf_counter() - t0) / len(inputs) * 1e6
+
+
 def python_replay(card, rows, topk) -> tuple[float, list[float]]:
     """The replay loop as plain Python: restrict, renormalise, step, evict, measure."""
     held: set[int] = set()
@@ -124,6 +147,10 @@ def measure(name, params, trace, budget, repeats, rows_py, topk_py, full=True) -
             lambda: python_replay(card(budget, **params), rows_py, topk_py)[0], slow_repeats
         )
         row["replay_speedup"] = row["card_replay_us_per_step"] / row["replay_us_per_step"]
+    if name == "h2o":
+        row["numpy_floor_us_per_step"] = median(
+            lambda: numpy_floor(inputs, budget, params["recent_window"]), repeats
+        )
     return row
 
 
@@ -176,6 +203,9 @@ def main() -> int:
     print(f"{'':34s}" + "".join(f"{h:>10s}" for h, _, _ in cols))
     for r in rows:
         print(f"{r['policy']:34s}" + "".join(f"{cell(r, k, f):>10s}" for _, k, f in cols))
+    floor = rows[0].get("numpy_floor_us_per_step")
+    if floor:
+        print(f"\nbare numpy calls of one H2O step (no policy object): {floor:.2f} µs")
     print("\nH2O (recent_window=32) by budget, µs per step")
     print(f"{'budget':>8s}" + "".join(f"{h:>10s}" for h, _, _ in cols[:6]))
     for r in scaling:

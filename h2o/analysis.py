@@ -84,13 +84,13 @@ def suggested(trace: Trace) -> dict[str, int]:
     card's window of 32 (at most a quarter of the budget), 4 sinks and top-32 recall. The result
     always fits: window and sinks below the budget, budget below the trace length when possible.
     """
-    meta = trace.meta
-    budget = _meta_int(meta, "suggested_budget", min(256, max(1, trace.steps // 4)), 1)
+    meta, most = trace.meta, trace.steps - 1  # a budget of T - 1 already evicts once
+    budget = min(_meta_int(meta, "suggested_budget", min(256, max(1, trace.steps // 4)), 1), most)
     window = _meta_int(meta, "suggested_recent_window", min(32, budget // 4), 0)
     return {
         "budget": budget,
         "recent_window": min(window, budget - 1),
-        "top_k": _meta_int(meta, "suggested_top_k", max(1, min(32, budget // 2)), 1),
+        "top_k": min(_meta_int(meta, "suggested_top_k", max(1, min(32, budget // 2)), 1), most),
         "sinks": min(_meta_int(meta, "sinks", 4, 0), budget - 1),
     }
 

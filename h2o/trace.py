@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -152,8 +154,10 @@ class Trace:
         """``(T, k)`` int32: the ``k`` most-attended positions of each row, -1 padded.
 
         Equal weights at the cut-off are taken lowest position first, so the set is
-        deterministic even for flat rows.
+        deterministic even for flat rows. No row has more than ``T - 1`` positions, so a larger
+        ``k`` gives ``T - 1`` columns.
         """
+        k = max(1, min(int(k), self.steps - 1))
         cache = self._cache.setdefault("top_k", {})
         if k not in cache:
             out = np.full((self.steps, k), -1, dtype=np.int32)
@@ -281,7 +285,7 @@ def load_trace(
         raise ValueError("not an .npz file (a trace is a NumPy .npz archive: traces/README.md)")
     try:
         npz = np.load(source, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as e:
+    except _DAMAGED as e:
         raise ValueError(f"not a readable .npz file: {e}") from None
     with npz:
         keys = set(npz.files)
@@ -328,8 +332,22 @@ def load_trace(
                     "trace file holds pickled (object) arrays; they are refused"
                 ) from None
             raise
+        except _DAMAGED as e:  # a truncated or corrupted archive member
+            raise ValueError(f"damaged .npz file: {type(e).__name__}: {e}") from None
     _check_weights(packed, _steps_for(packed.shape[0]))  # as stored, before renormalising
     return Trace._build(tname, packed, meta, tokens, normalize=True)
+
+
+#: What numpy and zipfile raise on a damaged archive (fuzzed: truncated and corrupted copies).
+_DAMAGED = (
+    ValueError,
+    OSError,
+    EOFError,
+    zipfile.BadZipFile,
+    zlib.error,
+    NotImplementedError,  # an unsupported compression method
+    RuntimeError,  # an encrypted member
+)
 
 
 def _header(npz: Any, key: str) -> tuple[tuple[int, ...], np.dtype]:
@@ -339,7 +357,7 @@ def _header(npz: Any, key: str) -> tuple[tuple[int, ...], np.dtype]:
             fmt = np.lib.format
             read = fmt.read_array_header_1_0 if fmt.read_magic(f) == (1, 0) else None
             shape, _, dtype = (read or fmt.read_array_header_2_0)(f)
-    except (KeyError, ValueError, OSError) as e:
+    except (KeyError, *_DAMAGED) as e:
         raise ValueError(f"malformed array {key!r} in the trace file: {e}") from None
     if dtype.hasobject:
         raise ValueError(f"{key!r} holds pickled (object) data; it is refused, never unpickled")

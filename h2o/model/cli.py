@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from h2o.model.forward import Progress, SmolLM
@@ -104,8 +104,11 @@ def _policy_params(args: argparse.Namespace) -> dict[str, int | None]:
 
 
 def _progress(args: argparse.Namespace, what: str) -> Progress | None:
-    if args.quiet:
-        return None
+    return None if args.quiet else _reporter(what)
+
+
+def _reporter(what: str) -> Progress:
+    """``report(done, total)``: one self-overwriting stderr line, timed from now."""
     t0 = time.perf_counter()
 
     def report(done: int, total: int) -> None:
@@ -116,6 +119,22 @@ def _progress(args: argparse.Namespace, what: str) -> Progress | None:
             file=sys.stderr,
             flush=True,
         )
+
+    return report
+
+
+def _labelled_progress(args: argparse.Namespace) -> Callable[[str, int, int], None] | None:
+    """``progress(label, done, total)`` of runs one after another (:func:`quality_table`): a
+    :func:`_reporter` line per run, timed from the run's ``done = 0`` report."""
+    if args.quiet:
+        return None
+    line: list[Progress] = []
+
+    def report(label: str, done: int, total: int) -> None:
+        if done == 0 or not line:
+            line[:] = [_reporter(label)]
+        if done:
+            line[0](done, total)
 
     return report
 
@@ -173,23 +192,19 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
 
 def cmd_quality(args: argparse.Namespace) -> int:
-    from h2o.model.quality import FULL_CACHE, perplexity_under_eviction, policy_factory
+    from h2o.model.quality import FULL_CACHE, quality_runs, quality_table
 
     policies = _csv(args.policies)
     budgets = [int(b) for b in _csv(args.budgets)]
     params = _policy_params(args)
-    factories = {
-        (p, b): policy_factory(p, b, args.seed, **params) for p in policies for b in budgets
-    }
+    quality_runs(policies, budgets, args.seed, **params)  # fail fast, before the model loads
     model = _load(args)
     ids = _ids(model, _read_text(args.text), args.tokens, args.quiet)
-    full = perplexity_under_eviction(
-        model, ids, None, _progress(args, FULL_CACHE), label=FULL_CACHE
+    full, *runs = quality_table(
+        model, ids, policies, budgets, _labelled_progress(args), args.seed, **params
     )
     table: dict[str, dict[int, float]] = {}
-    for (p, b), f in factories.items():
-        label = f"{p}@{b}"
-        r = perplexity_under_eviction(model, ids, f, _progress(args, label), label=label)
+    for (p, b), r in zip(((p, b) for p in policies for b in budgets), runs, strict=True):
         table.setdefault(p, {})[b] = r.perplexity
     if args.json:
         out = {

@@ -204,6 +204,11 @@ class SmolLM:
         (``policies[layer][kv_head]``) every query sees only its head's kept keys plus itself,
         and each policy is stepped once per token (see :meth:`_attention`). ``attn_hook``
         receives every chunk of causal attention (only without policies, where it is exact).
+
+        Policies are checked before anything runs (one distinct instance per layer and KV head,
+        none past position ``t0 - 1``), and every step's inputs are checked before any policy
+        of that step is stepped (:func:`_step_policies`), so the refusals of the policy contract
+        surface as a ``ValueError`` naming the layer and head, not halfway through a step.
         """
         cfg = self.config
         ids = np.asarray(ids, dtype=np.int64)
@@ -215,8 +220,8 @@ class SmolLM:
         n = ids.shape[0]
         if cache is not None and t0 + n > cache.capacity:
             raise ValueError(f"cache capacity {cache.capacity} < {t0 + n} positions")
-        if policies is not None and len(policies) != cfg.n_layers:
-            raise ValueError(f"need policies for {cfg.n_layers} layers, got {len(policies)}")
+        if policies is not None:
+            _check_policies(policies, cfg, t0)
         cos, sin = rope_tables(np.arange(t0, t0 + n), cfg.head_dim, cfg.rope_base)
         chunk = _chunk_rows(n, t0 + n, cfg.n_heads)
         x = self.tok_embd[ids].astype(np.float32)  # fancy indexing copies: x is ours to mutate
@@ -315,7 +320,8 @@ class SmolLM:
             if policies is not None:
                 mask = np.zeros((G, c, kv), dtype=bool)
                 for i in range(c):
-                    if _step_policies(p, t0 + cs + i, i, policies, wants, mask) and first == c:
+                    stepped = _step_policies(p, t0 + cs + i, i, policies, wants, mask, layer)
+                    if stepped and first == c:
                         first = i
             if first == c:  # nothing evicted: the plain causal prefill, bit for bit
                 o = np.matmul(p.reshape(G, gs * c, kv), v[:, :kv])
@@ -401,6 +407,38 @@ def _causal_bias(c: int) -> np.ndarray:
     return b
 
 
+def _check_policies(
+    policies: Sequence[Sequence[EvictionPolicy]], cfg: ModelConfig, t0: int
+) -> None:
+    """Refuse, before any layer runs, what would make a policy refuse partway through a call.
+
+    ``policies[layer][kv_head]`` must hold a distinct instance per (layer, KV head) — one
+    instance in two heads would be stepped twice per token — and no policy may have admitted a
+    position ``>= t0`` (``last_pos``, where the policy exposes it), as it would refuse ``t0``.
+    """
+    if len(policies) != cfg.n_layers:
+        raise ValueError(f"need policies for {cfg.n_layers} layers, got {len(policies)}")
+    seen: dict[int, tuple[int, int]] = {}
+    for li, row in enumerate(policies):
+        if len(row) != cfg.n_kv_heads:
+            raise ValueError(
+                f"layer {li}: need {cfg.n_kv_heads} policies (KV heads), got {len(row)}"
+            )
+        for g, pol in enumerate(row):
+            other = seen.setdefault(id(pol), (li, g))
+            if other != (li, g):
+                raise ValueError(
+                    f"layer {li}, KV head {g}: the same policy instance as layer {other[0]}, "
+                    f"KV head {other[1]}; every (layer, KV head) needs its own"
+                )
+            last = getattr(pol, "last_pos", None)
+            if last is not None and last >= t0:
+                raise ValueError(
+                    f"layer {li}, KV head {g}: the policy has already seen position {last}, "
+                    f"but this call starts at position {t0}"
+                )
+
+
 def _step_policies(
     p: np.ndarray,
     t: int,
@@ -408,6 +446,7 @@ def _step_policies(
     policies: Sequence[EvictionPolicy],
     wants: Sequence[bool],
     mask: np.ndarray,
+    layer: int = -1,
 ) -> bool:
     """One closed-loop step for query ``t`` (row ``i`` of the chunk's causal probs ``p``).
 
@@ -418,9 +457,20 @@ def _step_policies(
     The signal is each query head's causal row restricted to the kept keys and renormalised —
     the softmax over the kept keys, since a softmax restricted to a subset is the full softmax
     renormalised on it — then averaged over the group's heads: float32, sums to 1.
+
+    Every kept set and every signal of the step is built and checked first (kept positions in
+    ``0..t-1``, finite signals); a ``ValueError`` then leaves every policy as it was. Only
+    after that is any policy stepped. (A policy raising for a reason of its own cannot be
+    foreseen: the heads before it have then been stepped, and the caller must discard them.)
     """
     G = p.shape[0]
     kept = [pol.kept for pol in policies]
+    for g, kk in enumerate(kept):
+        if kk.shape[0] and not (kk[0] >= 0 and kk[-1] < t):
+            raise ValueError(
+                f"layer {layer}, KV head {g}: at step {t} the policy keeps positions "
+                f"{int(kk[0])}..{int(kk[-1])}, outside 0..{t - 1}"
+            )
     evicted = any(kk.shape[0] != t for kk in kept)
     signals: list[np.ndarray | None] = [None] * G
     read = any(wants)
@@ -443,10 +493,23 @@ def _step_policies(
                 mask[g, i, kept[g]] = True
                 if wants[g]:
                     signals[g] = _renormalised_mean(p[g : g + 1, :, i, kept[g]])[0]
+    if read:
+        _check_signals(signals, t, layer)
     for pol, attn in zip(policies, signals, strict=True):
         pol.on_decode_step(t, attn)
         pol.evict()
     return evicted
+
+
+def _check_signals(signals: Sequence[np.ndarray | None], t: int, layer: int) -> None:
+    """Refuse a step whose attention signal is not finite (NaN/inf scores upstream)."""
+    for g, sig in enumerate(signals):
+        # One reduction per head: NaN and ±inf propagate to the sum; softmax weights are >= 0.
+        if sig is not None and not math.isfinite(float(sig.sum())):
+            raise ValueError(
+                f"layer {layer}, KV head {g}: the attention signal of step {t} is not finite "
+                "(NaN or inf in the scores); no policy of this step was stepped"
+            )
 
 
 _GRID_CACHE: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}

@@ -54,7 +54,9 @@ def generate(
 
     ``progress(done, total)`` counts the prompt prefill's layers, then each new token
     (``total = n_layers + max_new``). Generation stops after ``max_new`` tokens, at an
-    end-of-sequence token, or once the continuation contains one of ``stop_strings``.
+    end-of-sequence token (``model.tokenizer.end_ids``: the GGUF's ``eos_token_id`` and
+    ``<|endoftext|>``; not added to the output), or once the continuation contains one of
+    ``stop_strings``.
     """
     prompt_ids = [int(i) for i in prompt_ids]
     if not prompt_ids:
@@ -66,7 +68,7 @@ def generate(
     total = n_layers + max_new
     cache = KVCache(model.config, len(prompt_ids) + max_new)
     policies = None if policy_factory is None else make_policies(model, policy_factory)
-    eos = {i for i in (model.tokenizer.eos_id, 0) if i is not None}
+    eos = model.tokenizer.end_ids
 
     prefill_progress = None if progress is None else (lambda d, _n: progress(d, total))
     hidden = model.forward(prompt_ids, cache=cache, policies=policies, progress=prefill_progress)

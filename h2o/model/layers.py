@@ -5,6 +5,7 @@ comparisons of eviction policies on them (the classroom's "layer story").
   (the same rows as :func:`h2o.model.capture_attention`, without a forward per layer);
 * :func:`region_shares` / :func:`layer_shares` — where a trace's attention goes: the first
   ``n_sinks`` positions, the most recent ``n_recent``, or the middle in between;
+  :func:`layer_attention_shares` does both steps from token ids;
 * :func:`compare_layers` — the replay summary of each policy of a lineup, layer by layer.
 
 A replay of a 1024-step trace takes ~10 ms, so a lineup of two policies over 30 layers is well
@@ -15,12 +16,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from h2o.model.capture import N_RECENT, N_SINKS, Head, trace_name
-from h2o.model.forward import AttnChunk, Progress, SmolLM
+from h2o.model.capture import (
+    N_RECENT,
+    N_SINKS,
+    Head,
+    capture_meta,
+    check_head,
+    rows_hook,
+    trace_name,
+)
+from h2o.model.forward import Progress, SmolLM
 from h2o.trace import Trace
 
 #: ``progress(done, total, label)``, as in :mod:`h2o.analysis`.
@@ -44,9 +52,7 @@ def capture_layers(
     is called once per layer. Memory: one ``(T, T)`` float32 buffer, plus the packed traces
     (``n_layers * T * (T - 1) / 2`` float32: 63 MB at ``T = 1024``).
     """
-    cfg = model.config
-    if head != "mean" and not (isinstance(head, int) and 0 <= head < cfg.n_heads):
-        raise ValueError(f"head must be 'mean' or an int in 0..{cfg.n_heads - 1}, got {head!r}")
+    check_head(model, head)
     ids = [int(i) for i in ids]
     T = len(ids)
     if T < 2:
@@ -56,47 +62,17 @@ def capture_layers(
     lower = np.tril_indices(T, k=-1)
     traces: list[Trace] = []
 
-    def hook(ch: AttnChunk) -> None:
-        pp = ch.prev_probs()
-        sel = pp.mean(axis=0) if head == "mean" else pp[head]
-        dense[ch.start : ch.start + ch.rows, : sel.shape[1]] = sel
-
     def layer_done(done: int, total: int) -> None:
         layer = done - 1
-        meta = _meta(model, layer, head, T, text, licence)
+        meta = capture_meta(model, layer, head, T, text, licence)
         # Rows of every layer overwrite the buffer's lower triangle completely; the upper one
         # (left over from the previous layer) is never read.
         traces.append(Trace(trace_name(source_name, layer, head), dense[lower], meta, tokens))
         if progress is not None:
             progress(done, total)
 
-    model.forward(ids, attn_hook=hook, progress=layer_done)
+    model.forward(ids, attn_hook=rows_hook(dense, head), progress=layer_done)
     return traces
-
-
-def _meta(
-    model: SmolLM, layer: int, head: Head, n_tokens: int, text: str | None, licence: str | None
-) -> dict[str, Any]:
-    """The metadata :func:`h2o.model.capture_attention` records for one layer."""
-    who = "mean over query heads" if head == "mean" else f"query head {head}"
-    return {
-        "kind": "captured",
-        "source": f"{model.name} (numpy, {model.path.name}), layer {layer}, {who}",
-        "model": model.name,
-        "model_file": model.path.name,
-        "layer": int(layer),
-        "head": head if head == "mean" else int(head),
-        "n_layers": model.config.n_layers,
-        "n_heads": model.config.n_heads,
-        "n_tokens": n_tokens,
-        "suggested_budget": max(8, n_tokens // 8),
-        "text": text or "unspecified",
-        "licence": licence or "unspecified",
-        "row_semantics": (
-            "row t = softmax of query t over positions 0..t-1 (self-weight dropped, "
-            "renormalised)" + (", mean over query heads" if head == "mean" else "")
-        ),
-    }
 
 
 # -- where the attention goes ----------------------------------------------------------------------
@@ -117,6 +93,16 @@ class RegionShares:
     n_queries: int
 
 
+def _first_query(steps: int, n_sinks: int, n_recent: int) -> int:
+    """The first query ``n_sinks + n_recent + 1`` counted by :func:`region_shares`, checked."""
+    if n_sinks < 0 or n_recent < 0:
+        raise ValueError("n_sinks and n_recent must be >= 0")
+    first_q = n_sinks + n_recent + 1
+    if steps <= first_q:
+        raise ValueError(f"need more than {first_q} steps (tokens), got {steps}")
+    return first_q
+
+
 def region_shares(
     trace: Trace, n_sinks: int = N_SINKS, n_recent: int = N_RECENT
 ) -> tuple[float, float, float]:
@@ -124,13 +110,9 @@ def region_shares(
     n_recent``, from prefix sums of the packed rows (no Python loop over steps).
 
     For a ``head="mean"`` trace this equals the mean over heads of each head's share (shares
-    are linear in the row), i.e. :func:`h2o.model.layer_attention_shares` of that layer.
+    are linear in the row). ``n_sinks = 0`` or ``n_recent = 0`` makes that region empty.
     """
-    if n_sinks < 0 or n_recent < 0:
-        raise ValueError("n_sinks and n_recent must be >= 0")
-    first_q = n_sinks + n_recent + 1
-    if trace.steps <= first_q:
-        raise ValueError(f"need more than {first_q} steps, the trace has {trace.steps}")
+    first_q = _first_query(trace.steps, n_sinks, n_recent)
     cs = np.zeros(trace.weights.shape[0] + 1, dtype=np.float64)
     np.cumsum(trace.weights, dtype=np.float64, out=cs[1:])
     t = np.arange(first_q, trace.steps, dtype=np.int64)
@@ -161,6 +143,21 @@ def layer_shares(
         n_recent=n_recent,
         n_queries=traces[0].steps - (n_sinks + n_recent + 1),
     )
+
+
+def layer_attention_shares(
+    model: SmolLM,
+    ids: Sequence[int],
+    progress: Progress | None = None,
+    n_sinks: int = N_SINKS,
+    n_recent: int = N_RECENT,
+) -> RegionShares:
+    """The "layer story" from token ids: :func:`layer_shares` of :func:`capture_layers`.
+
+    One full prefill; the ids are checked against ``n_sinks``/``n_recent`` before it runs.
+    """
+    _first_query(len(ids), n_sinks, n_recent)
+    return layer_shares(capture_layers(model, ids, progress=progress), n_sinks, n_recent)
 
 
 # -- policies, layer by layer ----------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -101,6 +102,20 @@ def perplexity_under_eviction(
     )
 
 
+def quality_runs(
+    policies: Sequence[str], budgets: Sequence[int], seed: int = 0, **params: int | None
+) -> list[tuple[str, PolicyFactory | None]]:
+    """``(label, factory)`` of each run of a quality table: the full cache (``None``) first, then
+    every policy at every budget, labelled ``"name@budget"``.
+
+    Every factory is built here, so an unknown name or a refused combination (e.g.
+    ``recent_window >= budget``) raises ``ValueError`` before anything runs.
+    """
+    runs: list[tuple[str, PolicyFactory | None]] = [(FULL_CACHE, None)]
+    runs += [(f"{p}@{b}", policy_factory(p, b, seed, **params)) for p in policies for b in budgets]
+    return runs
+
+
 def quality_table(
     model: SmolLM,
     ids: Sequence[int],
@@ -108,15 +123,20 @@ def quality_table(
     budgets: Sequence[int],
     progress: Callable[[str, int, int], None] | None = None,
     seed: int = 0,
+    **params: int | None,
 ) -> list[PerplexityResult]:
-    """The full-cache run followed by every (policy, budget) run, labelled ``"name@budget"``.
+    """The full-cache run followed by every (policy, budget) run, labelled ``"name@budget"``
+    (the runs of :func:`quality_runs`; ``params`` as in :func:`policy_factory`).
 
-    ``progress(label, done_layers, n_layers)`` reports each run's layers.
+    ``progress(label, done_layers, n_layers)`` reports each run: ``done_layers = 0`` as it
+    starts, then after each of the model's layers.
     """
-    runs: list[tuple[str, PolicyFactory | None]] = [(FULL_CACHE, None)]
-    runs += [(f"{p}@{b}", policy_factory(p, b, seed)) for p in policies for b in budgets]
+    n_layers = model.config.n_layers
     results = []
-    for label, factory in runs:
-        cb = None if progress is None else (lambda d, n, _l=label: progress(_l, d, n))
+    for label, factory in quality_runs(policies, budgets, seed, **params):
+        cb = None
+        if progress is not None:
+            progress(label, 0, n_layers)
+            cb = partial(progress, label)
         results.append(perplexity_under_eviction(model, ids, factory, cb, label=label))
     return results

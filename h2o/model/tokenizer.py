@@ -16,6 +16,10 @@ from h2o.model.gguf_io import TokenizerData
 _DIGIT_SPLITTING_PRE = {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone"}
 # GGUF token types: 3 = control, 4 = user-defined; both behave as special tokens.
 _SPECIAL_TYPES = {3, 4}
+#: The pretraining corpus's document separator (id 0 in SmolLM2). The Instruct GGUF's
+#: ``tokenizer.ggml.eos_token_id`` is the chat turn's end, ``<|im_end|>`` (id 2), and lists this
+#: one only as ``unknown_token_id``; but a plain-text continuation ends with it.
+END_OF_TEXT = "<|endoftext|>"
 
 
 class BPETokenizer:
@@ -42,6 +46,8 @@ class BPETokenizer:
         self.special_ids = frozenset(vocab[s] for s in specials)
         self.bos_id = data.bos_id
         self.eos_id = data.eos_id
+        #: Ids that end a generation: the GGUF's ``eos_token_id`` and :data:`END_OF_TEXT`.
+        self.end_ids = frozenset(i for i in (data.eos_id, vocab.get(END_OF_TEXT)) if i is not None)
 
     @property
     def vocab_size(self) -> int:

@@ -2,9 +2,12 @@
 eviction, and whether it still remembers a fact when the cache has evicted it.
 
 Only the first section runs on page load (cached replays of the shipped traces, milliseconds).
-Everything that runs the model waits for a button; its results are cached per run (shared by
-every session), and the session remembers which runs it asked for, so coming back to the page
-or to earlier settings shows them again at once.
+Everything that runs the model waits for a button, and nothing else ever runs it: the results
+are cached per run (shared by every session, so another session's click is a cache hit), and
+the session keeps its own finished results (small plain data), so coming back to the page or to
+earlier settings shows them again at once even after the server's caches dropped them. The
+layer story replays a kept capture on a budget change only while the server still holds it
+(``data.capture_ready``); otherwise it asks for a click again.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from h2o import analysis
 from h2o.model import ModelNotFoundError
 from h2o.model.layers import by_layer, region_shares
 
-STEP_PAGE = "pages/step_through.py"
-GOTO = "_rm_goto"
+STEP_PAGE = "views/step_through.py"
+GOTO, OPEN_ERROR = "_rm_goto", "_rm_open_error"
 WINDOW, SINKS = "rm_recent_window", "rm_sinks"
 STORY_TEXT, STORY_TOKENS, STORY_BUDGET, STORY_LAYER = (
     "rm_story_text",
@@ -39,8 +42,9 @@ PPL_TEXT, PPL_TOKENS, PPL_BUDGETS, PPL_POLICIES = (
     "rm_ppl_policies",
 )
 GEN_BUDGET, GEN_POLICIES = "rm_gen_budget", "rm_gen_policies"
-#: Run keys this session asked for (a set per section), and the pending button clicks.
-STORY_DONE, PPL_DONE, GEN_DONE = "_rm_story_done", "_rm_ppl_done", "_rm_gen_done"
+#: This session's finished results (a dict per section, run key → small plain data), so coming
+#: back shows them without computing anything; and the pending button clicks.
+STORY_RESULTS, PPL_RESULTS, GEN_RESULTS = "_rm_story_results", "_rm_ppl_results", "_rm_gen_results"
 STORY_GO, PPL_GO, GEN_GO = "_rm_story_go", "_rm_ppl_go", "_rm_gen_go"
 
 STORY_TOKEN_CHOICES = (512, 1024)
@@ -55,8 +59,6 @@ GEN_STOPS = (".", ",", ";", "!", "?", "\n")
 MARGIN = 0.05
 TOP_K = 32
 POLICY_NAMES = list(h2o.POLICIES)
-#: The policies that read the page's recent_window (TOVA keeps its own window of 1).
-WINDOWED = ("h2o", "scissorhands", "random")
 
 ss = st.session_state
 if (target := ss.pop(GOTO, None)) is not None:
@@ -73,6 +75,8 @@ st.markdown(
     "a fact the cache has evicted."
 )
 state.publish([])  # this page keeps its settings in the session, not the URL
+if (problem := ss.pop(OPEN_ERROR, None)) is not None:
+    st.error(problem, icon=":material/error:")
 
 try:
     data.model_path()  # a file lookup: the model itself loads on the first computation
@@ -100,21 +104,18 @@ def _fmt_layers(layers: Sequence[int]) -> str:
 
 
 def _open_in_step_through(key: str, upload: data.Upload | None = None) -> None:
-    """Callback: select the trace ``key`` (registering ``upload`` under it) with its suggested
-    settings and H2O vs StreamingLLM, mid-way into the run, then switch to the Step-through page.
-    """
-    if upload is not None:
-        state.uploads()[key] = upload
-    trace = data.load(key, state.uploads()).trace
-    sug = analysis.suggested(trace)
-    state.set_value(state.TRACE, key)
-    ss[state.TRACE_OK] = key
-    state.set_value(state.BUDGET, sug["budget"])
-    state.set_value(state.WINDOW, sug["recent_window"])
-    state.set_value(state.SINKS, sug["sinks"])
+    """Callback: select the trace ``key`` (registering ``upload`` under it once it loads) with its
+    suggested settings and H2O vs StreamingLLM, mid-way into the run, then switch to the
+    Step-through page. The sidebar upload's path (``state.open_trace``); a trace that does not
+    load leaves everything as it was and says why."""
+    try:
+        trace = state.open_trace(key, upload)
+    except ValueError as e:
+        ss[OPEN_ERROR] = f"Could not open {key!r} in the step-through view: {e}."
+        return
     state.set_value(state.POLICY_A, "h2o")
     state.set_value(state.POLICY_B, "streaming-llm")
-    state.set_step(state.STEP, min(trace.steps - 1, 4 * sug["budget"]))
+    state.set_step(state.STEP, min(trace.steps - 1, 4 * ss[state.BUDGET]))
     ss[GOTO] = STEP_PAGE
 
 
@@ -153,10 +154,10 @@ else:
     names, h2o_mass, sl_mass, oracle = [], [], [], []
     for ref in captured:
         tr, meta = ref.trace, ref.trace.meta
-        sug = analysis.suggested(tr)
-        budget = sug["budget"]
-        lineup = [("h2o", {"recent_window": sug["recent_window"]}), ("streaming-llm", {"sinks": 4})]
-        rows = data.bench(ref.ident, tr, budget, sug["top_k"], data.freeze_lineup(lineup))
+        fit = state.defaults(tr)
+        budget = fit[state.BUDGET]
+        lineup = [("h2o", {"recent_window": fit[state.WINDOW]}), ("streaming-llm", {"sinks": 4})]
+        rows = data.bench(ref.ident, tr, budget, fit["top_k"], data.freeze_lineup(lineup))
         hm, sm = rows[0]["retained_mass"], rows[1]["retained_mass"]
         sink, recent, middle = region_shares(tr)
         names.append(f"{tr.name} (budget {budget})")
@@ -230,7 +231,8 @@ window = int(
         step=1,
         **state.mirror(WINDOW, 32),
         help="H2O, Scissorhands and random eviction protect this many of the newest slots in "
-        "every head. TOVA keeps its own window of 1. Must be smaller than every budget.",
+        f"every head. TOVA keeps its own window of {state.own_window('tova')}, as on every page. "
+        "Must be smaller than every budget.",
     )
 )
 sinks = int(
@@ -251,28 +253,14 @@ c3.caption(
 
 
 def params_for(name: str) -> dict[str, int]:
-    """The page's settings that ``name`` takes (TOVA and the sliding window take none)."""
-    if name in WINDOWED:
-        return {"recent_window": window}
-    if name == "streaming-llm":
-        return {"sinks": sinks}
-    return {}
+    """The page's settings that ``name`` takes (``analysis.policy_params``; TOVA keeps its own
+    window, the sliding window takes none)."""
+    return state.policy_settings(name, window, sinks)
 
 
 def refusal(name: str, budget: int) -> str | None:
-    """Why ``name`` refuses ``budget`` with the page's settings, with the fix; None if it runs."""
-    try:
-        analysis.make_policy(name, budget, **params_for(name))
-    except ValueError as e:
-        label = h2o.POLICIES[name].label
-        if "recent_window" in str(e):
-            fix = f"lower recent_window below {budget}, or choose a budget above {window}"
-        elif "sinks" in str(e):
-            fix = f"lower sinks below {budget}, or choose a budget above {sinks}"
-        else:
-            fix = "change the settings above"
-        return f"{label} refuses budget {budget}: {e}. To fix: {fix}."
-    return None
+    """Why ``name`` refuses ``budget`` with the page's settings, naming the fix; None if it runs."""
+    return state.refusal(name, budget, window, sinks)
 
 
 def seconds_for(n_tokens: int) -> float:
@@ -308,12 +296,15 @@ story_budget = c3.segmented_control(
 )
 ss[STORY_TEXT], ss[STORY_TOKENS], ss[STORY_BUDGET] = story_text, story_tokens, story_budget
 story_key = (*data.text_ref(story_text), int(story_tokens))
-done = ss.setdefault(STORY_DONE, set())
-if ss.pop(STORY_GO, False):
-    done.add(story_key)
-if story_key not in done:
+story_results = ss.setdefault(STORY_RESULTS, {})
+if ss.pop(STORY_GO, False):  # the click: the only place this section runs the model
+    data.captured_layers(*story_key)
+    story_results[story_key] = data.layer_shares(*story_key)
+
+
+def story_button(why: str = "") -> None:
     st.button(
-        f"Run the model on {story_tokens:,} tokens of {story_text}, every layer "
+        f"Run the model on {story_tokens:,} tokens of {story_text}, every layer{why} "
         f"(about {seconds_for(story_tokens) + 1:.0f} s)",
         key="rm_story_go",
         type="primary",
@@ -322,6 +313,11 @@ if story_key not in done:
         args=(STORY_GO,),
         help="The first computation also loads the model (about 3 s, once per server).",
     )
+
+
+story = story_results.get(story_key)
+if story is None:
+    story_button()
 else:
     lineup = [("h2o", params_for("h2o")), ("streaming-llm", params_for("streaming-llm"))]
     problems = [p for p in (refusal(n, story_budget) for n, _ in lineup) if p]
@@ -330,7 +326,6 @@ else:
             f"Budget {story_budget} is not below the {story_tokens} tokens: nothing would ever "
             "be evicted. To fix: choose a smaller budget, or more tokens."
         )
-    story = data.layer_shares(*story_key)
     layers = list(range(len(story["sink"])))
     st.plotly_chart(
         figures.attention_shares(
@@ -348,8 +343,22 @@ else:
     )
     for p in problems:
         st.error(p, icon=":material/error:")
+    rows = None
     if not problems:
-        rows = data.layer_comparison(*story_key, story_budget, data.freeze_lineup(lineup), TOP_K)
+        # Replays of the kept capture (no model run); this session remembers what it saw.
+        compare_key = (*story_key, story_budget, data.freeze_lineup(lineup))
+        rows = story_results.get(compare_key)
+        if rows is None and data.capture_ready(*story_key):
+            rows = data.layer_comparison(*compare_key, TOP_K)
+            story_results[compare_key] = rows
+        if rows is None:
+            st.info(
+                "The server has since dropped this capture to make room for others: run the "
+                f"model again to replay the layers at budget {story_budget} with these settings.",
+                icon=":material/info:",
+            )
+            story_button(" again")
+    if rows is not None:
         h2o_by, sl_by = by_layer(rows, "h2o"), by_layer(rows, "streaming-llm")
         oracle_by = by_layer(rows, "h2o", "oracle_mass")
         shipped = sorted({int(r.trace.meta["layer"]) for r in captured})
@@ -410,7 +419,8 @@ else:
         on_click=_open_layer,
         args=(story_text, int(story_tokens)),
         help="Adds the layer's trace to this session's trace list (like an upload) and opens it "
-        "with H2O vs StreamingLLM.",
+        "with H2O vs StreamingLLM (running the model again if the server has since dropped the "
+        "capture).",
     )
 
 # -- 3. perplexity against the budget --------------------------------------------------------------
@@ -453,13 +463,12 @@ if skipped:
         f"{'are' if len(skipped) > 1 else 'is'} not below the {ppl_tokens} tokens: never evicts, "
         "the same as the full cache — skipped."
     )
-ppl_done = ss.setdefault(PPL_DONE, set())
+ppl_results = ss.setdefault(PPL_RESULTS, {})
 run_keys = [(*ppl_ref, int(ppl_tokens), *r) for r in runs]
-missing = [k for k in run_keys if k not in ppl_done]
-if ss.pop(PPL_GO, False) and missing:
+missing = [k for k in run_keys if k not in ppl_results]
+if ss.pop(PPL_GO, False) and missing:  # the click: the only place this section runs the model
     for i, k in enumerate(missing, 1):
-        data.perplexity_run(*k, _index=i, _total=len(missing))
-        ppl_done.add(k)
+        ppl_results[k] = data.perplexity_run(*k, _index=i, _total=len(missing))
     missing = []
 if missing:
     est = len(missing) * seconds_for(ppl_tokens)
@@ -474,7 +483,7 @@ if missing:
         help="One closed-loop pass per (policy, budget), plus the full cache. Results are "
         "cached: coming back to these settings is instant.",
     )
-results = [data.perplexity_run(*k) for k in run_keys if k in ppl_done]
+results = [ppl_results[k] for k in run_keys if k in ppl_results]
 if results and results[0]["policy"] is None and len(results) > 1:
     full = results[0]["perplexity"]
     curves = []
@@ -552,13 +561,36 @@ for name in gen_policies:
         st.error(problem, icon=":material/error:")
     else:
         gen_runs.append((name, gen_budget, tuple(sorted(params_for(name).items()))))
-gen_done = ss.setdefault(GEN_DONE, set())
+
+
+def answer_key(text: str) -> str:
+    """The gist of an answer: up to its first punctuation or line break (' brass owl.' →
+    'brass owl')."""
+    return re.split(r"[.,;:!?\n]", text.strip(), maxsplit=1)[0].strip()
+
+
+def answer_place(expected: str) -> dict[str, int] | None:
+    """Where ``expected`` first appears in the story: its token position, how often it is
+    stated, and the prompt's length in tokens; None if the story never says it."""
+    where = story_end.lower().find(expected.lower()) if expected else -1
+    if where < 0:
+        return None
+    return {
+        "pos": len(data.model().encode(story_end[:where])),
+        "count": story_end.lower().count(expected.lower()),
+        "n_ids": len(data.text_ids(*gen_ref)),
+    }
+
+
+gen_results = ss.setdefault(GEN_RESULTS, {})
 gen_keys = [(*gen_ref, *r, GEN_MAX_NEW, GEN_STOPS) for r in gen_runs]
-missing = [k for k in gen_keys if k not in gen_done]
-if ss.pop(GEN_GO, False) and missing:
+missing = [k for k in gen_keys if k not in gen_results]
+if ss.pop(GEN_GO, False) and missing:  # the click: the only place this section runs the model
     for i, k in enumerate(missing, 1):
-        data.generation_run(*k, _index=i, _total=len(missing))
-        gen_done.add(k)
+        gen_results[k] = data.generation_run(*k, _index=i, _total=len(missing))
+    full = gen_results[gen_keys[0]]
+    # Where the answer sits in the prompt (tokenizing needs the model): worked out now, kept.
+    gen_results[("where", gen_keys[0])] = answer_place(answer_key(full["text"]))
     missing = []
 if missing:
     st.button(
@@ -574,13 +606,7 @@ if missing:
     )
 
 
-def answer_key(text: str) -> str:
-    """The gist of an answer: up to its first punctuation or line break (' brass owl.' →
-    'brass owl')."""
-    return re.split(r"[.,;:!?\n]", text.strip(), maxsplit=1)[0].strip()
-
-
-gens = [data.generation_run(*k) for k in gen_keys if k in gen_done]
+gens = [gen_results[k] for k in gen_keys if k in gen_results]
 if gens and gens[0]["policy"] is None:
     expected = answer_key(gens[0]["text"])
     rows = []
@@ -596,16 +622,14 @@ if gens and gens[0]["policy"] is None:
                 "_ok": ok,
             }
         )
-    ids = data.text_ids(*gen_ref)
-    where = story_end.lower().find(expected.lower()) if expected else -1
-    if where >= 0:
-        pos = len(data.model().encode(story_end[:where]))
-        count = story_end.lower().count(expected.lower())
+    place = gen_results.get(("where", gen_keys[0]))
+    if place is not None:
+        pos, count, n_ids = place["pos"], place["count"], place["n_ids"]
         times = {1: "once", 2: "twice"}.get(count, f"{count} times")
         st.markdown(
             f"With the full cache the model answers **“{expected}”** — stated {times} in the "
-            f"story, {'first ' if count > 1 else ''}around token {pos:,} of {len(ids):,}: "
-            f"{len(ids) - pos:,} tokens before the question, far outside any recent window. A "
+            f"story, {'first ' if count > 1 else ''}around token {pos:,} of {n_ids:,}: "
+            f"{n_ids - pos:,} tokens before the question, far outside any recent window. A "
             "policy that evicted it from a head's cache has taken it away from that head."
         )
     else:

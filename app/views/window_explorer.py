@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from app import data, figures, state
+from h2o import analysis
 
 st.title("recentWindow explorer")
 st.markdown(
@@ -20,8 +21,7 @@ st.markdown(
 
 ctx = state.sidebar()
 state.publish(state.SHARED)
-band = ctx.trace.meta.get("band")
-band = int(band) if isinstance(band, int | float) else None
+band = analysis.band_width(ctx.trace)
 windows = data.sweep_windows_for(ctx.budget, band)
 _, sinks_error = state.policy_or_error(ctx, "streaming-llm")
 if sinks_error:
@@ -29,7 +29,8 @@ if sinks_error:
 sinks = min(ctx.sinks, ctx.budget - 1)
 
 if ctx.budget < 2:
-    st.error("A recent_window sweep needs a budget of at least 2: raise the budget.")
+    fix = "raise the budget" if ctx.trace.steps > 2 else "this trace has 2 steps: pick a longer one"
+    st.error(f"A recent_window sweep needs a budget of at least 2: {fix}.")
     st.stop()
 
 result = data.window_sweep(ctx.ref.ident, ctx.trace, ctx.budget, ctx.top_k, tuple(windows), sinks)

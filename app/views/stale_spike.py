@@ -22,8 +22,8 @@ state.publish([STEP_KEY])
 # -- part 1: the distinguishing trace --------------------------------------------------------------
 ref = data.load("stale-spike", {})
 trace = ref.trace
-sug = analysis.suggested(trace)
-budget, window, top_k = sug["budget"], sug["recent_window"], sug["top_k"]
+fit = state.defaults(trace)
+budget, window, top_k = fit[state.BUDGET], fit[state.WINDOW], fit["top_k"]
 spike = int(trace.meta.get("spike", 0))
 steady = [int(p) for p in trace.meta.get("steady", [])]
 

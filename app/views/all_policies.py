@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+import h2o
 from app import data, figures, state
 from h2o import analysis
 
@@ -19,14 +20,16 @@ st.markdown(
 ctx = state.sidebar()
 state.publish(state.SHARED)
 if ctx.budget < 2:
-    st.error("Raise the budget to at least 2: every policy needs room to evict.")
+    fix = "raise the budget" if ctx.trace.steps > 2 else "this trace has 2 steps: pick a longer one"
+    st.error(f"Every policy needs a budget of at least 2 to have room to evict: {fix}.")
     st.stop()
 
 lineup = analysis.standard_lineup(ctx.budget, windows=sorted({32, 64, ctx.recent_window}))
-if ctx.sinks < ctx.budget:
+sinks_problem = state.refusal("streaming-llm", ctx.budget, ctx.recent_window, ctx.sinks)
+if sinks_problem is None:
     lineup = [(n, {"sinks": ctx.sinks} if n == "streaming-llm" else p) for n, p in lineup]
 else:
-    st.error(state.policy_or_error(ctx, "streaming-llm")[1] or "")
+    st.error(sinks_problem + " The table uses the standard lineup's sinks instead.")
 
 rows = data.bench(ctx.ref.ident, ctx.trace, ctx.budget, ctx.top_k, data.freeze_lineup(lineup))
 oracle = rows[0]["oracle_mass"]
@@ -73,12 +76,8 @@ if len(budgets) < 3:  # small traces: the same doubling, lower down
     budgets = [b for b in (4, 6, 8, 12, 16, 24, 32, 48, 64) if b < ctx.trace.steps]
 w, s = ctx.recent_window, ctx.sinks
 curve_lineup = [
-    ("h2o", {"recent_window": w}),
-    ("scissorhands", {"recent_window": w}),
-    ("tova", {"recent_window": 1}),
-    ("streaming-llm", {"sinks": s}),
-    ("sliding-window", {}),
-    ("random", {"recent_window": w}),
+    (name, state.policy_settings(name, w, s))
+    for name in ("h2o", "scissorhands", "tova", "streaming-llm", "sliding-window", "random")
 ]
 curve_rows, oracle_by_budget = data.budget_curves(
     ctx.ref.ident, ctx.trace, data.freeze_lineup(curve_lineup), tuple(budgets), ctx.top_k
@@ -94,7 +93,7 @@ for tab, metric, title in (
         if mine:
             curves.append(
                 (
-                    analysis.describe(name, params),
+                    data.policy_label(name, params),
                     figures.POLICY_COLOURS[name],
                     [r["budget"] for r in mine],
                     [r[metric] for r in mine],
@@ -111,13 +110,13 @@ for tab, metric, title in (
         key=f"budget_{metric}",
         config={"displaylogo": False},
     )
-skipped = sorted({b for b in budgets if b <= max(w, s)})
+refused = {
+    b: [h2o.POLICIES[n].label for n, p in curve_lineup if analysis.refusal(n, b, **p)]
+    for b in budgets
+}
+skipped = "; ".join(f"{', '.join(who)} at budget {b}" for b, who in refused.items() if who)
 st.caption(
-    f"recent_window {w} and sinks {s} from the sidebar, at every budget"
-    + (
-        f"; budgets {', '.join(map(str, skipped))} are skipped for the policies that refuse "
-        "recent_window or sinks ≥ budget."
-        if skipped
-        else "."
-    )
+    f"recent_window {w} and sinks {s} from the sidebar, at every budget (TOVA keeps its own "
+    f"recent_window of {state.own_window('tova')})"
+    + (f". Skipped where a policy refuses its settings: {skipped}." if skipped else ".")
 )
