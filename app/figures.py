@@ -661,6 +661,25 @@ def policy_bars(
     return _figure(data, layout | {"shapes": shapes}, legend_width=900)
 
 
+def _budget_lines(
+    curves: Sequence[tuple[str, str, Sequence[int], Sequence[float]]], value: str, marker_size: int
+) -> list[dict]:
+    """One line per (label, colour, budgets, values); ``value`` is the hover's y format."""
+    return [
+        {
+            "type": "scatter",
+            "x": np.asarray(budgets),
+            "y": np.asarray(values, dtype=np.float64),
+            "mode": "lines+markers",
+            "line": {"color": colour, "width": 3},
+            "marker": {"size": marker_size},
+            "name": label,
+            "hovertemplate": f"{label}<br>budget %{{x}}: {value}<extra></extra>",
+        }
+        for label, colour, budgets, values in curves
+    ]
+
+
 def budget_curves(
     *,
     curves: Sequence[tuple[str, str, Sequence[int], Sequence[float]]],
@@ -670,20 +689,7 @@ def budget_curves(
     height: int = 440,
 ) -> go.Figure:
     """A metric against the cache budget (log-2 axis), one line per policy, oracle dashed."""
-    data: list[dict] = []
-    for label, colour, budgets, values in curves:
-        data.append(
-            {
-                "type": "scatter",
-                "x": np.asarray(budgets),
-                "y": np.asarray(values, dtype=np.float64),
-                "mode": "lines+markers",
-                "line": {"color": colour, "width": 3},
-                "marker": {"size": 8},
-                "name": label,
-                "hovertemplate": f"{label}<br>budget %{{x}}: %{{y:.4f}}<extra></extra>",
-            }
-        )
+    data = _budget_lines(curves, "%{y:.4f}", marker_size=8)
     if oracle:
         bs = sorted(oracle)
         data.append(
@@ -869,20 +875,7 @@ def perplexity_curves(
 ) -> go.Figure:
     """Perplexity against the cache budget (both axes log), one line per policy (label, colour,
     budgets, values), the full cache as a dashed horizontal line: lower is better."""
-    data: list[dict] = []
-    for label, colour, budgets, values in curves:
-        data.append(
-            {
-                "type": "scatter",
-                "x": np.asarray(budgets),
-                "y": np.asarray(values, dtype=np.float64),
-                "mode": "lines+markers",
-                "line": {"color": colour, "width": 3},
-                "marker": {"size": 9},
-                "name": label,
-                "hovertemplate": f"{label}<br>budget %{{x}}: perplexity %{{y:.2f}}<extra></extra>",
-            }
-        )
+    data = _budget_lines(curves, "perplexity %{y:.2f}", marker_size=9)
     shapes = []
     if full is not None:
         shapes.append(
