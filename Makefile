@@ -37,6 +37,7 @@ format: setup-test
 
 bench: setup
 	$(PY) benchmarks/replay.py
+	$(PY) benchmarks/app.py
 	$(PY) benchmarks/model.py
 
 clean:

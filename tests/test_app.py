@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import statistics
 from pathlib import Path
 
 import numpy as np
@@ -508,18 +507,3 @@ def test_stale_spike_page_computes_its_story():
     assert metrics["Scissorhands: position 0"].startswith("evicted at step")
     canonical = [v for k, v in metrics.items() if k.endswith("(recent_window=64) mass")]
     assert len(canonical) == 2 and abs(float(canonical[0]) - float(canonical[1])) < 0.01
-
-
-# -- server time of a step click -------------------------------------------------------------------
-def test_step_click_server_time():
-    at = open_app(step=2000)
-    for _ in range(3):  # warm: first renders pool the overview and build caches
-        click(at, "step__next")
-    at.session_state["step__ms"] = []
-    for _ in range(9):
-        click(at, "step__next")
-    times = at.session_state["step__ms"]
-    median = statistics.median(times)
-    print(f"step click, canonical: median {median:.0f} ms of server time ({len(times)} clicks)")
-    # The target is 150 ms; this machine class is shared and noisy, so the test allows 2x.
-    assert median < 300
