@@ -90,17 +90,8 @@ def window_grid(
     centres. Max-pooling keeps a heavy hitter visible however far the rows are squeezed.
     """
     stride = max(1, math.ceil((hi - lo) / max_rows))
-    nrows = max(1, math.ceil((hi - lo) / stride))
-    pos = rep.kept_pos[a:b]
-    valid = (pos >= lo) & (pos < hi)
-    cols, _ = np.nonzero(valid)
-    rows = (pos[valid] - lo) // stride
-    vals = rep.kept_score[a:b][valid]
-    z = np.full((nrows, b - a), np.nan, dtype=np.float32)
-    if stride == 1:
-        z[rows, cols] = vals
-    else:
-        np.fmax.at(z, (rows, cols), vals.astype(np.float32))
+    z = rep.score_grid(a, b, lo, hi, stride).astype(np.float32)  # float32: half the payload
+    nrows = z.shape[0]
     x = np.arange(a, b)
     y = lo + stride * np.arange(nrows) + (stride - 1) / 2
     return z, x, y, stride

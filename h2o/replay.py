@@ -139,17 +139,28 @@ class Replay:
         )
 
     # -- heatmap grids -------------------------------------------------------------------------
-    def score_grid(self, start: int, stop: int) -> np.ndarray:
-        """Scores as a ``(stop - 1, stop - start)`` matrix: position × step, nan where not kept.
+    def score_grid(
+        self, start: int, stop: int, lo: int = 0, hi: int | None = None, stride: int = 1
+    ) -> np.ndarray:
+        """Scores of steps ``start..stop-1`` × positions ``lo..hi-1``, nan where not kept.
 
-        Row ``p`` is position ``p``; column ``j`` is step ``start + j``.
+        Row ``i`` covers positions ``lo + i*stride ..`` (max-pooled when ``stride > 1``: the
+        largest score keeps a heavy hitter visible however far the rows are squeezed); column
+        ``j`` is step ``start + j``. By default every position up to ``stop - 1``, unpooled.
         """
         self._require_record()
         start, stop = max(0, start), min(self.steps, stop)
-        grid = np.full((max(stop, 1), max(stop - start, 0)), np.nan)
-        for j, t in enumerate(range(start, stop)):
-            pos, sc = self.kept_at(t)
-            grid[pos, j] = sc
+        hi = stop if hi is None else hi
+        pos = self.kept_pos[start:stop]  # type: ignore[index]
+        valid = (pos >= lo) & (pos < hi)
+        cols, _ = np.nonzero(valid)
+        rows = (pos[valid] - lo) // stride
+        vals = self.kept_score[start:stop][valid]  # type: ignore[index]
+        grid = np.full((max(1, -(-(hi - lo) // stride)), max(stop - start, 0)), np.nan)
+        if stride == 1:
+            grid[rows, cols] = vals
+        else:
+            np.fmax.at(grid, (rows, cols), vals)
         return grid
 
     def pooled_grid(self, step_bins: int, pos_bins: int) -> tuple[np.ndarray, int, int]:

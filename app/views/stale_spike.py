@@ -69,7 +69,8 @@ c2.metric(
     delta_color="off",
     delta_arrow="off",
     help="Background: every position but the spike and the steady ones. The steady positions "
-    "score higher still — they matter at every step — but only the lowest score is evicted.",
+    "H2O still holds score higher still — they matter at every step — but only the lowest "
+    "score is evicted.",
 )
 c3.metric(
     f"Scissorhands: position {spike}",
