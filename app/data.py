@@ -22,6 +22,7 @@ import numpy as np
 import streamlit as st
 
 import h2o
+from app import playback
 from h2o import analysis
 from h2o.synthetic import BUILTIN
 from h2o.trace import MAX_STEPS
@@ -179,22 +180,30 @@ def memo(rep: h2o.Replay, key: Any, fn: Callable[[], Any]) -> Any:
     return cache[key]
 
 
-def score_max(rep: h2o.Replay) -> float:
-    """Largest score the replay ever held (0 if none): fixes the colour range for the whole run."""
-
-    def compute() -> float:
-        m = np.nanmax(rep.kept_score) if np.isfinite(rep.kept_score).any() else 0.0
-        return float(m)
-
-    return memo(rep, "score_max", compute)
+#: Loaded ranges of steps kept per replay for the player (about 0.5 MB each at the default view).
+RANGES_KEPT = 6
+_ranges_lock = threading.Lock()
 
 
-def score_min_positive(rep: h2o.Replay) -> float:
-    def compute() -> float:
-        s = rep.kept_score[np.isfinite(rep.kept_score) & (rep.kept_score > 0)]
-        return float(s.min()) if s.size else 0.0
+def range_block(rep: h2o.Replay, trace: h2o.Trace, a: int, b: int) -> playback.Block:
+    """The player's data for steps ``a..b-1`` of a replay; the most recent ranges are kept on the
+    (shared, cached) replay itself, so many students on the same view compute each range once."""
+    with _ranges_lock:
+        kept: OrderedDict = rep.extra.setdefault("app_ranges", OrderedDict())
+        if (a, b) in kept:
+            kept.move_to_end((a, b))
+            return kept[(a, b)]
+    block = playback.range_block(rep, trace, a, b)
+    with _ranges_lock:
+        kept[(a, b)] = block
+        while len(kept) > RANGES_KEPT:
+            kept.popitem(last=False)
+    return block
 
-    return memo(rep, "score_min_positive", compute)
+
+def run_block(rep: h2o.Replay) -> playback.Block:
+    """The player's whole-run data of a replay (metrics, overview), computed once per replay."""
+    return memo(rep, "run_block", lambda: playback.run_block(rep))
 
 
 def pooled(rep: h2o.Replay, step_bins: int, pos_bins: int) -> tuple[np.ndarray, int, int]:

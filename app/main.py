@@ -69,7 +69,7 @@ PAGES = [
 
 st.set_page_config(
     page_title="H2O — KV-cache eviction",
-    page_icon=":material/memory:",
+    page_icon="🧠",  # an emoji favicon is a data URL; a :material: one is fetched from Google
     layout="wide",
     menu_items={"About": "A teaching app for KV-cache eviction: H2O and its baselines."},
 )

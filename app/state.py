@@ -27,6 +27,16 @@ from h2o import analysis
 TRACE, BUDGET, WINDOW, SINKS, STEP = "trace", "budget", "recent_window", "sinks", "step"
 POLICY_A, POLICY_B, SPIKE_STEP = "policy_a", "policy_b", "spike_step"
 SHARED = (TRACE, BUDGET, WINDOW, SINKS)
+#: The step view's settings (the player changes them in the browser and reports them back).
+COLOUR, ROWS, WIDTH, SPEED, REVEAL, PRESENTER = (
+    "colour",
+    "rows",
+    "width",
+    "speed",
+    "reveal",
+    "presenter",
+)
+VIEW_SETTINGS = (COLOUR, ROWS, WIDTH, SPEED, REVEAL)
 #: URL parameter → (parser, smallest accepted value for integers).
 URL_PARAMS: dict[str, tuple[type, int]] = {
     TRACE: (str, 0),
@@ -37,6 +47,24 @@ URL_PARAMS: dict[str, tuple[type, int]] = {
     POLICY_B: (str, 0),
     STEP: (int, 0),
     SPIKE_STEP: (int, 0),
+}
+#: Their defaults (left out of links) …
+VIEW_DEFAULTS: dict[str, Any] = {
+    COLOUR: "log",
+    ROWS: "kept",
+    WIDTH: 128,
+    SPEED: 5,
+    REVEAL: False,
+    PRESENTER: False,
+}
+#: … and allowed values (a link or a browser report may carry anything else).
+CHOICES: dict[str, tuple[Any, ...]] = {
+    COLOUR: ("log", "linear"),
+    ROWS: ("kept", "all"),
+    WIDTH: (64, 128, 256),
+    SPEED: (1, 2, 5, 10, 20, 30, 60),
+    REVEAL: (False, True),
+    PRESENTER: (False, True),
 }
 UPLOADS, UPLOAD, TRACE_OK = "_uploads", "w_upload", "_trace_ok"
 TRACE_ERROR, URL_READ, URL_PROBLEMS = "_trace_error", "_url_read", "_url_problems"
@@ -92,9 +120,34 @@ def step_slider_key(name: str) -> str:
     return f"w_{name}_{st.session_state.get(f'_{name}_version', 0)}"
 
 
-def _shown(raw: str) -> str:
-    """A URL value for a message, cut short (a link may carry anything)."""
-    return repr(raw if len(raw) <= 24 else raw[:24] + "…")
+def shown(raw: object, limit: int = 24) -> str:
+    """A value from outside (a link, a file) for a message: quoted, cut short, and never markup."""
+    text = str(raw)
+    text = text if len(text) <= limit else text[:limit] + "…"
+    return "`" + text.replace("`", "'") + "`"
+
+
+def setting_ok(name: str, value: object) -> bool:
+    """Whether ``value`` is one of the allowed values of the view setting ``name``."""
+    return type(value) in (str, int, bool) and any(
+        value == c and type(value) is type(c) for c in CHOICES.get(name, ())
+    )
+
+
+def _parse_setting(name: str, raw: str) -> object:
+    """A setting from its URL text (booleans are 0/1), or None if it is not an allowed value."""
+    kind = type(CHOICES[name][0])
+    if kind is bool:
+        value: object = {"1": True, "0": False}.get(raw)
+    elif kind is int:
+        value = int(raw) if raw.isdigit() and len(raw) < 6 else None
+    else:
+        value = raw
+    return value if setting_ok(name, value) else None
+
+
+def url_text(value: object) -> str:
+    return ("1" if value else "0") if isinstance(value, bool) else str(value)
 
 
 def read_url() -> None:
@@ -112,6 +165,14 @@ def read_url() -> None:
     problems = []
     taken = set()
     for name, raw in st.query_params.to_dict().items():
+        if name in CHOICES:
+            value = _parse_setting(name, raw)
+            if value is None:
+                allowed = ", ".join(url_text(c) for c in CHOICES[name])
+                problems.append(f"{name}={shown(raw)} is not one of {allowed}")
+            else:
+                ss[name] = value
+            continue
         if name not in URL_PARAMS:
             continue
         kind, lowest = URL_PARAMS[name]
@@ -119,7 +180,7 @@ def read_url() -> None:
             try:
                 value = int(raw)
             except ValueError:
-                problems.append(f"{name}={_shown(raw)} is not a whole number")
+                problems.append(f"{name}={shown(raw)} is not a whole number")
                 continue
             if value < lowest:
                 problems.append(f"{name}={value} is below {lowest}")
@@ -146,18 +207,21 @@ def url_problems() -> list[str]:
     return st.session_state.pop(URL_PROBLEMS, [])
 
 
+def _url_values(names: Iterable[str]) -> dict[str, str]:
+    """The URL text of these model entries; view settings at their default are left out."""
+    ss = st.session_state
+    return {
+        n: url_text(ss[n])
+        for n in names
+        if n in ss and not (n in VIEW_DEFAULTS and ss[n] == VIEW_DEFAULTS[n])
+    }
+
+
 def publish(names: Iterable[str]) -> None:
     """Make the query string hold exactly these model entries (the page's shareable view)."""
-    ss = st.session_state
-    want = {n: str(ss[n]) for n in names if n in ss}
+    want = _url_values(names)
     if st.query_params.to_dict() != want:
         st.query_params.from_dict(want)
-
-
-def publish_one(name: str, value: Any) -> None:
-    """Update one parameter (from a fragment, where the rest of the page is not rerun)."""
-    if st.query_params.get(name) != str(value):
-        st.query_params[name] = str(value)
 
 
 # -- traces ----------------------------------------------------------------------------------------
@@ -409,3 +473,18 @@ def policy_choice(name: str, label: str, default: str, container: Any = st) -> s
     )
     ss[name] = chosen
     return chosen
+
+
+def presenter_toggle() -> bool:
+    """The sidebar's presenter switch (larger type, fewer figures), kept in the URL."""
+    with st.sidebar:
+        st.header("View")
+        on = st.toggle(
+            "Presenter mode",
+            **mirror(PRESENTER, VIEW_DEFAULTS[PRESENTER]),
+            help="For a projector: larger type, and per policy only the heatmap, the story and "
+            "the kept slots. In the browser: ←/→ (or a clicker's PageUp/PageDown) step, Shift "
+            "steps by 10, Space plays and pauses.",
+        )
+    st.session_state[PRESENTER] = bool(on)
+    return bool(on)

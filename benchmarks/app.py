@@ -1,89 +1,213 @@
-"""Server time of a step click, and figure payload sizes, in the classroom app.
+"""What a user of the Step through page times with a stopwatch, measured in a real Chromium.
 
-Run: ``python benchmarks/app.py [--clicks 15]``
+Run: ``python benchmarks/app.py [--repeats 5] [--json]``
 
-Drives the app headlessly with ``streamlit.testing`` (the same script runs as under
-``streamlit run``): opens Step through on the canonical trace at step 2000 (H2O vs StreamingLLM,
-budget 256), warms it with three clicks, then clicks "next step" ``--clicks`` times. Reported:
+Starts ``streamlit run app/main.py`` on a free port and drives Debian's Chromium with Playwright
+(``tests/streamlit_server.py``), on the canonical trace, H2O vs StreamingLLM at budget 256:
 
-* the server time of the step view per click, as the app measures it itself (the body of the
-  step fragment, ``time.perf_counter``; shown under the view and kept in ``step__ms``);
-* the wall time of each whole AppTest rerun (the full script, not only the fragment);
-* the largest Plotly payload on every page, in bytes, at the default settings and, for Step
-  through, at the heaviest (all positions, a 256-step detail window).
+* **first paint** — navigation start to the player showing the step (controls, both stories and
+  kept slots), and to every plot drawn; once cold (fresh server), then warm (medians);
+* **a step** — a "+1" click, or a → key press, until the new step is painted (the next animation
+  frame after the player drew it), timed inside the page;
+* **websocket bytes per step** inside the loaded range (frames counted while stepping);
+* **play rate** against its label, at 5, 10, 30 and 60 steps/s (steps advanced over the wall
+  clock, both read inside the page);
+* **pause** — the step on screen against the step the server holds (a whole-page rerun writes
+  the server's step into the link);
+* **20 rapid clicks** 50 ms apart — how far the step moved;
+* **one range load** — the largest websocket frame while play crosses ranges, and the initial.
 
-Medians, because the machine is shared; the target is <= 150 ms a click and <= 1.5 MB a figure.
+Medians, because the machine is shared; targets from issue 7 are printed next to each figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
 from pathlib import Path
-
-from streamlit.testing.v1 import AppTest
+from urllib.parse import parse_qs, urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
-MAIN = str(ROOT / "app" / "main.py")
-PAGES = [
-    "views/step_through.py",
-    "views/window_explorer.py",
-    "views/stale_spike.py",
-    "views/all_policies.py",
-    "views/real_model.py",
-    "views/how_it_works.py",
-]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from streamlit_server import PLAYER, launch, serve, shown_step, wait_player, wait_ready  # noqa: E402
+
+STEP_JS = """([selector, key]) => new Promise((resolve) => {
+  const root = document.querySelector('.h2o-player');
+  const want = String(Number(root.dataset.rendered) + 1);
+  const t0 = performance.now();
+  if (key) document.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowRight', bubbles: true}));
+  else root.querySelector(selector).click();
+  const check = () => root.dataset.rendered === want
+    ? requestAnimationFrame(() => resolve(performance.now() - t0))
+    : requestAnimationFrame(check);
+  requestAnimationFrame(check);
+})"""
+
+PLAY_JS = """(ms) => new Promise((resolve) => {
+  const root = document.querySelector('.h2o-player');
+  const p = root.__h2o;
+  const s0 = p.st.t, t0 = performance.now();
+  p.togglePlay();
+  setTimeout(() => {
+    const s1 = p.st.t, t1 = performance.now();
+    p.togglePlay();
+    resolve([s1 - s0, (t1 - t0) / 1000]);
+  }, ms);
+})"""
+
+FIRST_PAINT_JS = """() => {
+  const p = document.querySelector('.h2o-player').__h2o;
+  return [p.marks.rendered, performance.now()];
+}"""
 
 
-def open_app(**query: object) -> AppTest:
-    at = AppTest.from_file(MAIN, default_timeout=300)
-    for k, v in query.items():
-        at.query_params[k] = str(v)
-    at.run()
-    if at.exception:
-        raise SystemExit(f"the app raised: {[e.value for e in at.exception]}")
-    return at
+def watch(page) -> list[tuple[str, int, float]]:
+    frames: list[tuple[str, int, float]] = []
+
+    def on_ws(ws):
+        ws.on("framesent", lambda f: frames.append(("sent", len(f), time.monotonic())))
+        ws.on("framereceived", lambda f: frames.append(("received", len(f), time.monotonic())))
+
+    page.on("websocket", on_ws)
+    return frames
 
 
-def largest_payload(at: AppTest) -> int:
-    return max((len(c.proto.spec.encode()) for c in at.get("plotly_chart")), default=0)
+def server_step(page) -> int:
+    """The step the server holds: a whole-page rerun (the presenter switch, twice) writes it
+    into the link from the session."""
+    for _ in range(2):
+        page.get_by_text("Presenter mode").click()
+        wait_ready(page)
+    page.wait_for_timeout(300)
+    return int(parse_qs(urlparse(page.url).query)["step"][0])
+
+
+def first_paint(browser, url: str) -> tuple[float, float]:
+    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = ctx.new_page()
+    page.goto(url)
+    wait_player(page, plots=6)
+    painted, now = page.evaluate(FIRST_PAINT_JS)
+    ctx.close()
+    return painted / 1000, now / 1000
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--clicks", type=int, default=15)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT))
+    from playwright.sync_api import sync_playwright
 
-    at = open_app(step=2000)
-    for _ in range(3):
-        at.button(key="step__next").click().run()
-    at.session_state["step__ms"] = []
-    walls = []
-    for _ in range(args.clicks):
-        t0 = time.perf_counter()
-        at.button(key="step__next").click().run()
-        walls.append((time.perf_counter() - t0) * 1e3)
-    server = list(at.session_state["step__ms"])
-    print(f"step click on the canonical trace, {args.clicks} clicks after 3 to warm up:")
-    print(
-        f"  server time of the step view: median {statistics.median(server):.0f} ms "
-        f"(min {min(server):.0f}, max {max(server):.0f})"
-    )
-    print(f"  whole-script rerun (AppTest wall time): median {statistics.median(walls):.0f} ms")
+    out: dict[str, object] = {}
+    with serve() as url, sync_playwright() as pw:
+        browser = launch(pw)
+        view = f"{url}/?step=2000"
+        cold = first_paint(browser, view)
+        warm = [first_paint(browser, view) for _ in range(args.repeats)]
+        out["first_paint_cold_s"] = cold[0]
+        out["all_plots_cold_s"] = cold[1]
+        out["first_paint_warm_s"] = statistics.median(w[0] for w in warm)
+        out["all_plots_warm_s"] = statistics.median(w[1] for w in warm)
 
-    print("largest figure payload per page (bytes):")
-    for page in PAGES:
-        at = open_app()
-        at.switch_page(page).run()
-        print(f"  {page:28s} {largest_payload(at):>10,d}")
-    at = open_app(step=3000)
-    at.session_state["step__rows"] = "all positions"
-    at.session_state["step__width"] = 256
-    at.run()
-    print(f"  {'step through, heaviest view':28s} {largest_payload(at):>10,d}")
+        ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+        page = ctx.new_page()
+        frames = watch(page)
+        page.goto(view)
+        wait_player(page, plots=6)
+        page.wait_for_timeout(1500)
+        initial = max(n for d, n, _ in frames if d == "received")
+        before = len(frames)
+        clicks = [page.evaluate(STEP_JS, ['[data-action="next"]', False]) for _ in range(40)]
+        keys = [page.evaluate(STEP_JS, [None, True]) for _ in range(40)]
+        stepping = frames[before:]
+        out["click_ms_median"] = statistics.median(clicks)
+        out["click_ms_max"] = max(clicks)
+        out["key_ms_median"] = statistics.median(keys)
+        out["key_ms_max"] = max(keys)
+        out["ws_bytes_per_step"] = sum(n for _, n, _ in stepping) / 80
+
+        rapid = []
+        for _ in range(args.repeats):
+            page.wait_for_timeout(1000)
+            s0 = shown_step(page)
+            for _ in range(20):
+                page.locator(f'{PLAYER} [data-action="next"]').click(delay=0)
+                page.wait_for_timeout(50)
+            page.wait_for_timeout(300)
+            rapid.append(shown_step(page) - s0)
+        out["rapid_20_clicks_moved"] = rapid
+
+        rates = {}
+        loads = []
+        for speed in (5, 10, 30, 60):
+            page.select_option(f"{PLAYER} .h2o-speed select", str(speed))
+            page.wait_for_timeout(800)
+            before = len(frames)
+            steps, secs = page.evaluate(PLAY_JS, 5000)
+            rates[speed] = steps / secs
+            page.wait_for_timeout(1200)
+            loads += [n for d, n, _ in frames[before:] if d == "received" and n > 50_000]
+        out["play_rate"] = {f"{k} steps/s": round(v, 2) for k, v in rates.items()}
+        out["play_rate_vs_label"] = {f"{k} steps/s": round(v / k, 3) for k, v in rates.items()}
+        out["range_load_bytes"] = {"initial": initial, "largest_while_playing": max(loads or [0])}
+
+        pauses = []
+        page.select_option(f"{PLAYER} .h2o-speed select", "30")
+        for i in range(args.repeats):
+            page.locator(f'{PLAYER} [data-action="play"]').click()
+            page.wait_for_timeout(700 + 250 * i)
+            page.locator(f'{PLAYER} [data-action="play"]').click()
+            shown = shown_step(page)
+            page.wait_for_timeout(400)
+            pauses.append(server_step(page) - shown)
+        out["pause_server_minus_shown"] = pauses
+        ctx.close()
+        browser.close()
+
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    rows = [
+        ("first paint, cold server (s)", f"{out['first_paint_cold_s']:.2f}", "—"),
+        (
+            "first paint, warm: step + stories + kept slots (s)",
+            f"{out['first_paint_warm_s']:.2f}",
+            "≤ 2",
+        ),
+        ("  … and every plot drawn (s)", f"{out['all_plots_warm_s']:.2f}", "—"),
+        (
+            "+1 click → step painted (ms, median / max)",
+            f"{out['click_ms_median']:.0f} / {out['click_ms_max']:.0f}",
+            "≤ 100",
+        ),
+        (
+            "→ key → step painted (ms, median / max)",
+            f"{out['key_ms_median']:.0f} / {out['key_ms_max']:.0f}",
+            "≤ 100",
+        ),
+        ("websocket bytes per step inside the range", f"{out['ws_bytes_per_step']:.0f}", "0"),
+        ("20 rapid clicks (50 ms apart) moved", str(out["rapid_20_clicks_moved"]), "+20 each"),
+        (
+            "play rate / label",
+            ", ".join(f"{k}: {v:.2f}" for k, v in out["play_rate_vs_label"].items()),
+            "0.9–1.1",
+        ),
+        ("pause: server step − shown step", str(out["pause_server_minus_shown"]), "0 each"),
+        (
+            "one range load (bytes): initial / largest while playing",
+            "{initial:,} / {largest_while_playing:,}".format(**out["range_load_bytes"]),
+            "≤ 1,500,000",
+        ),
+    ]
+    width = max(len(r[0]) for r in rows)
+    print(f"{'what':{width}s}  {'measured':>28s}  target")
+    for what, got, target in rows:
+        print(f"{what:{width}s}  {got:>28s}  {target}")
     return 0
 
 

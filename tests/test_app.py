@@ -17,7 +17,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import h2o
-from app import data, state
+from app import data, playback, state
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 PAGES = [
@@ -64,14 +64,33 @@ def trace_bytes(trace: h2o.Trace) -> bytes:
     return buf.getvalue()
 
 
-def step_slider(at: AppTest):
-    """The step slider (its key changes whenever the step is moved by anything but itself)."""
-    (slider,) = [s for s in at.slider if s.key.startswith("w_step_")]
-    return slider
+def player(at: AppTest):
+    """The step view's player element (a custom component; its data is the payload)."""
+    (el,) = at.get("bidi_component")
+    return el
 
 
-def click(at: AppTest, key: str) -> AppTest:
-    at.button(key=key).click().run()
+def view(at: AppTest) -> tuple[dict, dict]:
+    """The payload the browser receives: header and arrays (see app/playback.py)."""
+    return playback.decode(player(at).proto.bytes)
+
+
+def stories(at: AppTest, step: int | None = None) -> list[str]:
+    """Each panel's narration at ``step`` (the session's step by default), as the browser shows."""
+    header, _ = view(at)
+    t = at.session_state["step"] if step is None else step
+    a = header["range"][0]
+    return [p["stories"][t - a] for p in header["panels"] if "error" not in p]
+
+
+def report(at: AppTest, **values: object) -> AppTest:
+    """What the browser sends when the user pauses or stops interacting: its step and settings."""
+    el = player(at)
+    states = at._tree.get_widget_states()
+    w = states.widgets.add()
+    w.id = el.proto.id
+    w.json_value = json.dumps({"view": values})
+    at._run(states)
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -92,78 +111,133 @@ def test_every_page_runs(page):
 
 @pytest.mark.parametrize("page", PAGES)
 def test_no_figure_above_budget(page):
-    # The heaviest settings: all positions, 256-step detail window.
     at = open_app(page)
-    if page == "views/step_through.py":
-        at.session_state["step__rows"] = "all positions"
-        at.session_state["step__width"] = 256
-        step_slider(at).set_value(3000).run()
     sizes = [len(c.proto.spec.encode()) for c in at.get("plotly_chart")]
-    print(page, "largest figure payload:", max(sizes, default=0), "bytes")
+    sizes += [len(el.proto.bytes) for el in at.get("bidi_component")]
+    print(page, "largest figure or player payload:", max(sizes, default=0), "bytes")
     assert max(sizes, default=0) <= MAX_FIGURE_BYTES
 
 
+@pytest.mark.parametrize(
+    "query", [{"step": 3000}, {"budget": 1024}, {"budget": 4095, "step": 4095}]
+)
+def test_one_range_load_stays_under_budget(query):
+    """A range carries every step's kept scores: its length shrinks as the budget grows."""
+    at = open_app(**query, policy_b="scissorhands")
+    header, _ = view(at)
+    size = len(player(at).proto.bytes)
+    print(query, "range", header["range"], "payload", size, "bytes")
+    assert size <= MAX_FIGURE_BYTES
+    a, b = header["range"]
+    assert a <= at.session_state["step"] < b
+
+
 # -- stepping --------------------------------------------------------------------------------------
-def test_step_buttons_move_the_step():
+def test_the_payload_holds_every_step_of_its_range():
+    """Stories, victims and scores per step are the replay's own; kept positions follow from the
+    first step's and the victims, as the browser derives them."""
+    at = open_app(step=1000, policy_b="tova")
+    header, arrays = view(at)
+    a, b = header["range"]
+    assert a <= 1000 < b and b - a >= 128
+    ctx_budget = at.session_state["budget"]
+    for i, name in enumerate(("h2o", "tova")):
+        panel, arr = header["panels"][i], arrays[str(i)]
+        window = 1 if name == "tova" else at.session_state["recent_window"]
+        rep = h2o.replay(
+            h2o.POLICIES[name](ctx_budget, recent_window=window), h2o.canonical_trace()
+        )
+        assert panel["stories"] == [rep.narrate(t) for t in range(a, b)]
+        offs = np.concatenate([[0], np.cumsum(arr["n_kept"])])
+        kept = list(arr["kept0"])
+        for t in range(a, b):
+            pos, scores = rep.kept_at(t)
+            assert kept == pos.tolist(), t
+            got = arr["scores"][offs[t - a] : offs[t - a + 1]]
+            assert np.array_equal(got, scores.astype(np.float32)), t
+            gone = arr["v_pos"][arr["v_step"] == t].tolist()
+            assert gone == [p for p, _ in rep.victims_at(t)]
+            kept = [p for p in kept if p not in gone] + [t + 1]
+        assert np.array_equal(arr["mass"], rep.mass.astype(np.float32))
+
+
+def test_a_report_moves_the_step_and_the_link():
     at = open_app()
     assert at.session_state["step"] == 0
-    assert at.query_params.get("step") in (None, "0")
-    expect = [("step__next", 1), ("step__next10", 11), ("step__next100", 111), ("step__back", 110)]
-    expect += [("step__back10", 100), ("step__back100", 0), ("step__back", 0)]
-    expect += [("step__last", 4095), ("step__next", 4095), ("step__first", 0)]
-    for key, step in expect:
-        click(at, key)
-        assert at.session_state["step"] == step, key
-        assert step_slider(at).value == step
-    click(at, "step__next")
-    assert "step 1:" in at.info[0].value
-    assert at.query_params["step"] == "1"
+    first = view(at)[0]["range"]
+    report(at, step=40, colour="linear", rows="all", width=64, speed=30, reveal=True)
+    ss = at.session_state
+    assert (ss["step"], ss["colour"], ss["rows"], ss["width"], ss["speed"], ss["reveal"]) == (
+        40,
+        "linear",
+        "all",
+        64,
+        30,
+        True,
+    )
+    q = at.query_params
+    assert (q["step"], q["colour"], q["rows"], q["width"], q["speed"], q["reveal"]) == (
+        "40",
+        "linear",
+        "all",
+        "64",
+        "30",
+        "1",
+    )
+    # Still inside the loaded range: the same range (in the browser only the step view's fragment
+    # reruns, and its bytes are identical; tests/test_browser.py counts them).
+    assert view(at)[0]["range"] == first
+    # Near the edge: the next range, around the step.
+    report(at, step=300)
+    header, _ = view(at)
+    a, b = header["range"]
+    assert a <= 300 < b and not playback.needs_load((a, b), 300, 4096)
+    report(at, step=4095)
+    assert view(at)[0]["range"][1] == 4096
+    assert stories(at)[0].startswith("step 4095:")
 
 
-def test_slider_and_narrative_follow():
-    at = open_app(trace="toy")
-    step_slider(at).set_value(20).run()
-    assert at.session_state["step"] == 20
-    assert all(info.value.startswith("step 20:") for info in at.info)
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"step": "12"},
+        {"step": True},
+        {"step": None, "colour": "<b>red</b>"},
+        {"step": 10**9},
+        {"step": -5, "width": 100, "speed": 1000, "rows": ["kept"], "reveal": "yes"},
+    ],
+)
+def test_a_report_is_browser_input_and_is_checked(values):
+    at = open_app(trace="toy", step=9)
+    report(at, **values)
+    ss = at.session_state
+    if isinstance(values["step"], int) and not isinstance(values["step"], bool):
+        assert ss["step"] == min(max(values["step"], 0), 39)
+    else:
+        assert ss["step"] == 9
+    assert ss.get("colour", "log") == "log" and ss.get("width", 128) == 128
+    assert ss.get("speed", 5) == 5 and ss.get("rows", "kept") == "kept"
+    assert ss.get("reveal", False) is False
 
 
-def test_play_runs_to_the_end_and_stops():
-    at = open_app(trace="toy")  # 40 steps
-    at.session_state["w_step__speed"] = "4 steps / 0.4 s"
-    at.run()
-    click(at, "step__play")
-    assert at.session_state["step__playing"]
-    seen = [at.session_state["step"]]
-    for _ in range(40):  # each run is one play tick (AppTest does not fire run_every itself)
-        if not at.session_state["step__playing"]:
-            break
-        at.run()
-        assert not at.exception
-        seen.append(at.session_state["step"])
-    assert not at.session_state["step__playing"], "play stops at the end"
-    assert at.session_state["step"] == 39
-    assert seen == sorted(seen) and len(set(seen)) > 5
-    at.run()
-    assert at.session_state["step"] == 39  # and stays there
-    click(at, "step__play")  # play again from the end restarts at 0
-    assert at.session_state["step"] <= 4
-
-
-def test_a_step_click_while_playing_pauses():
-    at = open_app(trace="toy")
-    click(at, "step__play")
-    click(at, "step__next")
-    assert not at.session_state["step__playing"]
+def test_a_new_view_starts_at_the_session_step():
+    at = open_app(trace="toy", step=12)
+    assert view(at)[0]["start"]["step"] == 12
+    report(at, step=20)
+    at.selectbox(key="w_policy_b").set_value("scissorhands").run()
+    header, _ = view(at)
+    assert header["start"]["step"] == 20
+    assert "Scissorhands" in header["panels"][1]["title"]
 
 
 # -- parameters ------------------------------------------------------------------------------------
 def test_changing_recent_window_recomputes():
     at = open_app(step=300)
-    assert "positions 269–300 are protected" in at.info[0].value  # recent_window 32
+    assert "positions 269–300 are protected" in stories(at)[0]  # recent_window 32
     at.number_input(key="w_recent_window").set_value(64).run()
     assert not at.exception
-    assert "positions 237–300 are protected" in at.info[0].value
-    assert any("recent_window=64" in h.value for h in at.subheader)
+    assert "positions 237–300 are protected" in stories(at)[0]
+    assert "recent_window=64" in view(at)[0]["panels"][0]["title"]
     assert at.session_state["step"] == 300  # nothing else lost
     assert at.query_params["recent_window"] == "64"
 
@@ -182,7 +256,10 @@ def test_invalid_combination_shows_an_error_and_keeps_the_rest(key, value, words
     errors = " ".join(e.value for e in at.error)
     assert words in errors
     # The other panel still shows its replay, and the step survived.
-    assert len(at.get("plotly_chart")) >= 3
+    panels = view(at)[0]["panels"]
+    assert sum("error" in p for p in panels) == 1 and words in " ".join(
+        p.get("error", "") for p in panels
+    )
     assert at.session_state["step"] == 500
     at.number_input(key=key).set_value(4 if key == "w_sinks" else 32).run()
     assert not at.error and at.session_state["step"] == 500
@@ -193,9 +270,10 @@ def test_link_opens_the_exact_view():
     assert at.session_state["trace"] == "toy"
     assert at.selectbox(key="w_policy_a").value == "scissorhands"
     assert at.number_input(key="w_budget").value == 8
-    assert step_slider(at).value == 12
-    assert at.info[0].value.startswith("step 12:")
-    assert any("Scissorhands (recent_window=2)" in h.value for h in at.subheader)
+    header, _ = view(at)
+    assert header["start"]["step"] == 12
+    assert stories(at)[0].startswith("step 12:")
+    assert "Scissorhands (recent_window=2)" in header["panels"][0]["title"]
 
 
 def test_bad_link_values_are_reported_not_fatal():
@@ -204,7 +282,7 @@ def test_bad_link_values_are_reported_not_fatal():
     at.run()
     assert not at.exception
     errors = " ".join(e.value for e in at.error)
-    assert "budget='lots'" in errors and "nope" in errors and "upload:x#1" in errors
+    assert "budget=`lots`" in errors and "nope" in errors and "upload:x#1" in errors
     assert at.session_state["trace"] == "canonical"
 
 
@@ -219,22 +297,23 @@ def test_link_values_beyond_the_trace_are_ignored_and_named():
     )
     ss = at.session_state
     assert (ss["budget"], ss["recent_window"], ss["sinks"], ss["step"]) == (8, 2, 2, 39)
-    assert step_slider(at).value == 39
+    assert view(at)[0]["start"]["step"] == 39
     assert at.number_input(key="w_budget").proto.max == 39
-    assert at.info[0].value.startswith("step 39:")
+    assert stories(at)[0].startswith("step 39:")
     # Checked once: the values stay put from here on, and the messages go.
-    click(at, "step__back")
+    report(at, step=38)
     assert not at.error and at.session_state["step"] == 38
 
 
 @pytest.mark.parametrize(
     ("query", "words"),
     [
-        ({"budget": "9" * 5000}, "budget='99999999999999999999"),  # cut short in the message
+        ({"budget": "9" * 5000}, "budget=`99999999999999999999"),  # cut short in the message
         ({"budget": "0"}, "budget=0 is below 1"),
         ({"sinks": "-3"}, "sinks=-3 is below 0"),
-        ({"step": "4.5"}, "step='4.5' is not a whole number"),
-        ({"spike_step": "1e9"}, "spike_step='1e9' is not a whole number"),
+        ({"step": "4.5"}, "step=`4.5` is not a whole number"),
+        ({"spike_step": "1e9"}, "spike_step=`1e9` is not a whole number"),
+        ({"speed": "<b>9</b>"}, "speed=`<b>9</b>` is not one of 1, 2, 5, 10, 20, 30, 60"),
     ],
 )
 def test_link_values_that_are_not_usable_numbers(query, words):
@@ -258,13 +337,13 @@ def test_the_largest_budget_on_the_canonical_trace():
     # 4,096 × 4,096 recorded slots per panel (200 MB each), kept in the big-replay cache.
     at = open_app(budget=4095, step=4095)
     assert not at.error, [e.value for e in at.error]
-    assert "evicted" in at.info[0].value
-    assert max(len(c.proto.spec.encode()) for c in at.get("plotly_chart")) <= MAX_FIGURE_BYTES
+    assert "evicted" in stories(at)[0]
+    assert len(player(at).proto.bytes) <= MAX_FIGURE_BYTES
 
 
 def test_tova_keeps_its_own_window_everywhere():
     at = open_app(trace="toy", budget=8, recent_window=3, policy_b="tova")
-    heads = [h.value for h in at.subheader]
+    heads = [p["title"] for p in view(at)[0]["panels"]]
     assert any("H2O (recent_window=3)" in h for h in heads)
     assert any("TOVA (recent_window=1)" in h for h in heads)
     at.number_input(key="w_recent_window").set_value(8).run()  # H2O refuses, TOVA does not
@@ -299,14 +378,15 @@ def test_state_survives_page_switches():
     at = open_app(trace="toy")
     at.number_input(key="w_recent_window").set_value(3).run()
     at.selectbox(key="w_policy_b").set_value("tova").run()
-    step_slider(at).set_value(17).run()
+    report(at, step=17)
     at.switch_page("views/window_explorer.py").run()
     at.switch_page("views/how_it_works.py").run()
     at.switch_page("views/step_through.py").run()
     assert not at.exception
     assert at.session_state["recent_window"] == 3
     assert at.selectbox(key="w_policy_b").value == "tova"
-    assert step_slider(at).value == 17
+    assert at.session_state["step"] == 17
+    assert view(at)[0]["start"]["step"] == 17  # a fresh player starts where the session is
 
 
 # -- uploads ---------------------------------------------------------------------------------------
@@ -397,11 +477,9 @@ def test_token_strings_show_in_hovers_and_the_story():
     named = h2o.Trace(toy.name, toy.weights, dict(toy.meta), tuple(tokens))
     at = open_app()
     upload(at, "toy-tokens.npz", trace_bytes(named))
-    step_slider(at).set_value(5).run()
-    assert "position 5 ' License' admitted" in at.info[0].value
-    heat, bars = specs(at)[:2]
-    assert any("' License'" in cell for row in heat["data"][0]["text"] for cell in row)
-    assert any("' License'" in h for tr in bars["data"] for h in tr["hovertext"])
+    report(at, step=5)
+    assert "position 5 ' License' admitted" in stories(at)[0]
+    assert view(at)[0]["tokens"][5] == " License"  # the browser labels rows and slots with it
 
 
 @pytest.mark.parametrize(
@@ -426,7 +504,7 @@ def test_bad_upload_shows_an_error_and_keeps_the_trace(payload, words):
     errors = " ".join(e.value for e in at.error)
     assert words in errors and "'toy' is still selected" in errors
     assert at.session_state["trace"] == "toy" and at.session_state["step"] == 9
-    assert len(at.get("plotly_chart")) >= 4  # the page still works
+    assert len(at.get("bidi_component")) == 1  # the page still works
 
 
 def test_oversized_upload_is_refused(monkeypatch):
@@ -441,7 +519,7 @@ def test_oversized_upload_is_refused(monkeypatch):
 def test_edge_budgets_do_not_break_the_page():
     at = open_app(trace="toy", budget=39, recent_window=2, sinks=1)  # evicts at the last step only
     assert not at.error
-    assert len(at.get("plotly_chart")) >= 4
+    assert len(at.get("bidi_component")) == 1
     at.number_input(key="w_budget").set_value(1).run()  # H2O needs recent_window < 1
     assert not at.exception
     assert "Lower recent_window below 1" in " ".join(e.value for e in at.error)

@@ -1,47 +1,40 @@
 """The app in a real browser: Playwright drives Debian's Chromium against ``streamlit run``.
 
-Started the way Streamlit's own e2e suite does it: a headless server on a free local port, polled
-on ``/_stcore/health``; a page is ready when ``[data-testid="stApp"]`` reports
-``data-test-connection-state="CONNECTED"`` and a ``data-test-script-state`` other than
-``running``. One screenshot per page and theme is saved under pytest's ``tmp_path``.
-
-Playwright cannot download its own browsers here; these tests use ``/usr/bin/chromium`` and skip,
-saying how to get it, where it is missing.
+The step-through player steps, plays and scrubs in the browser: these tests hold it to what a
+class needs — both panels in lock-step, keys, exact pause, rapid clicks counted, no websocket
+traffic while stepping inside the loaded range, links that restore the whole view, a projector
+sized window, and an exported file that plays from disk with no server. One screenshot per page
+and theme is saved under pytest's ``tmp_path``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
+import numpy as np
 import pytest
+from streamlit_server import CHROMIUM, PLAYER, launch, serve, shown_step, wait_player, wait_ready
 
-ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = Path(os.environ.get("H2O_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-    "--no-first-run",
-]
+import h2o
+
 # url path, plotly charts expected at least, a text the page shows
 PAGES = [
-    ("", 8, "Step through a replay"),
+    ("", 6, "Step through a replay"),
     ("window-explorer", 2, "recentWindow explorer"),
     ("stale-spike", 8, "Stale spike: H2O vs Scissorhands"),
     ("all-policies", 3, "All policies"),
     ("real-model", 1, "A real LLM inside"),
     ("how-it-works", 0, "How it works"),
+]
+DEEP_LINKS = [
+    ("step-through?step=1000", "Step through a replay"),
+    ("window-explorer?trace=toy&budget=12&recent_window=3", "recentWindow explorer"),
+    ("stale-spike?spike_step=20", "Stale spike: H2O vs Scissorhands"),
+    ("all-policies?trace=toy", "All policies"),
+    ("real-model", "A real LLM inside"),
+    ("how-it-works", "How it works"),
 ]
 
 pytestmark = [
@@ -55,54 +48,6 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def serve():
-    """``streamlit run`` the app on a free local port; yields its URL once healthy."""
-    port = _free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        str(ROOT / "app" / "main.py"),
-        "--server.headless=true",
-        f"--server.port={port}",
-        "--server.address=127.0.0.1",
-        "--browser.gatherUsageStats=false",
-        "--server.fileWatcherType=none",
-    ]
-    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"h2o-streamlit-{port}.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"streamlit did not start; see {log.name}")
-            time.sleep(0.3)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
 @pytest.fixture(scope="module")
 def server():
     with serve() as url:
@@ -113,39 +58,48 @@ def server():
 def browser():
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        b = launch(p)
         yield b
         b.close()
 
 
-def wait_ready(page, timeout: float = 120) -> None:
-    """Connected, and the script has finished (it may start a moment after the click)."""
-    page.wait_for_selector(
-        '[data-testid="stApp"][data-test-connection-state="CONNECTED"]', timeout=timeout * 1000
+def new_page(browser, scheme: str = "light", size: tuple[int, int] = (1500, 2400)):
+    ctx = browser.new_context(
+        viewport={"width": size[0], "height": size[1]}, color_scheme=scheme, accept_downloads=True
     )
-    deadline = time.monotonic() + timeout
-    idle_since = None
-    while time.monotonic() < deadline:
-        state = page.get_attribute('[data-testid="stApp"]', "data-test-script-state")
-        if state not in ("running", "rerunRequested", "initial"):
-            idle_since = idle_since or time.monotonic()
-            if time.monotonic() - idle_since > 0.6:
-                return
-        else:
-            idle_since = None
-        time.sleep(0.1)
-    raise TimeoutError("the app script did not finish")
-
-
-def new_page(browser, scheme: str):
-    ctx = browser.new_context(viewport={"width": 1500, "height": 2400}, color_scheme=scheme)
     return ctx, ctx.new_page()
+
+
+def watch_websocket(page) -> list[tuple[str, int]]:
+    """Every websocket frame the page sends or receives, as (direction, bytes)."""
+    frames: list[tuple[str, int]] = []
+
+    def on_ws(ws):
+        ws.on("framesent", lambda f: frames.append(("sent", len(f))))
+        ws.on("framereceived", lambda f: frames.append(("received", len(f))))
+
+    page.on("websocket", on_ws)
+    return frames
+
+
+def stories(page) -> list[str]:
+    return page.locator(f"{PLAYER} .h2o-story").all_inner_texts()
+
+
+def query(page) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(urlparse(page.url).query).items()}
+
+
+def button(page, action: str):
+    return page.locator(f'{PLAYER} [data-action="{action}"]')
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize(("path", "charts", "heading"), PAGES)
 def test_page_renders(server, browser, tmp_path, path, charts, heading, scheme):
     ctx, page = new_page(browser, scheme)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
     try:
         page.goto(f"{server}/{path}")
         wait_ready(page)
@@ -158,124 +112,243 @@ def test_page_renders(server, browser, tmp_path, path, charts, heading, scheme):
         shot = tmp_path / f"{path or 'step-through'}-{scheme}.png"
         page.screenshot(path=str(shot), full_page=True)
         assert page.locator('[data-testid="stException"]').count() == 0
-        assert page.locator(".js-plotly-plot").count() >= charts
-        if charts:
-            assert page.locator(".js-plotly-plot .main-svg").count() >= charts
+        assert not errors, errors
         print(f"screenshot: {shot}")
     finally:
         ctx.close()
 
 
-def _story(page) -> str:
-    return page.locator('[data-testid="stAlertContentInfo"]').first.inner_text()
-
-
-def test_a_deep_link_opens_cleanly_on_a_fresh_server(browser):
-    """The first visit of a new server, straight to a page other than the default one, with
-    its settings: no "Page not found" dialog (Streamlit treats a ``pages/`` folder next to the
-    main script as an old-style multipage app on a fresh server's first run; ours is
-    ``views/``), the page itself, and the link's values."""
+@pytest.mark.parametrize(("link", "heading"), DEEP_LINKS)
+def test_a_deep_link_opens_cleanly_on_a_fresh_server(browser, link, heading):
+    """The first visit of a new server, straight to a page's own path with its settings: no
+    "Page not found" dialog, the page itself, and the link's values."""
     with serve() as url:
-        ctx, page = new_page(browser, "light")
+        ctx, page = new_page(browser)
         try:
-            page.goto(f"{url}/window-explorer?trace=toy&budget=12&recent_window=3")
+            page.goto(f"{url}/{link}")
             wait_ready(page)
-            page.get_by_text("recentWindow explorer").first.wait_for(timeout=60_000)
-            page.wait_for_function(
-                "document.querySelectorAll('.js-plotly-plot .main-svg').length >= 2",
-                timeout=60_000,
-            )
+            page.get_by_text(heading).first.wait_for(timeout=60_000)
             assert page.get_by_text("Page not found").count() == 0
             assert page.locator('[data-testid="stException"]').count() == 0
-            assert page.locator("h1").first.inner_text().startswith("recentWindow explorer")
-            assert "budget=12" in page.url and "recent_window=3" in page.url
-            budget = page.locator(".st-key-w_budget input").first
-            assert budget.input_value() == "12"
+            assert page.locator("h1").first.inner_text().startswith(heading)
+            path = link.split("?")[0]
+            assert urlparse(page.url).path == f"/{path}"
+            for key, value in parse_qs(urlparse(f"/?{link.partition('?')[2]}").query).items():
+                assert query(page).get(key) == value[0], key
+            if path == "step-through":
+                wait_player(page)
+                assert shown_step(page) == 1000
         finally:
             ctx.close()
 
 
-def test_next_step_changes_the_step_and_the_url(server, browser, tmp_path):
-    ctx, page = new_page(browser, "light")
+def test_keys_step_both_panels_in_the_browser_alone(server, browser):
+    """←/→ and Shift move the step in both panels at once; no websocket frame while stepping;
+    once the user stops, one small report, and the address bar holds the step."""
+    ctx, page = new_page(browser, size=(1280, 720))
+    frames = watch_websocket(page)
     try:
         page.goto(f"{server}/?step=2000")
-        wait_ready(page)
-        assert _story(page).startswith("step 2000:")
-        for want in range(2001, 2009):
-            page.locator(".st-key-step__next button").first.click()
-            page.wait_for_function(
-                "(w) => { const e = document.querySelector("
-                "'[data-testid=\"stAlertContentInfo\"]'); "
-                "return e && e.innerText.startsWith('step ' + w + ':'); }",
-                arg=want,
-                timeout=30_000,
-            )
-            wait_ready(page)
-        assert "step=2008" in page.url
-        page.screenshot(path=str(tmp_path / "after-next.png"), full_page=True)
-        assert page.locator('[data-testid="stException"]').count() == 0
+        wait_player(page)
+        page.wait_for_timeout(1500)  # the page is settled
+        before = len(frames)
+        page.locator(f"{PLAYER} .h2o-title").first.click()  # focus the page, not a widget
+        for key in ["ArrowRight"] * 5 + ["Shift+ArrowRight", "ArrowLeft"]:
+            page.keyboard.press(key)
+        assert shown_step(page) == 2014
+        during = frames[before:]
+        assert during == [], f"stepping inside the loaded range sent {during}"
+        assert all(s.startswith("step 2014:") for s in stories(page))
+        page.wait_for_timeout(2000)  # the user stopped: the browser tells the server
+        after = frames[before:]
+        assert any(d == "sent" for d, _ in after)
+        assert max(n for d, n in after if d == "received") < 20_000, after
+        assert query(page)["step"] == "2014"
     finally:
         ctx.close()
 
 
-def test_a_link_reopens_the_view_and_survives_page_switches(server, browser):
-    ctx, page = new_page(browser, "light")
+def test_twenty_rapid_clicks_move_exactly_twenty_steps(server, browser):
+    ctx, page = new_page(browser, size=(1280, 720))
     try:
-        page.goto(f"{server}/?trace=toy&budget=8&recent_window=2&policy_b=scissorhands&step=12")
+        page.goto(f"{server}/?step=1000")
+        wait_player(page)
+        nxt = button(page, "next")
+        for _ in range(20):
+            nxt.click(delay=0)
+            page.wait_for_timeout(50)
+        page.wait_for_function(f"document.querySelector('{PLAYER}').dataset.rendered === '1020'")
+        assert all(s.startswith("step 1020:") for s in stories(page))
+        page.wait_for_timeout(1500)
+        assert query(page)["step"] == "1020"
+    finally:
+        ctx.close()
+
+
+def test_pause_holds_exactly_the_step_shown(server, browser):
+    """Play at 30 steps/s, pause: the step on screen is the one the server then holds (a full
+    rerun — the presenter switch — rewrites the link from the server's own state)."""
+    ctx, page = new_page(browser, size=(1280, 720))
+    try:
+        page.goto(f"{server}/?step=500&speed=30")
+        wait_player(page)
+        button(page, "play").click()
+        page.wait_for_timeout(1500)
+        button(page, "play").click()  # pause
+        shown = shown_step(page)
+        assert 500 + 20 <= shown <= 500 + 90
+        page.wait_for_timeout(300)
+        assert shown_step(page) == shown  # stopped
+        page.get_by_text("Presenter mode").click()  # a whole-page rerun
         wait_ready(page)
-        assert _story(page).startswith("step 12:")
-        page.get_by_role("link", name="How it works").click()
-        page.get_by_text("The card's pseudocode").wait_for(timeout=60_000)
-        wait_ready(page)
-        page.get_by_role("link", name="Step through").click()
-        page.get_by_text("Step through a replay").wait_for(timeout=60_000)
-        wait_ready(page)
-        assert _story(page).startswith("step 12:")
-        assert "Scissorhands (recent_window=2)" in page.locator("h3").all_inner_texts()[1]
+        page.wait_for_timeout(500)
+        assert query(page)["step"] == str(shown)
+        assert shown_step(page) == shown
     finally:
         ctx.close()
 
 
 def test_play_runs_to_the_end_and_stops(server, browser):
-    ctx, page = new_page(browser, "light")
+    ctx, page = new_page(browser)
     try:
-        page.goto(f"{server}/?trace=toy&budget=8&recent_window=2&step=30")
-        wait_ready(page)
-        assert _story(page).startswith("step 30:")
-        page.locator(".st-key-step__play button").first.click()
-        page.get_by_role("button", name=re.compile("Pause")).wait_for(timeout=30_000)
-        # 1 step / 0.4 s by default: nine ticks to the last step of the 40-step toy trace.
+        page.goto(f"{server}/?trace=toy&budget=8&recent_window=2&step=30&speed=10")
+        wait_player(page)
+        assert shown_step(page) == 30
+        button(page, "play").click()
         page.wait_for_function(
-            "() => { const e = document.querySelector('[data-testid=\"stAlertContentInfo\"]');"
-            " return e && e.innerText.startsWith('step 39:'); }",
-            timeout=60_000,
+            f"document.querySelector('{PLAYER}').dataset.rendered === '39'", timeout=10_000
         )
-        page.get_by_role("button", name=re.compile("Play")).wait_for(timeout=30_000)
-        time.sleep(1.5)  # stopped: no further ticks
-        assert _story(page).startswith("step 39:")
-        assert page.locator('[data-testid="stException"]').count() == 0
+        page.wait_for_timeout(500)
+        assert button(page, "play").inner_text().strip() == "Play"
+        assert shown_step(page) == 39
+        page.wait_for_timeout(1000)
+        assert query(page)["step"] == "39"
     finally:
         ctx.close()
 
 
 def test_clicking_an_eviction_marker_jumps_to_its_step(server, browser):
-    ctx, page = new_page(browser, "light")
+    ctx, page = new_page(browser)
     try:
-        page.goto(f"{server}/?trace=toy&budget=8&recent_window=2&step=5")
-        wait_ready(page)
-        marks = page.locator(".js-plotly-plot").first.locator(".scatterlayer .trace .points path")
+        page.goto(f"{server}/?trace=toy&budget=8&recent_window=2&step=5&reveal=1")
+        wait_player(page)
+        marks = page.locator(f"{PLAYER} .h2o-detail").first.locator(".scatterlayer .points path")
         marks.first.wait_for(timeout=30_000)
         box = marks.nth(marks.count() // 2).bounding_box()
         page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-        page.wait_for_function(
-            "() => { const e = document.querySelector('[data-testid=\"stAlertContentInfo\"]');"
-            " return e && !e.innerText.startsWith('step 5:'); }",
-            timeout=30_000,
+        page.wait_for_function(f"document.querySelector('{PLAYER}').dataset.rendered !== '5'")
+        step = shown_step(page)
+        assert "evicted" in stories(page)[0]  # a marker's step is an eviction step
+        page.wait_for_timeout(1500)
+        assert query(page)["step"] == str(step)
+    finally:
+        ctx.close()
+
+
+def test_a_copied_link_restores_every_setting(server, browser):
+    link = (
+        f"{server}/?trace=toy&budget=8&recent_window=2&policy_b=scissorhands&step=12"
+        "&colour=linear&rows=all&width=64&speed=30&reveal=1&presenter=1"
+    )
+    ctx, page = new_page(browser)
+    try:
+        page.goto(link)
+        wait_player(page, plots=2)
+        assert shown_step(page) == 12
+        on = page.locator(f"{PLAYER} .h2o-seg-btn.on").all_inner_texts()
+        assert on == ["linear", "every position (pooled)", "all 40"]
+        assert page.locator(f"{PLAYER} .h2o-speed select").input_value() == "30"
+        assert page.locator(f"{PLAYER} .h2o-reveal input").is_checked()
+        assert "h2o-presenter" in page.get_attribute(PLAYER, "class")
+        assert "Scissorhands (recent_window=2)" in stories(page)[1] or any(
+            "Scissorhands (recent_window=2)" in t
+            for t in page.locator(f"{PLAYER} .h2o-title").all_inner_texts()
         )
-        wait_ready(page)
-        step = int(re.match(r"step (\d+):", _story(page)).group(1))
-        assert "evicted" in _story(page)  # a marker's step is an eviction step
-        assert f"step={step}" in page.url
+        for key in ("colour", "rows", "speed", "reveal", "presenter", "step"):
+            assert key in query(page)
+    finally:
+        ctx.close()
+
+
+def test_a_projector_shows_every_control_whole(server, browser, tmp_path):
+    """At 1280×720 no control's text is cut, and the step controls stay on screen while the
+    heatmaps do (a sticky bar)."""
+    ctx, page = new_page(browser, size=(1280, 720))
+    try:
+        page.goto(f"{server}/?step=2000")
+        wait_player(page)
+        cut = page.evaluate(
+            """() => [...document.querySelectorAll(
+                '[data-testid="stMain"] button, [data-testid="stMain"] select')]
+              .filter(b => b.offsetParent !== null && b.scrollWidth > b.clientWidth + 1)
+              .map(b => b.innerText || b.getAttribute('aria-label'))"""
+        )
+        assert cut == [], f"truncated controls: {cut}"
+        heat = page.locator(f"{PLAYER} .h2o-detail").first
+        heat.scroll_into_view_if_needed()
+        page.wait_for_timeout(300)
+        bar = page.locator(f"{PLAYER} .h2o-bar").bounding_box()
+        assert bar["y"] >= 0 and bar["y"] + bar["height"] <= 720
+        assert button(page, "next").is_visible()
+        sizes = page.evaluate(
+            """() => [...document.querySelectorAll(
+                '.h2o-player .xtick text, .h2o-player .ytick text, .h2o-player .legendtext')]
+              .map(t => parseFloat(getComputedStyle(t).fontSize))"""
+        )
+        assert sizes and min(sizes) >= 14
+        page.screenshot(path=str(tmp_path / "projector.png"))
+    finally:
+        ctx.close()
+
+
+def test_the_exported_file_plays_from_disk(server, browser, tmp_path):
+    ctx, page = new_page(browser)
+    try:
+        page.goto(f"{server}/?trace=toy&budget=8&recent_window=2&step=10")
+        wait_player(page)
+        with page.expect_download(timeout=60_000) as dl:
+            page.get_by_role("button", name=re.compile("Download these steps as HTML")).click()
+        path = tmp_path / "export.html"
+        dl.value.save_as(path)
+        assert path.stat().st_size > 1_000_000  # plotly.js is inside
+    finally:
+        ctx.close()
+    ctx, page = new_page(browser)
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    try:
+        page.goto(path.as_uri())
+        wait_player(page)
+        assert shown_step(page) == 10
+        page.keyboard.press("ArrowRight")
+        assert shown_step(page) == 11
+        button(page, "play").click()
+        page.wait_for_function(f"Number(document.querySelector('{PLAYER}').dataset.rendered) > 13")
+        assert [u for u in requests if not u.startswith(("file:", "data:", "blob:"))] == []
+    finally:
+        ctx.close()
+
+
+def test_the_browser_derives_the_replays_kept_positions(server, browser):
+    ctx, page = new_page(browser)
+    try:
+        page.goto(f"{server}/?step=1500&policy_b=tova")
+        wait_player(page)
+        (a, b) = page.evaluate(f"document.querySelector('{PLAYER}').__h2o.h.range")
+        reps = [
+            h2o.replay(h2o.H2O(256, recent_window=32), h2o.canonical_trace()),
+            h2o.replay(h2o.TOVA(256, recent_window=1), h2o.canonical_trace()),
+        ]
+        for t in (a, (a + b) // 2, b - 1):
+            for i, rep in enumerate(reps):
+                got = page.evaluate(
+                    f"(() => {{ const p = document.querySelector('{PLAYER}').__h2o;"
+                    f" const k = p.keptAt({i}, {t});"
+                    " return [Array.from(k.pos), Array.from(k.score)]; })()"
+                )
+                pos, scores = rep.kept_at(t)
+                assert got[0] == pos.tolist()
+                assert np.array_equal(np.float32(got[1]), scores.astype(np.float32))
     finally:
         ctx.close()
 
@@ -288,7 +361,7 @@ def test_real_model_layer_story_runs_in_the_browser(server, browser, tmp_path):
         find_gguf()
     except ModelNotFoundError as e:
         pytest.skip(f"SmolLM2 GGUF not available: {e}")
-    ctx, page = new_page(browser, "light")
+    ctx, page = new_page(browser)
     try:
         page.goto(f"{server}/real-model")
         wait_ready(page)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from app import data, figures, state, stepper
+from app import data, figures, playback, state, stepper
 from h2o import analysis
 
 STEP_KEY = state.SPIKE_STEP
@@ -17,7 +17,8 @@ st.markdown(
     "advantage.* — the H2O policy card"
 )
 
-state.publish([STEP_KEY])
+presenter = state.presenter_toggle()
+state.publish([STEP_KEY, *state.VIEW_SETTINGS, state.PRESENTER])
 
 # -- part 1: the distinguishing trace --------------------------------------------------------------
 ref = data.load("stale-spike", {})
@@ -90,16 +91,18 @@ st.markdown(
 # Open the lesson at the moment Scissorhands lets the spike go (a link or a later visit wins).
 st.session_state.setdefault(STEP_KEY, s_step if s_step is not None else budget)
 slots = [
-    stepper.Slot(f"{'AB'[i]} · {analysis.describe(name, rep.params)}", figures.SLOT_COLOURS[i], rep)
+    stepper.Slot(
+        f"{'AB'[i]} · {analysis.describe(name, rep.params)}", figures.POLICY_COLOURS[name], rep
+    )
     for i, (name, rep) in enumerate(reps.items())
 ]
 stepper.render(
-    trace,
+    ref,
     slots,
     key=STEP_KEY,
-    budget=budget,
     highlights=[(spike, f"stale spike (position {spike})")]
     + [(p, f"steady positions ({', '.join(map(str, steady))})") for p in steady],
+    title="Stale spike",
 )
 
 # -- part 2: the canonical trace does not separate them --------------------------------------------
@@ -148,10 +151,11 @@ st.markdown(
     f"(≈ {agree['only_a']:.3f} of the mass either way). Below, the two whole runs side by side "
     "(the dotted lines are epoch boundaries): the same rows stay lit."
 )
-scales = stepper.colour_scales([stepper.Slot("", "", r) for r in c_reps], log=True)
+his = playback.colour_his([playback.Panel("", "", r) for r in c_reps])
 cols = st.columns(2, gap="medium")
-for col, rep, scale, row in zip(cols, c_reps, scales, rows, strict=True):
-    grid, sx, sy = data.pooled(rep, *stepper.OVERVIEW_BINS)
+for col, rep, hi, row in zip(cols, c_reps, his, rows, strict=True):
+    scale = figures.ColourScale(hi, log=True) if hi is not None else None
+    grid, sx, sy = data.pooled(rep, *playback.OVERVIEW_BINS)
     col.plotly_chart(
         figures.score_heatmap(
             z=grid,

@@ -9,34 +9,49 @@ from app import data, figures, state, stepper
 from h2o import analysis
 
 st.title("Step through a replay")
-st.markdown(
-    "Each heatmap cell is a **position** (row) at a **decode step** (column), coloured by the "
-    "score the policy keeps for it — blank once it is evicted. ✕ marks an eviction (hover for "
-    "who, with what score, and why; click one to jump to its step), the green band is the "
-    "protected recent window, the dashed red line is the current step. Below each heatmap: the "
-    "kept slots right now, before this step's eviction."
-)
-
 ctx = state.sidebar()
+presenter = state.presenter_toggle()
+if not presenter:
+    st.markdown(
+        "Each heatmap cell is a **position** (row) at a **decode step** (column), coloured by the "
+        "score the policy keeps for it — blank once it is evicted. ✕ marks an eviction (hover for "
+        "who, with what score, and why; click one to jump to its step), the green band is the "
+        "protected recent window, the dashed line is the current step, and steps not reached yet "
+        "are veiled. Below each heatmap: the kept slots right now, before this step's eviction. "
+        "Keys: ←/→ one step, Shift+←/→ ten, Space play/pause, Home/End."
+    )
 if (origin := data.trace_origin(ctx.trace)) is not None:
     st.caption(
-        f"**{ctx.trace.name}**: the attention of {origin}. Hover a cell for its token; the "
-        "Real model page says what to look for."
+        f"**{state.shown(ctx.trace.name, 60)}**: the attention of {origin}. Hover a cell for its "
+        "token; the Real model page says what to look for."
     )
 cols = st.columns(2)
 chosen = [
     state.policy_choice(state.POLICY_A, "Policy A", "h2o", cols[0]),
     state.policy_choice(state.POLICY_B, "Policy B", "streaming-llm", cols[1]),
 ]
-state.publish([*state.SHARED, state.POLICY_A, state.POLICY_B, state.STEP])
+state.publish(
+    [
+        *state.SHARED,
+        state.POLICY_A,
+        state.POLICY_B,
+        state.STEP,
+        *state.VIEW_SETTINGS,
+        state.PRESENTER,
+    ]
+)
 
 slots = []
 for i, name in enumerate(chosen):
     policy, error = state.policy_or_error(ctx, name)
+    if error is not None:
+        cols[i].error(error, icon=":material/error:")
     label = (
         analysis.describe(name, policy.params()) if policy is not None else h2o.POLICIES[name].label
     )
     replay = data.recorded_replay(ctx.ref, policy, ctx.top_k) if policy is not None else None
-    slots.append(stepper.Slot(f"{'AB'[i]} · {label}", figures.SLOT_COLOURS[i], replay, error))
+    dash = "dash" if i == 1 and chosen[0] == chosen[1] else "solid"
+    colour = figures.POLICY_COLOURS[name]
+    slots.append(stepper.Slot(f"{'AB'[i]} · {label}", colour, replay, error, dash))
 
-stepper.render(ctx.trace, slots, key=state.STEP, budget=ctx.budget)
+stepper.render(ctx.ref, slots, key=state.STEP)

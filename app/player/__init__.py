@@ -1,0 +1,150 @@
+"""The step-through player: ``player.js`` (plotly.js in the browser) as a Streamlit component, and
+as a self-contained HTML file for slides.
+
+Inside the app it is a custom component v2 (inline HTML/CSS/JS, no iframe): the page sends a view's
+payload (:mod:`app.playback`) once per range of steps; stepping and playing happen in the browser;
+the component's ``view`` state (step and view settings) comes back when the user pauses or stops
+interacting. plotly.js is served by the app itself (``app/static/plotly.min.js``, copied from the
+``plotly`` package), never from a CDN: classrooms are often offline.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import plotly
+import streamlit as st
+
+HERE = Path(__file__).parent
+STATIC = HERE.parent / "static"
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+NAME = "h2o_player"
+
+_WRAPPER = """
+function loadPlotly(url) {
+  if (window.Plotly) return Promise.resolve();
+  if (!window.__h2oPlotly) {
+    window.__h2oPlotly = new Promise((resolve, reject) => {
+      const s = document.createElement("script");
+      s.src = url;
+      s.onload = resolve;
+      s.onerror = () => { window.__h2oPlotly = null; reject(new Error("could not load " + url)); };
+      document.head.appendChild(s);
+    });
+  }
+  return window.__h2oPlotly;
+}
+
+export default function (component) {
+  const { data, parentElement, setStateValue } = component;
+  const root = parentElement.querySelector(".h2o-root");
+  const box = parentElement.__h2o || (parentElement.__h2o = {});
+  box.report = (view) => setStateValue("view", view);
+  // The stories, controls and kept slots need no plotly.js: show them at once, plots on arrival.
+  if (!box.player) box.player = H2OPlayer.mount(root, data, { report: (v) => box.report(v) });
+  else box.player.load(data);
+  const player = box.player;
+  if (!window.Plotly) {
+    loadPlotly(H2OPlayer.decode(data).header.plotly)
+      .then(() => player.plotlyReady())
+      .catch((err) => {
+        root.prepend(document.createTextNode("The plots could not load: " + err.message));
+      });
+  }
+  return () => { if (box.player) { box.player.destroy(); box.player = null; } };
+}
+"""
+
+
+def _read(name: str) -> str:
+    return (HERE / name).read_text(encoding="utf-8")
+
+
+def ensure_static() -> Path:
+    """Put the ``plotly`` package's own plotly.min.js where the app serves static files."""
+    target = STATIC / "plotly.min.js"
+    if not target.is_file() or target.stat().st_size != PLOTLY_JS.stat().st_size:
+        STATIC.mkdir(exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        shutil.copyfile(PLOTLY_JS, tmp)
+        tmp.replace(target)  # atomic: a browser never gets half a file
+    return target
+
+
+def plotly_url() -> str:
+    """Where the browser fetches plotly.js: the app's static route, under any base URL path."""
+    base = str(st.get_option("server.baseUrlPath") or "").strip("/")
+    return ("/" + base if base else "") + "/app/static/plotly.min.js"
+
+
+@st.cache_resource(show_spinner=False)
+def _registered(_versions: tuple[int, ...]) -> Callable[..., Any]:
+    ensure_static()
+    return st.components.v2.component(
+        NAME,
+        html='<div class="h2o-root"></div>',
+        css=_read("player.css"),
+        js=_read("player.js") + _WRAPPER,
+        isolate_styles=False,  # plotly.js styles its plots from the document's head
+    )
+
+
+def _component() -> Callable[..., Any]:
+    # Keyed by the files' mtimes: an edited player.js is registered anew without a restart.
+    return _registered(tuple((HERE / n).stat().st_mtime_ns for n in ("player.js", "player.css")))
+
+
+def mount(payload: bytes, *, key: str, on_change: Callable[[], None]) -> Any:
+    """Show the player with ``payload``; ``on_change`` runs when the browser reports its view."""
+    return _component()(data=payload, key=key, on_view_change=on_change, width="stretch")
+
+
+def reported(key: str) -> dict[str, Any] | None:
+    """The last ``view`` the browser reported for the player under ``key`` (None before any)."""
+    state = st.session_state.get(key)
+    view = getattr(state, "view", None) if state is not None else None
+    if view is None and isinstance(state, dict):
+        view = state.get("view")
+    return view if isinstance(view, dict) else None
+
+
+def export_html(payload: bytes, title: str) -> bytes:
+    """One self-contained HTML file (plotly.js and the data inlined) that plays offline."""
+
+    def inline(js: str) -> str:
+        return js.replace("</script", "<\\/script")
+
+    data = base64.b64encode(payload).decode("ascii")
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title>
+<style>
+body {{ margin: 0 auto; padding: 1rem 2rem 3rem; max-width: 1400px; background: #fff; }}
+.h2o-export-title {{ font-family: "Source Sans Pro", sans-serif; color: #31333f; }}
+.h2o-export-title h1 {{ font-size: 1.6rem; margin: 0.2rem 0; }}
+.h2o-export-title p {{ margin: 0.2rem 0 0.6rem; opacity: 0.8; }}
+{_read("player.css")}
+.h2o-bar {{ top: 0; }}
+</style></head>
+<body>
+<div class="h2o-export-title"><h1>{html.escape(title)}</h1>
+<p>Exported from the h2o teaching app. Steps and plays offline: ←/→ step, Space plays.</p></div>
+<div id="h2o" class="h2o-root"></div>
+<script>{inline(PLOTLY_JS.read_text(encoding="utf-8"))}</script>
+<script>{inline(_read("player.js"))}
+(function () {{
+  const bin = atob("{data}");
+  const bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  H2OPlayer.mount(document.getElementById("h2o"), bytes, {{ standalone: true }});
+}})();
+</script>
+</body></html>
+"""
+    return page.encode("utf-8")

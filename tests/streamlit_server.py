@@ -1,0 +1,120 @@
+"""A live ``streamlit run`` of the app and Debian's Chromium, for the browser tests and benchmarks.
+
+Started the way Streamlit's own e2e suite does it: a headless server on a free local port, polled
+on ``/_stcore/health``; a page is ready when ``[data-testid="stApp"]`` reports
+``data-test-connection-state="CONNECTED"`` and a ``data-test-script-state`` other than
+``running``. Playwright cannot download its own browsers here: it drives ``/usr/bin/chromium``
+(or ``$H2O_CHROMIUM``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path(os.environ.get("H2O_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--no-first-run",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve() -> Iterator[str]:
+    """``streamlit run`` the app on a free local port; yields its URL once healthy."""
+    port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ROOT / "app" / "main.py"),
+        "--server.headless=true",
+        f"--server.port={port}",
+        "--server.address=127.0.0.1",
+        "--browser.gatherUsageStats=false",
+        "--server.fileWatcherType=none",
+    ]
+    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"h2o-streamlit-{port}.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not start; see {log.name}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def launch(playwright):
+    """Debian's Chromium, headless, with no network of its own."""
+    return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+
+
+def wait_ready(page, timeout: float = 120) -> None:
+    """Connected, and the script has finished (it may start a moment after the click)."""
+    page.wait_for_selector(
+        '[data-testid="stApp"][data-test-connection-state="CONNECTED"]', timeout=timeout * 1000
+    )
+    deadline = time.monotonic() + timeout
+    idle_since = None
+    while time.monotonic() < deadline:
+        state = page.get_attribute('[data-testid="stApp"]', "data-test-script-state")
+        if state not in ("running", "rerunRequested", "initial"):
+            idle_since = idle_since or time.monotonic()
+            if time.monotonic() - idle_since > 0.6:
+                return
+        else:
+            idle_since = None
+        page.wait_for_timeout(100)
+    raise TimeoutError("the app script did not finish")
+
+
+#: The step-through player, once it has drawn a step (``data-rendered``) and its plots.
+PLAYER = ".h2o-player"
+
+
+def wait_player(page, plots: int = 4, timeout: float = 120) -> None:
+    page.wait_for_selector(f"{PLAYER}[data-rendered]", timeout=timeout * 1000)
+    page.wait_for_function(
+        f"document.querySelectorAll('{PLAYER} .js-plotly-plot .main-svg').length >= {plots}",
+        timeout=timeout * 1000,
+    )
+
+
+def shown_step(page) -> int:
+    return int(page.get_attribute(PLAYER, "data-rendered"))
