@@ -24,8 +24,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 FONT = 15
-#: Side-by-side slots (policy A, policy B) in the step-through views.
-SLOT_COLOURS = ("#3D9DF3", "#F28E2B")
+#: One colour per policy, on every page and in the browser's step view (policy A or B alike).
 POLICY_COLOURS = {
     "h2o": "#3D9DF3",
     "scissorhands": "#2CA58D",
@@ -34,17 +33,35 @@ POLICY_COLOURS = {
     "sliding-window": "#9C755F",
     "random": "#8C8C8C",
 }
+#: And one line style per policy, so that curves which coincide (H2O, Scissorhands and TOVA at a
+#: wide enough window) stay visible one over another: dash pattern, marker, marker size.
+POLICY_STYLES = {
+    "h2o": ("solid", "circle-open", 13),
+    "scissorhands": ("dash", "square", 8),
+    "tova": ("dot", "diamond", 6),
+    "streaming-llm": ("solid", "triangle-up", 9),
+    "sliding-window": ("dashdot", "x", 8),
+    "random": ("longdash", "cross", 8),
+}
+#: Policies loaded from a file (``--policy``) take these, in order of registration.
+EXTRA_COLOURS = ("#4E79A7", "#59A14F", "#EDC948", "#FF9DA7", "#76B7B2")
 ORACLE_COLOUR = "#E15759"
-CURSOR_COLOUR = "#FF4B4B"
-EVICT_COLOUR = "#E8175D"
-PROTECT_FILL = "rgba(44,165,141,0.22)"
-PROTECT_LINE = "rgba(44,165,141,0.95)"
-SINK_FILL = "rgba(242,142,43,0.25)"
-SINK_LINE = "rgba(242,142,43,0.95)"
+#: Markers of a user's own setting (the sidebar's recent_window): a hue no policy or bound uses.
+SETTING_COLOUR = "#C9A227"
 NEUTRAL_LINE = "rgba(128,128,128,0.9)"
 #: A faint neutral plot area: evicted (blank) cells stay distinguishable in both themes.
 PLOT_BG = "rgba(128,128,128,0.10)"
-HIGHLIGHT_COLOURS = ("#E8175D", "#2CA58D", "#B07AA1", "#9C755F")
+
+
+def policy_colour(name: str) -> str:
+    """The policy's own colour (one per policy, on every page); a loaded one gets a spare."""
+    if name in POLICY_COLOURS:
+        return POLICY_COLOURS[name]
+    import h2o
+
+    extra = [n for n in h2o.POLICIES if n not in POLICY_COLOURS]
+    i = extra.index(name) if name in extra else 0
+    return EXTRA_COLOURS[i % len(EXTRA_COLOURS)]
 
 
 def _layout(title: str, height: int, xtitle: str, ytitle: str, **extra: object) -> dict:
@@ -53,8 +70,8 @@ def _layout(title: str, height: int, xtitle: str, ytitle: str, **extra: object) 
         "height": height,
         "font": {"size": FONT},
         "margin": {"l": 70, "r": 20, "t": 95, "b": 55},
-        "xaxis": {"title": {"text": xtitle}},
-        "yaxis": {"title": {"text": ytitle}},
+        "xaxis": {"title": {"text": xtitle}, "tickfont": {"size": FONT - 1}},
+        "yaxis": {"title": {"text": ytitle}, "tickfont": {"size": FONT - 1}},
         "plot_bgcolor": PLOT_BG,
         "legend": {
             "orientation": "h",
@@ -62,7 +79,7 @@ def _layout(title: str, height: int, xtitle: str, ytitle: str, **extra: object) 
             "y": 1.01,
             "x": 0,
             "xanchor": "left",
-            "font": {"size": FONT - 2},
+            "font": {"size": FONT - 1},
         },
         "hoverlabel": {"font": {"size": FONT}},
     }
@@ -83,29 +100,12 @@ def _figure(data: list[dict], layout: dict, legend_width: int = 440) -> go.Figur
         if tr.get("name") and tr.get("showlegend", True) and tr.get("type") != "heatmap"
     ]
     names += [sh["name"] for sh in layout.get("shapes", ()) if sh.get("showlegend")]
-    rows, used = (1, 0) if names else (0, 0)
-    for name in names:
-        w = 42 + 7.5 * len(name)
-        if used and used + w > legend_width:
-            rows, used = rows + 1, 0
-        used += w
+    # Plotly lines a horizontal legend up in columns as wide as its widest entry.
+    widest = max((42 + 7.5 * len(name) for name in names), default=0)
+    per_row = max(1, int(legend_width // widest)) if widest else 1
+    rows = -(-len(names) // per_row)
     layout["margin"] = {**layout.get("margin", {}), "t": 52 + 22 * rows}
     return go.Figure({"data": data, "layout": layout}, _validate=False)
-
-
-def _cursor(t: int, *, yref: str = "paper") -> dict:
-    return {
-        "type": "line",
-        "x0": t,
-        "x1": t,
-        "y0": 0,
-        "y1": 1,
-        "yref": yref,
-        "line": {"color": CURSOR_COLOUR, "width": 2, "dash": "dash"},
-        "name": f"current step ({t})",
-        "showlegend": True,
-        "layer": "above",
-    }
 
 
 # -- colour ----------------------------------------------------------------------------------------
@@ -151,15 +151,6 @@ class ColourScale:
 
 
 # -- the step-through heatmap ----------------------------------------------------------------------
-@dataclass(frozen=True)
-class Marks:
-    """Evictions to overlay: step, position, and a hover sentence for each."""
-
-    steps: np.ndarray
-    positions: np.ndarray
-    text: Sequence[str]
-
-
 def score_heatmap(
     *,
     z: np.ndarray,
@@ -168,39 +159,21 @@ def score_heatmap(
     title: str,
     score_label: str,
     scale: ColourScale | None,
-    t: int | None,
     step_stride: int = 1,
     pos_stride: int = 1,
-    evictions: Marks | None = None,
-    band: tuple[np.ndarray, np.ndarray] | None = None,
-    band_label: str = "protected recent window",
-    sinks: int = 0,
-    highlights: Sequence[tuple[int, str]] = (),
-    window: tuple[int, int] | None = None,
-    cell_text: np.ndarray | None = None,
     vlines: Sequence[float] = (),
     vlines_label: str = "",
     height: int = 440,
 ) -> go.Figure:
-    """Position × step, coloured by the score a position held while kept; blank once evicted.
+    """A whole run, position × step, coloured by the score a position held while kept.
 
-    ``z`` is ``(len(y), len(x))`` raw scores (nan = not kept); ``x``/``y`` are cell centres, with
-    ``step_stride``/``pos_stride`` > 1 when cells are max-pooled. ``scale=None`` is for policies
-    that keep no score: kept cells get one flat colour. ``band`` is a polygon (xs, ys) shading the
-    protected window, ``window`` outlines the steps shown in the detail view (overview only),
-    ``highlights`` outlines rows (position, label; positions sharing a label share an entry).
+    ``z`` is ``(len(y), len(x))`` raw scores (nan = not kept), max-pooled when the strides are
+    above 1; ``scale=None`` is for policies that keep no score (one flat colour). The step by
+    step views are drawn in the browser (``app/player/player.js``); this one is static.
     """
-    pooled = step_stride > 1 or pos_stride > 1
-    if pooled:
-        where = (
-            f"steps ≈ %{{x:.0f}} (±{step_stride // 2})" if step_stride > 1 else "step %{x}"
-        ) + (
-            f", positions ≈ %{{y:.0f}} (±{pos_stride // 2})"
-            if pos_stride > 1
-            else ", position %{y}"
-        )
-    else:
-        where = "step %{x}, position %{y}" + (" · %{text}" if cell_text is not None else "")
+    where = (f"steps ≈ %{{x:.0f}} (±{step_stride // 2})" if step_stride > 1 else "step %{x}") + (
+        f", positions ≈ %{{y:.0f}} (±{pos_stride // 2})" if pos_stride > 1 else ", position %{y}"
+    )
     heat: dict = {"type": "heatmap", "x": x, "y": y, "hoverongaps": False}
     if scale is None:
         heat |= {
@@ -213,126 +186,30 @@ def score_heatmap(
         }
     else:
         zmin, zmax = scale.zrange()
-        agg = "max " if pooled else ""
         heat |= {
             "z": scale.values(z),
             "customdata": z.astype(np.float32),
             "zmin": zmin,
             "zmax": zmax,
             "colorbar": scale.colorbar(score_label + (" (log)" if scale.log else "")),
-            "hovertemplate": f"{where}<br>{agg}{score_label}: %{{customdata:.4g}}<extra></extra>",
+            "hovertemplate": f"{where}<br>max {score_label}: %{{customdata:.4g}}<extra></extra>",
             "name": score_label,
         }
-    if cell_text is not None and not pooled:
-        heat["text"] = cell_text
-    data = [heat]
-    shapes: list[dict] = []
-    if band is not None and len(band[0]):
-        path = "M" + "L".join(f"{bx:g},{by:g}" for bx, by in zip(*band, strict=True)) + "Z"
-        shapes.append(
-            {
-                "type": "path",
-                "path": path,
-                "fillcolor": PROTECT_FILL,
-                "line": {"color": PROTECT_LINE, "width": 1},
-                "layer": "above",
-                "name": band_label,
-                "showlegend": True,
-            }
-        )
-    if sinks:
-        shapes.append(
-            {
-                "type": "rect",
-                "x0": float(x[0]) - step_stride / 2,
-                "x1": float(x[-1]) + step_stride / 2,
-                "y0": -0.5,
-                "y1": sinks - 0.5,
-                "fillcolor": SINK_FILL,
-                "line": {"color": SINK_LINE, "width": 1},
-                "layer": "above",
-                "name": "pinned sink (position 0)"
-                if sinks == 1
-                else f"pinned sinks (positions 0–{sinks - 1})",
-                "showlegend": True,
-            }
-        )
-    labels = list(dict.fromkeys(label for _, label in highlights))  # one colour/entry a label
-    for pos, label in highlights:
-        i = labels.index(label)
-        first = next(p for p, lab in highlights if lab == label) == pos
-        shapes.append(
-            {
-                "type": "rect",
-                "xref": "paper",
-                "x0": 0,
-                "x1": 1,
-                # A row and a half either side: the outline must not hide the row it marks.
-                "y0": pos - 1.5 * pos_stride,
-                "y1": pos + 1.5 * pos_stride,
-                "line": {
-                    "color": HIGHLIGHT_COLOURS[i % len(HIGHLIGHT_COLOURS)],
-                    "width": 2 if i == 0 else 1.5,
-                    "dash": "dot",
-                },
-                "layer": "above",
-                "name": label,
-                "legendgroup": f"highlight {label}",
-                "showlegend": first,
-            }
-        )
-    if window is not None:
-        shapes.append(
-            {
-                "type": "rect",
-                "x0": window[0] - 0.5,
-                "x1": window[1] - 0.5,
-                "y0": 0,
-                "y1": 1,
-                "yref": "paper",
-                "line": {"color": NEUTRAL_LINE, "width": 2},
-                "layer": "above",
-                "name": "steps shown in detail",
-                "showlegend": True,
-            }
-        )
-    for i, vx in enumerate(vlines):
-        shapes.append(
-            {
-                "type": "line",
-                "x0": vx,
-                "x1": vx,
-                "y0": 0,
-                "y1": 1,
-                "yref": "paper",
-                "line": {"color": NEUTRAL_LINE, "width": 1, "dash": "dot"},
-                "name": vlines_label,
-                "legendgroup": "vlines",
-                "showlegend": i == 0,
-            }
-        )
-    if t is not None:
-        shapes.append(_cursor(t))
-    if evictions is not None and len(evictions.steps):
-        data.append(
-            {
-                "type": "scatter",
-                "x": evictions.steps,
-                "y": evictions.positions,
-                "mode": "markers",
-                "marker": {
-                    # About one cell wide: a full-cache run evicts every step, and bigger
-                    # crosses would merge into a solid bar.
-                    "symbol": "x-thin",
-                    "size": float(np.clip(360 / max(len(x), 1), 5, 12)),
-                    "color": EVICT_COLOUR,
-                    "line": {"width": 2, "color": EVICT_COLOUR},
-                },
-                "name": "eviction (step, position)",
-                "hovertext": list(evictions.text),
-                "hoverinfo": "text",
-            }
-        )
+    shapes = [
+        {
+            "type": "line",
+            "x0": vx,
+            "x1": vx,
+            "y0": 0,
+            "y1": 1,
+            "yref": "paper",
+            "line": {"color": NEUTRAL_LINE, "width": 1, "dash": "dot"},
+            "name": vlines_label,
+            "legendgroup": "vlines",
+            "showlegend": i == 0,
+        }
+        for i, vx in enumerate(vlines)
+    ]
     layout = _layout(
         title,
         height,
@@ -343,203 +220,7 @@ def score_heatmap(
     half_x, half_y = step_stride / 2, pos_stride / 2
     layout["xaxis"] |= {"range": [float(x[0]) - half_x, float(x[-1]) + half_x], "zeroline": False}
     layout["yaxis"] |= {"range": [float(y[0]) - half_y, float(y[-1]) + half_y], "zeroline": False}
-    return _figure(data, layout)
-
-
-# -- the kept slots --------------------------------------------------------------------------------
-def kept_bars(
-    *,
-    positions: np.ndarray,
-    scores: np.ndarray,
-    scored: bool,
-    victims: np.ndarray,
-    window: int,
-    sinks: int,
-    labels: Sequence[str],
-    score_label: str,
-    title: str,
-    colour: str,
-    log: bool,
-    height: int = 300,
-) -> go.Figure:
-    """One bar per kept slot (in kept order), the protected slots shaded, the victim in red.
-
-    ``victims`` are indices into ``positions``; ``labels`` the hover name of each position.
-    """
-    n = positions.shape[0]
-    slots = np.arange(n)
-    log = log and scored and n > 0 and float(np.max(scores)) > 0  # nothing to log yet at step 0
-    if scored:
-        floor = float(np.max(scores)) * 1e-4 if n and np.max(scores) > 0 else 1e-9
-        heights = np.maximum(scores, floor) if log else scores
-    else:
-        heights = np.ones(n)
-    is_victim = np.zeros(n, dtype=bool)
-    is_victim[victims] = True
-    hover = [
-        f"slot {i} · {lab}<br>{score_label}: {s:.4g}" if scored else f"slot {i} · {lab}"
-        for i, (lab, s) in enumerate(zip(labels, scores, strict=True))
-    ]
-    data = []
-    for mask, name, col in (
-        (~is_victim, "kept", colour),
-        (is_victim, "evicted at this step", EVICT_COLOUR),
-    ):
-        idx = np.flatnonzero(mask)
-        data.append(
-            {
-                "type": "bar",
-                "x": slots[idx],
-                "y": heights[idx].astype(np.float32),
-                "marker": {"color": col, "line": {"width": 0}},
-                "name": name,
-                "hovertext": [hover[i] for i in idx],
-                "hoverinfo": "text",
-                "showlegend": bool(idx.size) or name == "kept",
-            }
-        )
-    shapes = []
-    if window and n:
-        shapes.append(
-            {
-                "type": "rect",
-                "x0": n - min(window, n) - 0.5,
-                "x1": n - 0.5,
-                "y0": 0,
-                "y1": 1,
-                "yref": "paper",
-                "fillcolor": PROTECT_FILL,
-                "line": {"color": PROTECT_LINE, "width": 1},
-                "layer": "below",
-                "name": f"protected recent window ({window})",
-                "showlegend": True,
-            }
-        )
-    if sinks and n:
-        shapes.append(
-            {
-                "type": "rect",
-                "x0": -0.5,
-                "x1": min(sinks, n) - 0.5,
-                "y0": 0,
-                "y1": 1,
-                "yref": "paper",
-                "fillcolor": SINK_FILL,
-                "line": {"color": SINK_LINE, "width": 1},
-                "layer": "below",
-                "name": f"pinned sinks ({sinks})",
-                "showlegend": True,
-            }
-        )
-    ticks = np.unique(np.linspace(0, max(n - 1, 0), num=min(n, 12)).round().astype(int))
-    ytitle = (score_label + (" (log)" if log else "")) if scored else "kept (no score)"
-    layout = _layout(
-        title,
-        height,
-        "kept slot, labelled by position",
-        ytitle,
-        shapes=shapes,
-        barmode="overlay",
-        bargap=0.1 if n < 64 else 0,
-    )
-    layout["xaxis"] |= {
-        "tickvals": ticks,
-        "ticktext": [str(int(positions[i])) for i in ticks],
-        "range": [-0.5, max(n, 1) - 0.5],
-    }
-    if scored and log:
-        layout["yaxis"]["type"] = "log"
-    elif not scored:
-        layout["yaxis"] |= {"showticklabels": False, "range": [0, 1.05]}
-    return _figure(data, layout)
-
-
-# -- metrics over time -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Series:
-    label: str
-    colour: str
-    values: np.ndarray
-    running: np.ndarray | None = None
-
-
-def metric_over_time(
-    *,
-    series: Sequence[Series],
-    title: str,
-    ytitle: str,
-    t: int,
-    budget: int,
-    oracle: np.ndarray | None = None,
-    height: int = 340,
-) -> go.Figure:
-    """A per-step metric (thin) and its running mean from ``t >= budget`` (thick) per policy.
-
-    One legend entry per policy (its running mean); clicking it hides the per-step line too.
-    """
-    data: list[dict] = []
-    n = series[0].values.shape[0] if series else 0
-    for s in series:
-        data.append(
-            {
-                "type": "scatter",
-                "x0": 0,
-                "dx": 1,
-                "y": s.values.astype(np.float32),
-                "mode": "lines",
-                "line": {"color": s.colour, "width": 1},
-                "opacity": 0.35,
-                "name": f"{s.label}, per step",
-                "legendgroup": s.label,
-                "showlegend": s.running is None,
-                "hovertemplate": f"{s.label}<br>step %{{x}}: %{{y:.3f}}<extra></extra>",
-            }
-        )
-        if s.running is not None:
-            data.append(
-                {
-                    "type": "scatter",
-                    "x0": 0,
-                    "dx": 1,
-                    "y": s.running.astype(np.float32),
-                    "mode": "lines",
-                    "line": {"color": s.colour, "width": 3},
-                    "name": s.label,
-                    "legendgroup": s.label,
-                    "hovertemplate": f"{s.label}<br>mean to step %{{x}}: %{{y:.4f}}<extra></extra>",
-                }
-            )
-    if oracle is not None:
-        data.append(
-            {
-                "type": "scatter",
-                "x0": 0,
-                "dx": 1,
-                "y": oracle.astype(np.float32),
-                "mode": "lines",
-                "line": {"color": ORACLE_COLOUR, "width": 2, "dash": "dot"},
-                "name": f"oracle bound (best {budget} positions)",
-                "hovertemplate": "oracle at step %{x}: %{y:.3f}<extra></extra>",
-            }
-        )
-    shapes = [_cursor(t)]
-    if 0 < budget < n:
-        shapes.append(
-            {
-                "type": "line",
-                "x0": budget,
-                "x1": budget,
-                "y0": 0,
-                "y1": 1,
-                "yref": "paper",
-                "line": {"color": NEUTRAL_LINE, "width": 1, "dash": "dot"},
-                "name": f"cache full: evictions start (step {budget})",
-                "showlegend": True,
-            }
-        )
-    layout = _layout(title, height, "decode step", ytitle, shapes=shapes)
-    layout["yaxis"]["range"] = [0, 1.02]
-    return _figure(data, layout)
+    return _figure([heat], layout)
 
 
 # -- sweeps and tables -----------------------------------------------------------------------------
@@ -554,30 +235,23 @@ def window_sweep(
     current: int | None = None,
     height: int = 420,
 ) -> go.Figure:
-    """A metric against recent_window per policy, reference policies as flat dashed lines."""
-    data: list[dict] = []
-    for label, colour, values in series:
-        data.append(
-            {
-                "type": "scatter",
-                "x": np.asarray(windows),
-                "y": np.asarray(values, dtype=np.float64),
-                "mode": "lines+markers",
-                "line": {"color": colour, "width": 3},
-                "marker": {"size": 7},
-                "name": label,
-                "hovertemplate": f"{label}<br>recent_window %{{x}}: %{{y:.4f}}<extra></extra>",
-            }
-        )
+    """A metric against recent_window per policy (``series``: policy, label, values), reference
+    policies (``refs``: policy or "oracle", label, value) as flat dashed lines."""
+    data = styled_lines([(p, lab, windows, v) for p, lab, v in series], "recent_window", "%{y:.4f}")
     lo, hi = (min(windows), max(windows)) if windows else (0, 1)
-    for label, colour, value in refs:
+    for policy, label, value in refs:
+        colour = ORACLE_COLOUR if policy == "oracle" else policy_colour(policy)
         data.append(
             {
                 "type": "scatter",
                 "x": [lo, hi],
                 "y": [value, value],
                 "mode": "lines",
-                "line": {"color": colour, "width": 2, "dash": "dash"},
+                "line": {
+                    "color": colour,
+                    "width": 2,
+                    "dash": "dot" if policy == "oracle" else "dash",
+                },
                 "name": f"{label}: {value:.4f}",
                 "hovertemplate": f"{label}: {value:.4f} (no recent_window)<extra></extra>",
             }
@@ -606,7 +280,7 @@ def window_sweep(
                 "y0": 0,
                 "y1": 1,
                 "yref": "paper",
-                "line": {"color": CURSOR_COLOUR, "width": 1, "dash": "dash"},
+                "line": {"color": SETTING_COLOUR, "width": 3, "dash": "dashdot"},
                 "name": f"sidebar recent_window ({current})",
                 "showlegend": True,
             }
@@ -617,6 +291,7 @@ def window_sweep(
 
 def policy_bars(
     *,
+    policies: Sequence[str],
     labels: Sequence[str],
     mass: Sequence[float],
     recall: Sequence[float],
@@ -625,11 +300,13 @@ def policy_bars(
     title: str,
     height: int = 420,
 ) -> go.Figure:
-    """Retained mass and top-k recall per policy, side by side, with the oracle bound on mass."""
+    """Retained mass (solid) and top-k recall (hatched) per policy, each bar in its policy's
+    colour, with the oracle bound on mass."""
+    colours = [policy_colour(p) for p in policies]
     data: list[dict] = []
-    for name, values, colour in (
-        ("retained attention mass", mass, SLOT_COLOURS[0]),
-        (f"top-{top_k} recall", recall, SLOT_COLOURS[1]),
+    for name, values, pattern in (
+        ("retained attention mass (solid)", mass, ""),
+        (f"top-{top_k} recall (hatched)", recall, "/"),
     ):
         data.append(
             {
@@ -637,10 +314,14 @@ def policy_bars(
                 "x": list(labels),
                 "y": np.asarray(values, dtype=np.float64),
                 "name": name,
-                "marker": {"color": colour},
+                "marker": {
+                    "color": colours,
+                    "pattern": {"shape": pattern, "fillmode": "overlay", "fgcolor": "white"},
+                    "line": {"color": colours, "width": 1.5},
+                },
                 "text": [f"{v:.3f}" for v in values],
                 "textposition": "outside",
-                "hovertemplate": f"%{{x}}<br>{name}: %{{y:.4f}}<extra></extra>",
+                "hovertemplate": f"%{{x}}<br>{name.split(' (')[0]}: %{{y:.4f}}<extra></extra>",
             }
         )
     shapes = [
@@ -661,35 +342,59 @@ def policy_bars(
     return _figure(data, layout | {"shapes": shapes}, legend_width=900)
 
 
-def _budget_lines(
-    curves: Sequence[tuple[str, str, Sequence[int], Sequence[float]]], value: str, marker_size: int
-) -> list[dict]:
-    """One line per (label, colour, budgets, values); ``value`` is the hover's y format."""
-    return [
-        {
-            "type": "scatter",
-            "x": np.asarray(budgets),
-            "y": np.asarray(values, dtype=np.float64),
-            "mode": "lines+markers",
-            "line": {"color": colour, "width": 3},
-            "marker": {"size": marker_size},
-            "name": label,
-            "hovertemplate": f"{label}<br>budget %{{x}}: {value}<extra></extra>",
-        }
-        for label, colour, budgets, values in curves
-    ]
+#: A curve: (policy name, label, x values, y values). The policy picks colour and style.
+Curve = tuple[str, str, Sequence[float], Sequence[float]]
+
+
+def styled_lines(curves: Sequence[Curve], x_name: str, value: str) -> list[dict]:
+    """One line per curve in its policy's colour, dash and marker. A curve equal to an earlier
+    one at every point says so ("identical to H2O") in its legend entry and hover, and draws
+    thinner on top of it, so both stay visible. ``value`` is the hover's y format."""
+    data: list[dict] = []
+    drawn: list[tuple[str, np.ndarray, np.ndarray]] = []
+    for policy, label, xs, ys in curves:
+        x = np.asarray(xs, dtype=np.float64)
+        y = np.asarray(ys, dtype=np.float64)
+        twin = next(
+            (
+                other
+                for other, ox, oy in drawn
+                if ox.shape == x.shape and np.array_equal(ox, x) and np.allclose(oy, y, atol=5e-5)
+            ),
+            None,
+        )
+        drawn.append((label, x, y))
+        dash, symbol, size = POLICY_STYLES.get(policy, ("solid", "circle", 8))
+        name = f"{label} — identical to {twin}" if twin else label
+        data.append(
+            {
+                "type": "scatter",
+                "x": x,
+                "y": y,
+                "mode": "lines+markers",
+                "line": {
+                    "color": POLICY_COLOURS.get(policy, NEUTRAL_LINE),
+                    "width": 2 if twin else 3,
+                    "dash": dash,
+                },
+                "marker": {"symbol": symbol, "size": size, "line": {"width": 2}},
+                "name": name,
+                "hovertemplate": f"{name}<br>{x_name} %{{x}}: {value}<extra></extra>",
+            }
+        )
+    return data
 
 
 def budget_curves(
     *,
-    curves: Sequence[tuple[str, str, Sequence[int], Sequence[float]]],
+    curves: Sequence[Curve],
     oracle: dict[int, float] | None,
     title: str,
     ytitle: str,
     height: int = 440,
 ) -> go.Figure:
     """A metric against the cache budget (log-2 axis), one line per policy, oracle dashed."""
-    data = _budget_lines(curves, "%{y:.4f}", marker_size=8)
+    data = styled_lines(curves, "budget", "%{y:.4f}")
     if oracle:
         bs = sorted(oracle)
         data.append(
@@ -704,7 +409,7 @@ def budget_curves(
             }
         )
     layout = _layout(title, height, "cache budget (slots, log scale)", ytitle)
-    ticks = sorted({b for _, _, bs, _ in curves for b in bs} | set(oracle or {}))
+    ticks = sorted({int(b) for _, _, bs, _ in curves for b in bs} | set(oracle or {}))
     layout["xaxis"] |= {"type": "log", "tickvals": ticks, "ticktext": [str(b) for b in ticks]}
     layout["yaxis"]["range"] = [0, 1.02]
     return _figure(data, layout, legend_width=900)
@@ -868,14 +573,14 @@ def layer_mass(
 
 def perplexity_curves(
     *,
-    curves: Sequence[tuple[str, str, Sequence[int], Sequence[float]]],
+    curves: Sequence[Curve],
     full: float | None,
     title: str,
     height: int = 460,
 ) -> go.Figure:
     """Perplexity against the cache budget (both axes log), one line per policy (label, colour,
     budgets, values), the full cache as a dashed horizontal line: lower is better."""
-    data = _budget_lines(curves, "perplexity %{y:.2f}", marker_size=9)
+    data = styled_lines(curves, "budget", "perplexity %{y:.2f}")
     shapes = []
     if full is not None:
         shapes.append(
@@ -894,8 +599,160 @@ def perplexity_curves(
     layout = _layout(
         title, height, "cache budget (slots per head, log scale)", "perplexity (log scale)"
     )
-    ticks = sorted({b for _, _, bs, _ in curves for b in bs})
+    ticks = sorted({int(b) for _, _, bs, _ in curves for b in bs})
     layout["xaxis"] |= {"type": "log", "tickvals": ticks, "ticktext": [str(b) for b in ticks]}
     layout["yaxis"]["type"] = "log"
     layout["shapes"] = shapes
+    return _figure(data, layout, legend_width=900)
+
+
+# -- the lesson ------------------------------------------------------------------------------------
+def kv_memory(
+    *, models: Sequence[str], per_token: Sequence[int], context: int, budget: int, height: int = 380
+) -> go.Figure:
+    """KV-cache memory per model: the whole context against a capped budget (log scale)."""
+    full = np.asarray(per_token, dtype=np.float64) * context
+    capped = np.asarray(per_token, dtype=np.float64) * min(budget, context)
+
+    def text(b: float) -> str:
+        return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.1f} MiB"
+
+    data = [
+        {
+            "type": "bar",
+            "x": list(models),
+            "y": values,
+            "name": name,
+            "marker": {"color": colour},
+            "text": [text(v) for v in values],
+            "textposition": "outside",
+            "hovertemplate": f"%{{x}}<br>{name}: %{{text}}<extra></extra>",
+        }
+        for name, values, colour in (
+            (f"full cache, {context:,} tokens", full, NEUTRAL_LINE),
+            (f"capped at {budget:,} slots", capped, POLICY_COLOURS["h2o"]),
+        )
+    ]
+    layout = _layout(
+        f"KV-cache memory per sequence (fp16) — {context:,} tokens vs a budget of {budget:,}",
+        height,
+        "model",
+        "bytes (log scale)",
+        barmode="group",
+    )
+    layout["yaxis"] |= {
+        "type": "log",
+        "range": [np.log10(capped.min()) - 0.5, np.log10(full.max()) + 0.6],
+    }
+    return _figure(data, layout, legend_width=900)
+
+
+def attention_received(
+    *,
+    received: np.ndarray,
+    position: int,
+    evicted_at: int,
+    policy: str,
+    title: str,
+    height: int = 380,
+) -> go.Figure:
+    """The attention one position receives per step; what it got after its eviction, shaded."""
+    steps = np.arange(received.shape[0])
+    after = steps > evicted_at
+    data = [
+        {
+            "type": "scatter",
+            "x": steps[position + 1 : evicted_at + 1],
+            "y": received[position + 1 : evicted_at + 1].astype(np.float32),
+            "mode": "lines",
+            "line": {"color": policy_colour(policy), "width": 1.5},
+            "name": "while kept",
+            "hovertemplate": "step %{x}: %{y:.4f}<extra></extra>",
+        },
+        {
+            "type": "scatter",
+            "x": steps[after],
+            "y": received[after].astype(np.float32),
+            "mode": "lines",
+            "fill": "tozeroy",
+            "line": {"color": ORACLE_COLOUR, "width": 1},
+            "name": "after its eviction: lost",
+            "hovertemplate": "step %{x}: %{y:.4f} (lost)<extra></extra>",
+        },
+    ]
+    shapes = [
+        {
+            "type": "line",
+            "x0": evicted_at,
+            "x1": evicted_at,
+            "y0": 0,
+            "y1": 1,
+            "yref": "paper",
+            "line": {"color": NEUTRAL_LINE, "width": 2, "dash": "dash"},
+            "name": f"evicted (step {evicted_at})",
+            "showlegend": True,
+        }
+    ]
+    layout = _layout(
+        title, height, "decode step", f"attention on position {position}", shapes=shapes
+    )
+    layout["xaxis"]["range"] = [position, min(received.shape[0], 2 * evicted_at - position)]
+    return _figure(data, layout, legend_width=900)
+
+
+def decision_bars(
+    *,
+    positions: np.ndarray,
+    scores: np.ndarray,
+    window: int,
+    victims: Sequence[int],
+    score_label: str,
+    title: str,
+    height: int = 360,
+) -> go.Figure:
+    """One eviction decision: every kept position's score, the protected ones set apart and the
+    victim in the eviction colour."""
+    n = len(positions)
+    gone = np.isin(positions, list(victims))
+    protected = np.arange(n) >= n - window
+    kind = np.where(
+        gone,
+        "evicted: the lowest unprotected score",
+        np.where(protected, "protected (recent window)", "evictable"),
+    )
+    colours = {
+        "evictable": POLICY_COLOURS["h2o"],
+        "protected (recent window)": "rgba(44,165,141,0.9)",
+        "evicted: the lowest unprotected score": ORACLE_COLOUR,
+    }
+    data = []
+    for name, colour in colours.items():
+        mask = kind == name
+        data.append(
+            {
+                "type": "bar",
+                "x": [f"pos {int(p)}" for p in positions[mask]],
+                "y": scores[mask].astype(np.float64),
+                "name": name,
+                "marker": {"color": colour},
+                "text": [f"{v:.3f}" for v in scores[mask]],
+                "textposition": "outside",
+                "hovertemplate": f"%{{x}}<br>{score_label}: %{{y:.4f}}<extra></extra>",
+            }
+        )
+    layout = _layout(title, height, "kept position (arrival order)", score_label)
+    layout["xaxis"] |= {
+        "categoryorder": "array",
+        "categoryarray": [f"pos {int(p)}" for p in positions],
+    }
+    return _figure(data, layout, legend_width=900)
+
+
+def kept_score_lines(*, curves: Sequence[Curve], title: str, height: int = 380) -> go.Figure:
+    """A position's score under each policy while it is kept (a curve ends at its eviction)."""
+    data = styled_lines(curves, "step", "%{y:.4g}")
+    for tr in data:
+        tr["mode"] = "lines"
+    layout = _layout(title, height, "decode step", "score (log)")
+    layout["yaxis"]["type"] = "log"
     return _figure(data, layout, legend_width=900)

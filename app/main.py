@@ -26,14 +26,21 @@ from app import state  # noqa: E402
 
 HERE = Path(__file__).parent
 
-#: Every page, in menu order. To add one (e.g. "Real model"), append an st.Page here.
+#: Every page, in menu order. The lesson is the default (served at ``/``), so every other page —
+#: Step through included — has a path of its own that a pasted link opens without a detour.
 PAGES = [
+    st.Page(
+        HERE / "views" / "lesson.py",
+        title="Lesson",
+        icon=":material/school:",
+        url_path="lesson",
+        default=True,
+    ),
     st.Page(
         HERE / "views" / "step_through.py",
         title="Step through",
         icon=":material/play_circle:",
         url_path="step-through",
-        default=True,
     ),
     st.Page(
         HERE / "views" / "window_explorer.py",

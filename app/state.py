@@ -25,7 +25,7 @@ from app import data
 from h2o import analysis
 
 TRACE, BUDGET, WINDOW, SINKS, STEP = "trace", "budget", "recent_window", "sinks", "step"
-POLICY_A, POLICY_B, SPIKE_STEP = "policy_a", "policy_b", "spike_step"
+POLICY_A, POLICY_B, SPIKE_STEP, CHAPTER = "policy_a", "policy_b", "spike_step", "chapter"
 SHARED = (TRACE, BUDGET, WINDOW, SINKS)
 #: The step view's settings (the player changes them in the browser and reports them back).
 COLOUR, ROWS, WIDTH, SPEED, REVEAL, PRESENTER = (
@@ -47,6 +47,7 @@ URL_PARAMS: dict[str, tuple[type, int]] = {
     POLICY_B: (str, 0),
     STEP: (int, 0),
     SPIKE_STEP: (int, 0),
+    CHAPTER: (int, 1),
 }
 #: Their defaults (left out of links) …
 VIEW_DEFAULTS: dict[str, Any] = {
@@ -162,14 +163,14 @@ def read_url() -> None:
     if ss.get(URL_READ):
         return
     ss[URL_READ] = True
-    problems = []
+    problems: dict[str, str] = {}
     taken = set()
     for name, raw in st.query_params.to_dict().items():
         if name in CHOICES:
             value = _parse_setting(name, raw)
             if value is None:
                 allowed = ", ".join(url_text(c) for c in CHOICES[name])
-                problems.append(f"{name}={shown(raw)} is not one of {allowed}")
+                problems[name] = f"{name}={shown(raw)} is not one of {allowed}"
             else:
                 ss[name] = value
             continue
@@ -180,10 +181,10 @@ def read_url() -> None:
             try:
                 value = int(raw)
             except ValueError:
-                problems.append(f"{name}={shown(raw)} is not a whole number")
+                problems[name] = f"{name}={shown(raw)} is not a whole number"
                 continue
             if value < lowest:
-                problems.append(f"{name}={value} is below {lowest}")
+                problems[name] = f"{name}={value} is below {lowest}"
                 continue
             ss[name] = value
         else:
@@ -203,8 +204,17 @@ def from_link(name: str) -> bool:
     return False
 
 
-def url_problems() -> list[str]:
-    return st.session_state.pop(URL_PROBLEMS, [])
+def url_problems(names: Iterable[str]) -> list[str]:
+    """The link's problems with these parameters, each reported once, by the page that uses it
+    (a parameter no page has used yet waits for one that does)."""
+    problems: dict[str, str] = st.session_state.get(URL_PROBLEMS, {})
+    return [problems.pop(n) for n in names if n in problems]
+
+
+def report_url_problems(names: Iterable[str]) -> None:
+    """Show this page's link problems (see :func:`url_problems`) as errors, at this point."""
+    for p in url_problems(names):
+        st.error(f"Ignored from the link: {p}.", icon=":material/error:")
 
 
 def _url_values(names: Iterable[str]) -> dict[str, str]:
@@ -320,7 +330,7 @@ def sidebar() -> Context:
     """Draw the shared controls in the sidebar; errors go at the top of the page."""
     ss = st.session_state
     options = data.trace_options(uploads())
-    errors = [f"Ignored from the link: {p}." for p in url_problems()]
+    errors = [f"Ignored from the link: {p}." for p in url_problems(SHARED)]
     if ss.get(TRACE, DEFAULT_TRACE) not in options:
         errors.append(
             f"The trace {ss[TRACE]!r} from the link is not available here (uploads are not "

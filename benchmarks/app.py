@@ -106,7 +106,7 @@ def main() -> int:
     out: dict[str, object] = {}
     with serve() as url, sync_playwright() as pw:
         browser = launch(pw)
-        view = f"{url}/?step=2000"
+        view = f"{url}/step-through?step=2000"
         cold = first_paint(browser, view)
         warm = [first_paint(browser, view) for _ in range(args.repeats)]
         out["first_paint_cold_s"] = cold[0]

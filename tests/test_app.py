@@ -21,6 +21,7 @@ from app import data, playback, state
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 PAGES = [
+    "views/lesson.py",
     "views/step_through.py",
     "views/window_explorer.py",
     "views/stale_spike.py",
@@ -30,12 +31,14 @@ PAGES = [
 MAX_FIGURE_BYTES = 1_500_000
 
 
-def open_app(page: str | None = None, **query: object) -> AppTest:
+def open_app(page: str = "views/step_through.py", **query: object) -> AppTest:
+    """The app at ``page`` (Step through by default), opened from a link with ``query``: the
+    first run lands on the lesson (the default page) and reads the link, then the page runs."""
     at = AppTest.from_file(MAIN, default_timeout=120)
     for k, v in query.items():
         at.query_params[k] = str(v)
     at.run()
-    if page is not None:
+    if page != "views/lesson.py":
         at.switch_page(page).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
@@ -277,10 +280,7 @@ def test_link_opens_the_exact_view():
 
 
 def test_bad_link_values_are_reported_not_fatal():
-    at = AppTest.from_file(MAIN, default_timeout=120)
-    at.query_params.update({"budget": "lots", "policy_a": "nope", "trace": "upload:x#1"})
-    at.run()
-    assert not at.exception
+    at = open_app(budget="lots", policy_a="nope", trace="upload:x#1")
     errors = " ".join(e.value for e in at.error)
     assert "budget=`lots`" in errors and "nope" in errors and "upload:x#1" in errors
     assert at.session_state["trace"] == "canonical"
@@ -317,13 +317,12 @@ def test_link_values_beyond_the_trace_are_ignored_and_named():
     ],
 )
 def test_link_values_that_are_not_usable_numbers(query, words):
-    at = AppTest.from_file(MAIN, default_timeout=120)
-    at.query_params.update({"trace": "toy", **query})
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    page = "views/stale_spike.py" if "spike_step" in query else "views/step_through.py"
+    at = open_app(page, trace="toy", **query)
     errors = " ".join(e.value for e in at.error)
     assert words in errors and len(errors) < 400
-    assert at.session_state["budget"] == 8 and at.session_state["step"] == 0
+    if page == "views/step_through.py":
+        assert at.session_state["budget"] == 8 and at.session_state["step"] == 0
 
 
 def test_the_budget_cannot_exceed_the_trace():

@@ -21,7 +21,8 @@ import h2o
 
 # url path, plotly charts expected at least, a text the page shows
 PAGES = [
-    ("", 6, "Step through a replay"),
+    ("", 3, "H2O, step by step"),
+    ("step-through", 6, "Step through a replay"),
     ("window-explorer", 2, "recentWindow explorer"),
     ("stale-spike", 8, "Stale spike: H2O vs Scissorhands"),
     ("all-policies", 3, "All policies"),
@@ -148,7 +149,7 @@ def test_keys_step_both_panels_in_the_browser_alone(server, browser):
     ctx, page = new_page(browser, size=(1280, 720))
     frames = watch_websocket(page)
     try:
-        page.goto(f"{server}/?step=2000")
+        page.goto(f"{server}/step-through?step=2000")
         wait_player(page)
         page.wait_for_timeout(1500)  # the page is settled
         before = len(frames)
@@ -171,7 +172,7 @@ def test_keys_step_both_panels_in_the_browser_alone(server, browser):
 def test_twenty_rapid_clicks_move_exactly_twenty_steps(server, browser):
     ctx, page = new_page(browser, size=(1280, 720))
     try:
-        page.goto(f"{server}/?step=1000")
+        page.goto(f"{server}/step-through?step=1000")
         wait_player(page)
         nxt = button(page, "next")
         for _ in range(20):
@@ -190,7 +191,7 @@ def test_pause_holds_exactly_the_step_shown(server, browser):
     rerun — the presenter switch — rewrites the link from the server's own state)."""
     ctx, page = new_page(browser, size=(1280, 720))
     try:
-        page.goto(f"{server}/?step=500&speed=30")
+        page.goto(f"{server}/step-through?step=500&speed=30")
         wait_player(page)
         button(page, "play").click()
         page.wait_for_timeout(1500)
@@ -211,7 +212,7 @@ def test_pause_holds_exactly_the_step_shown(server, browser):
 def test_play_runs_to_the_end_and_stops(server, browser):
     ctx, page = new_page(browser)
     try:
-        page.goto(f"{server}/?trace=toy&budget=8&recent_window=2&step=30&speed=10")
+        page.goto(f"{server}/step-through?trace=toy&budget=8&recent_window=2&step=30&speed=10")
         wait_player(page)
         assert shown_step(page) == 30
         button(page, "play").click()
@@ -230,7 +231,7 @@ def test_play_runs_to_the_end_and_stops(server, browser):
 def test_clicking_an_eviction_marker_jumps_to_its_step(server, browser):
     ctx, page = new_page(browser)
     try:
-        page.goto(f"{server}/?trace=toy&budget=8&recent_window=2&step=5&reveal=1")
+        page.goto(f"{server}/step-through?trace=toy&budget=8&recent_window=2&step=5&reveal=1")
         wait_player(page)
         marks = page.locator(f"{PLAYER} .h2o-detail").first.locator(".scatterlayer .points path")
         marks.first.wait_for(timeout=30_000)
@@ -247,7 +248,7 @@ def test_clicking_an_eviction_marker_jumps_to_its_step(server, browser):
 
 def test_a_copied_link_restores_every_setting(server, browser):
     link = (
-        f"{server}/?trace=toy&budget=8&recent_window=2&policy_b=scissorhands&step=12"
+        f"{server}/step-through?trace=toy&budget=8&recent_window=2&policy_b=scissorhands&step=12"
         "&colour=linear&rows=all&width=64&speed=30&reveal=1&presenter=1"
     )
     ctx, page = new_page(browser)
@@ -275,7 +276,7 @@ def test_a_projector_shows_every_control_whole(server, browser, tmp_path):
     heatmaps do (a sticky bar)."""
     ctx, page = new_page(browser, size=(1280, 720))
     try:
-        page.goto(f"{server}/?step=2000")
+        page.goto(f"{server}/step-through?step=2000")
         wait_player(page)
         cut = page.evaluate(
             """() => [...document.querySelectorAll(
@@ -304,7 +305,7 @@ def test_a_projector_shows_every_control_whole(server, browser, tmp_path):
 def test_the_exported_file_plays_from_disk(server, browser, tmp_path):
     ctx, page = new_page(browser)
     try:
-        page.goto(f"{server}/?trace=toy&budget=8&recent_window=2&step=10")
+        page.goto(f"{server}/step-through?trace=toy&budget=8&recent_window=2&step=10")
         wait_player(page)
         with page.expect_download(timeout=60_000) as dl:
             page.get_by_role("button", name=re.compile("Download these steps as HTML")).click()
@@ -332,7 +333,7 @@ def test_the_exported_file_plays_from_disk(server, browser, tmp_path):
 def test_the_browser_derives_the_replays_kept_positions(server, browser):
     ctx, page = new_page(browser)
     try:
-        page.goto(f"{server}/?step=1500&policy_b=tova")
+        page.goto(f"{server}/step-through?step=1500&policy_b=tova")
         wait_player(page)
         (a, b) = page.evaluate(f"document.querySelector('{PLAYER}').__h2o.h.range")
         reps = [
@@ -349,6 +350,44 @@ def test_the_browser_derives_the_replays_kept_positions(server, browser):
                 pos, scores = rep.kept_at(t)
                 assert got[0] == pos.tolist()
                 assert np.array_equal(np.float32(got[1]), scores.astype(np.float32))
+    finally:
+        ctx.close()
+
+
+def test_the_lesson_moves_by_keyboard_in_presenter_mode(server, browser):
+    """A clicker sends PageDown / PageUp (or → / ←): one chapter per press, and the link
+    follows, so a lecturer can resume where they stopped."""
+    ctx, page = new_page(browser, size=(1280, 720))
+    try:
+        page.goto(f"{server}/?presenter=1&chapter=2")
+        wait_ready(page)
+        page.get_by_role("heading", name="2. Sinks and recency").wait_for(timeout=60_000)
+        for key, want in (
+            ("PageDown", "3. Heavy hitters"),
+            ("ArrowRight", "4. The window is load-bearing"),
+            ("PageUp", "3. Heavy hitters"),
+        ):
+            page.locator("body").press(key)
+            page.get_by_role("heading", name=want).wait_for(timeout=60_000)
+            wait_ready(page)
+        assert query(page)["chapter"] == "3"
+        assert page.get_by_role("heading", name="4. The window is load-bearing").count() == 0
+    finally:
+        ctx.close()
+
+
+def test_a_chapter_opens_its_full_page_with_the_same_settings(server, browser):
+    ctx, page = new_page(browser, size=(1280, 720))
+    try:
+        page.goto(f"{server}/?presenter=1&chapter=3")
+        wait_ready(page)
+        page.get_by_role("button", name=re.compile("Open this in Step through")).click()
+        page.get_by_text("Step through a replay").first.wait_for(timeout=60_000)
+        wait_player(page)
+        q = query(page)
+        assert urlparse(page.url).path == "/step-through"
+        assert (q["trace"], q["budget"], q["recent_window"], q["step"]) == ("toy", "8", "2", "8")
+        assert shown_step(page) == 8
     finally:
         ctx.close()
 

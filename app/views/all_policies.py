@@ -36,6 +36,7 @@ oracle = rows[0]["oracle_mass"]
 
 st.subheader(f"{ctx.trace.name}, budget {ctx.budget}")
 fig = figures.policy_bars(
+    policies=[r["policy"] for r in rows],
     labels=[r["label"] for r in rows],
     mass=[r["retained_mass"] for r in rows],
     recall=[r["top_k_recall"] for r in rows],
@@ -93,8 +94,8 @@ for tab, metric, title in (
         if mine:
             curves.append(
                 (
+                    name,
                     data.policy_label(name, params),
-                    figures.POLICY_COLOURS[name],
                     [r["budget"] for r in mine],
                     [r[metric] for r in mine],
                 )

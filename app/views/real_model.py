@@ -492,8 +492,8 @@ if results and results[0]["policy"] is None and len(results) > 1:
         if mine:
             curves.append(
                 (
+                    name,
                     data.policy_label(name, params_for(name)),
-                    figures.POLICY_COLOURS[name],
                     [r["budget"] for r in mine],
                     [r["perplexity"] for r in mine],
                 )

@@ -18,6 +18,7 @@ st.markdown(
 )
 
 presenter = state.presenter_toggle()
+state.report_url_problems([STEP_KEY, *state.VIEW_SETTINGS, state.PRESENTER])
 state.publish([STEP_KEY, *state.VIEW_SETTINGS, state.PRESENTER])
 
 # -- part 1: the distinguishing trace --------------------------------------------------------------
@@ -164,7 +165,6 @@ for col, rep, hi, row in zip(cols, c_reps, his, rows, strict=True):
             title=f"{row['label']} on canonical — whole run, max-pooled",
             score_label=rep.score_label,
             scale=scale,
-            t=None,
             step_stride=sx,
             pos_stride=sy,
             vlines=list(range(epoch, canon.trace.steps, epoch)),

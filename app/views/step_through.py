@@ -11,6 +11,8 @@ from h2o import analysis
 st.title("Step through a replay")
 ctx = state.sidebar()
 presenter = state.presenter_toggle()
+state.report_url_problems([state.POLICY_A, state.POLICY_B, state.STEP, *state.VIEW_SETTINGS])
+state.report_url_problems([state.PRESENTER])
 if not presenter:
     st.markdown(
         "Each heatmap cell is a **position** (row) at a **decode step** (column), coloured by the "

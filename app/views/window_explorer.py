@@ -74,23 +74,19 @@ if band is not None and band in by_w and 32 in by_w:
         + ": the gain saturates at the band width."
     )
 
-series_colours = (figures.POLICY_COLOURS["h2o"], figures.POLICY_COLOURS["scissorhands"])
 left, right = st.columns(2, gap="medium")
 for col, metric, title, refs_of, with_oracle in (
     (left, "retained_mass", "Retained attention mass", ref_mass, True),
     (right, "top_k_recall", f"Top-{ctx.top_k} recall", ref_recall, False),
 ):
-    ref_lines = [
-        (ref_label[p], figures.POLICY_COLOURS[p], refs_of[p])
-        for p in ("streaming-llm", "sliding-window")
-    ]
+    ref_lines = [(p, ref_label[p], refs_of[p]) for p in ("streaming-llm", "sliding-window")]
     if with_oracle:
-        ref_lines.append(("oracle bound", figures.ORACLE_COLOUR, oracle))
+        ref_lines.append(("oracle", "oracle bound", oracle))
     fig = figures.window_sweep(
         windows=windows,
         series=[
-            ("H2O", series_colours[0], [r[metric] for r in h2o_rows]),
-            ("Scissorhands", series_colours[1], [r[metric] for r in sc_rows]),
+            ("h2o", "H2O", [r[metric] for r in h2o_rows]),
+            ("scissorhands", "Scissorhands", [r[metric] for r in sc_rows]),
         ],
         refs=ref_lines,
         title=f"{title} vs recent_window — {ctx.trace.name}, budget {ctx.budget}",

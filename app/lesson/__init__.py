@@ -1,0 +1,103 @@
+"""The guided lesson: the card's story in chapters, for projecting and for self-study.
+
+Each chapter is a function that draws itself (a few sentences, one live figure, at most two
+controls, sometimes a "predict, then reveal" question) into the current container; the page
+(``app/views/lesson.py``) shows them one per screen (presenter mode, driven by the keyboard or a
+clicker) or all in order (self-study). Answers are kept in the session, so a question answered
+once stays answered, in either mode.
+
+The chapters live in ``part1.py`` (why evict, sinks and recency, heavy hitters), ``part2.py``
+(the window, the stale spike, the family) and ``part3.py`` (a real model, when (not) to use H2O,
+your turn).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import streamlit as st
+
+from app import state
+
+ANSWERS, REVEALED = "_lesson_answers", "_lesson_revealed"
+#: The "predict, then reveal" questions (chapters 3, 4 and 5).
+QUESTIONS = 3
+
+
+@dataclass(frozen=True)
+class Chapter:
+    number: int
+    title: str
+    anchor: str
+    draw: Callable[[], None]
+
+
+def predict(qid: str, question: str, options: Sequence[str], answer: str, why: str) -> bool:
+    """Predict, then reveal. Returns whether to show what settles it (the student picked an
+    answer, or asked to see it without answering: reading never blocks on a question)."""
+    ss = st.session_state
+    answers: dict[str, str] = ss.setdefault(ANSWERS, {})
+    revealed: set[str] = ss.setdefault(REVEALED, set())
+    key = f"lesson_q_{qid}"
+    ss[key] = answers.get(qid)  # widgets forget what a page switch left unrendered
+
+    def picked() -> None:
+        if ss.get(key) is not None:
+            answers[qid] = ss[key]
+
+    with st.container(border=True):
+        st.markdown(f"**Predict:** {question}")
+        choice = st.radio(
+            question,
+            list(options),
+            key=key,
+            on_change=picked,
+            horizontal=True,
+            label_visibility="collapsed",
+        )
+        if choice is None and qid not in revealed:
+            st.button(
+                "Just show me",
+                key=f"lesson_reveal_{qid}",
+                on_click=revealed.add,
+                args=(qid,),
+                help="See the answer without predicting.",
+            )
+            return False
+        if choice is None:
+            st.info(f"The answer: **{answer}**. {why}", icon=":material/lightbulb:")
+        elif choice == answer:
+            st.success(f"Right: **{answer}**. {why}", icon=":material/check_circle:")
+        else:
+            st.warning(f"Not quite: it is **{answer}**. {why}", icon=":material/lightbulb:")
+    return True
+
+
+def open_in(label: str, page: str, values: dict[str, Any], key: str) -> None:
+    """A button that opens ``page`` (a ``views/`` file) with exactly these settings."""
+
+    def go() -> None:
+        ss = st.session_state
+        for name, value in values.items():
+            if name in (state.STEP, state.SPIKE_STEP, *state.VIEW_SETTINGS):
+                ss[name] = value
+            else:
+                state.set_value(name, value)
+        ss["_lesson_goto"] = page
+
+    st.button(label, key=key, on_click=go, icon=":material/open_in_new:")
+
+
+def goto_if_asked() -> None:
+    """Switch page after an :func:`open_in` click (a callback cannot switch pages itself)."""
+    page = st.session_state.pop("_lesson_goto", None)
+    if page is not None:
+        st.switch_page(page)
+
+
+def chapters() -> list[Chapter]:
+    from app.lesson import part1, part2, part3
+
+    return [*part1.CHAPTERS, *part2.CHAPTERS, *part3.CHAPTERS]

@@ -1,0 +1,147 @@
+"""Chapters 7–9: a real model, when (not) to use H2O, your turn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+import h2o
+from app import card, data, figures
+from app.lesson import Chapter, open_in
+
+RESULTS = data.TRACE_DIR / "results"
+REAL_MODEL = "views/real_model.py"
+
+
+# -- 7. a real model -------------------------------------------------------------------------------
+@st.cache_data(show_spinner=False, max_entries=4)
+def _shipped(name: str, mtime_ns: int) -> dict | None:
+    """A results file of ``traces/results/`` (made by the commands in its README), or None."""
+    path = RESULTS / name
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def shipped(name: str) -> dict | None:
+    path = RESULTS / name
+    return _shipped(name, path.stat().st_mtime_ns) if path.is_file() else None
+
+
+def real_model() -> None:
+    budget = 128
+    lineup = [("h2o", {"recent_window": 32}), ("streaming-llm", {"sinks": 4})]
+    layers = {8: "traces/lighthouse-L8-mean.npz", 25: "traces/lighthouse-L25-mean.npz"}
+    mass: dict[str, list[float]] = {name: [] for name, _ in lineup}
+    labels: dict[str, str] = {}
+    for key in layers.values():
+        ref = data.load(key, {})
+        for row in data.bench(ref.ident, ref.trace, budget, 32, data.freeze_lineup(lineup)):
+            mass[row["policy"]].append(row["retained_mass"])
+            labels[row["policy"]] = row["label"]
+    st.markdown(
+        "Everything so far replayed traces. These come from a real model: **SmolLM2-135M**, run "
+        "in numpy inside this server, reading an original short story. In **layer 8** attention "
+        "reaches far back to particular tokens — H2O's case. In **layer 25** it is almost all "
+        "sinks and the last few tokens, and StreamingLLM's ring is enough."
+    )
+    st.plotly_chart(
+        figures.grouped_bars(
+            categories=[f"layer {n}" for n in layers],
+            series=[(labels[name], figures.policy_colour(name), mass[name]) for name, _ in lineup],
+            title=f"Retained attention mass at budget {budget}, SmolLM2-135M on lighthouse.txt",
+            xtitle="layer (mean over its 9 query heads)",
+            ytitle="retained mass (mean over t ≥ budget)",
+        ),
+        width="stretch",
+        key="lesson_layers",
+        config={"displaylogo": False},
+    )
+    answers = shipped("lighthouse-answers.json")
+    if answers is None:
+        st.info(
+            "The brass-owl answers are computed ahead by the commands in traces/results/README.md "
+            "and are not in this copy: the Real model page computes them on request."
+        )
+    else:
+        st.markdown(
+            "The story states once, near token 120 of 2,110, that the spare key is *inside the "
+            "brass owl*, and ends by asking where it is. The model's answer, with the cache of "
+            "every layer and KV head capped at each budget:"
+        )
+        table = pd.DataFrame(answers["answers"]).set_index("budget")
+        st.dataframe(table, key="lesson_answers")
+        st.caption(f"Computed ahead with: `{answers['command']}`")
+    open_in("Open the Real model page (and recompute)", REAL_MODEL, {}, key="lesson_open_7")
+
+
+# -- 8. when (not) to use H2O ----------------------------------------------------------------------
+#: Each of the card's points and the chapter that showed it.
+WHEN_SHOWN = (2, 1, 6, 6)
+WHEN_NOT_SHOWN = (4, 1, 5, 2)
+
+
+def when() -> None:
+    from app.lesson import chapters
+
+    titles = {c.number: (c.title, c.anchor) for c in chapters()}
+
+    def seen(n: int) -> str:
+        title, anchor = titles[n]
+        return f"[chapter {n}, {title}](#{anchor})"
+
+    left, right = st.columns(2, gap="medium")
+    with left:
+        st.subheader("Use it")
+        for item, n in zip(card.WHEN, WHEN_SHOWN, strict=True):
+            st.markdown(f"- *{item}* — {seen(n)}")
+    with right:
+        st.subheader("Don't")
+        for item, n in zip(card.WHEN_NOT, WHEN_NOT_SHOWN, strict=True):
+            st.markdown(f"- *{item}* — {seen(n)}")
+    st.caption("The card's own lists, in its order.")
+
+
+# -- 9. your turn ----------------------------------------------------------------------------------
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "decayed_h2o.py"
+
+
+def your_turn() -> None:
+    st.markdown(
+        "A policy is a short class. Subclass `h2o.policies.base.ScoredPolicy`, give it a `name`, "
+        "a `label` and a `score_label`, and say how one step's attention changes the scores "
+        "(`_accumulate`): the protected window, the argmin, the tie-breaking and every input "
+        "check come with the base class. Save it in a file and name it when you start the app "
+        "or a command:"
+    )
+    st.code(
+        "streamlit run app/main.py -- --policy examples/decayed_h2o.py:DecayedH2O\n"
+        "python -m h2o bench --policy-file examples/decayed_h2o.py:DecayedH2O",
+        language="bash",
+    )
+    if EXAMPLE.is_file():
+        st.code(EXAMPLE.read_text(encoding="utf-8"), language="python", line_numbers=True)
+    custom = [n for n, cls in h2o.POLICIES.items() if getattr(cls, "custom", False)]
+    if custom:
+        st.success(
+            "Loaded in this server: "
+            + ", ".join(f"`{n}` ({h2o.POLICIES[n].label})" for n in custom)
+            + ". It is in every policy list: compare it on Step through or All policies.",
+            icon=":material/extension:",
+        )
+    else:
+        st.caption(
+            "No custom policy is loaded in this server. The app only runs code from files on the "
+            "server's own disk, named by whoever starts it — never code sent from a browser."
+        )
+
+
+CHAPTERS = [
+    Chapter(7, "A real model", "a-real-model", real_model),
+    Chapter(8, "When (not) to use H2O", "when-not-to-use-h2o", when),
+    Chapter(9, "Your turn: write a policy", "your-turn-write-a-policy", your_turn),
+]

@@ -1,0 +1,100 @@
+"""The lesson: the H2O policy card's story in nine chapters — the app's first page.
+
+Self-study: every chapter in order, to scroll through; answers are kept for the session.
+Presenter mode (the sidebar switch, or ``?presenter=1``): one chapter per screen in large type,
+moved with ← / → or a clicker's PageUp / PageDown; ``?chapter=4`` opens (or resumes) a chapter.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app import lesson, state
+from app.lesson.keys import chapter_keys, pressed
+
+ss = st.session_state
+lesson.goto_if_asked()
+CHAPTERS = lesson.chapters()
+LAST = len(CHAPTERS)
+
+presenter = state.presenter_toggle()
+if not presenter:  # a projected chapter needs the height more than the page title
+    st.title("H2O, step by step")
+state.report_url_problems([state.CHAPTER, state.PRESENTER])
+if state.from_link(state.CHAPTER) and not 1 <= ss.get(state.CHAPTER, 1) <= LAST:
+    st.error(
+        f"Ignored from the link: chapter={ss[state.CHAPTER]} — there are chapters 1 to {LAST}.",
+        icon=":material/error:",
+    )
+    ss[state.CHAPTER] = 1
+ss[state.CHAPTER] = min(max(int(ss.get(state.CHAPTER, 1)), 1), LAST)
+state.publish([state.CHAPTER, state.PRESENTER])
+
+
+def move(delta: int) -> None:
+    ss[state.CHAPTER] = min(max(ss[state.CHAPTER] + delta, 1), LAST)
+
+
+def key_pressed() -> None:
+    go = pressed("lesson_keys")
+    if go is not None:
+        move(1 if go == "next" else -1)
+
+
+answered = len(ss.get(lesson.ANSWERS, {}))
+with st.sidebar:
+    st.header("Chapters")
+    for ch in CHAPTERS:
+        here = presenter and ch.number == ss[state.CHAPTER]
+        if presenter:
+            st.button(
+                f"{ch.number}. {ch.title}",
+                key=f"lesson_nav_{ch.number}",
+                on_click=lambda n=ch.number: ss.__setitem__(state.CHAPTER, n),
+                type="primary" if here else "tertiary",
+            )
+        else:
+            st.markdown(f"{ch.number}. [{ch.title}](#{ch.anchor})")
+    st.caption(f"Questions answered: {answered} of {lesson.QUESTIONS}.")
+
+if presenter:
+    ch = CHAPTERS[ss[state.CHAPTER] - 1]
+    # Large type for a projected room; the sidebar's switch turns it off again.
+    st.html(
+        "<style>[data-testid='stMain'] .stMarkdown p, [data-testid='stMain'] .stMarkdown li"
+        "{font-size: 1.3rem; line-height: 1.5;}</style>"
+    )
+    st.progress(ch.number / LAST, text=f"Chapter {ch.number} of {LAST}")
+    st.header(f"{ch.number}. {ch.title}", anchor=ch.anchor)
+    ch.draw()
+    left, _, right = st.columns([1, 3, 1])
+    left.button(
+        "← Previous",
+        key="lesson_prev",
+        on_click=move,
+        args=(-1,),
+        disabled=ch.number == 1,
+        width="stretch",
+    )
+    right.button(
+        "Next →",
+        key="lesson_next",
+        on_click=move,
+        args=(1,),
+        disabled=ch.number == LAST,
+        type="primary",
+        width="stretch",
+    )
+    chapter_keys("lesson_keys", key_pressed)
+else:
+    st.markdown(
+        "Nine short chapters, each with one live figure computed by the library as you read. "
+        "Where it helps, a question asks you to **predict** first; answer it or not, the figure "
+        "that settles it is one click away. Every chapter opens its full page with the same "
+        "settings. Presenting? Switch on **Presenter mode** in the sidebar: one chapter per "
+        "screen, ← / → or a clicker to move."
+    )
+    st.progress(answered / lesson.QUESTIONS, text=f"{answered} of {lesson.QUESTIONS} answered")
+    for ch in CHAPTERS:
+        st.header(f"{ch.number}. {ch.title}", anchor=ch.anchor, divider="gray")
+        ch.draw()

@@ -1,0 +1,113 @@
+"""The lesson page under AppTest: every chapter draws, every question reveals, links carry their
+settings, presenter mode moves one chapter at a time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from app import lesson
+
+MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
+QUESTIONS = {"heavy": "6", "window": "recent_window 64", "spike": "H2O"}
+
+
+def open_lesson(**query: object) -> AppTest:
+    at = AppTest.from_file(MAIN, default_timeout=300)
+    for k, v in query.items():
+        at.query_params[k] = str(v)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def headers(at: AppTest) -> list[str]:
+    return [h.value for h in at.header]
+
+
+def test_the_lesson_is_the_first_page_and_draws_every_chapter():
+    at = open_lesson()
+    assert at.title[0].value == "H2O, step by step"
+    numbered = [h for h in headers(at) if h[:1].isdigit()]
+    assert numbered == [f"{c.number}. {c.title}" for c in lesson.chapters()]
+    assert len(numbered) == 9
+    assert not at.error, [e.value for e in at.error]
+    # Chapter 1 computes bytes per token from the shapes: 7B = 32 × 32 × 128 × 2 × 2.
+    table = at.dataframe[0].value.set_index("model")
+    assert table.loc["Llama-2-7B", "bytes per token (fp16)"] == 524_288
+    assert table.loc["Llama-3-70B", "bytes per token (fp16)"] == 327_680
+
+
+@pytest.mark.parametrize("qid", sorted(QUESTIONS))
+def test_each_question_reveals_after_an_answer_or_on_request(qid):
+    at = open_lesson()
+    n_charts = len(at.get("plotly_chart"))
+    radio = at.radio(key=f"lesson_q_{qid}")
+    assert radio.value is None  # nothing is answered for the student
+    at.button(key=f"lesson_reveal_{qid}").click().run()
+    assert len(at.get("plotly_chart")) == n_charts + 1
+    assert any(QUESTIONS[qid] in i.value for i in at.info)
+    at = open_lesson()
+    at.radio(key=f"lesson_q_{qid}").set_value(QUESTIONS[qid]).run()
+    assert any(s.value.startswith(f"Right: **{QUESTIONS[qid]}**") for s in at.success)
+    assert len(at.get("plotly_chart")) == n_charts + 1
+    wrong = next(o for o in at.radio(key=f"lesson_q_{qid}").options if o != QUESTIONS[qid])
+    at.radio(key=f"lesson_q_{qid}").set_value(wrong).run()
+    assert any(w.value.startswith("Not quite") for w in at.warning)
+    assert at.session_state[lesson.ANSWERS][qid] == wrong  # kept for the session
+
+
+def test_presenter_mode_shows_one_chapter_and_moves_by_one():
+    at = open_lesson(presenter=1, chapter=4)
+    assert [h for h in headers(at) if h[:1].isdigit()] == ["4. The window is load-bearing"]
+    at.button(key="lesson_next").click().run()
+    assert [h for h in headers(at) if h[:1].isdigit()] == ["5. The stale spike"]
+    assert at.query_params["chapter"] == "5"
+    at.button(key="lesson_prev").click().run()
+    at.button(key="lesson_prev").click().run()
+    assert at.session_state["chapter"] == 3
+    at.button(key="lesson_nav_9").click().run()
+    assert at.session_state["chapter"] == 9
+    assert at.button(key="lesson_next").disabled
+
+
+def test_keys_move_chapters_like_a_clicker():
+    at = open_lesson(presenter=1, chapter=2)
+    (keys,) = at.get("bidi_component")
+    for go, want in (("next", 3), ("next", 4), ("prev", 3)):
+        states = at._tree.get_widget_states()
+        w = states.widgets.add()
+        # Trigger values travel under the component's event id (see streamlit's bidi_component).
+        w.id = f"$$STREAMLIT_INTERNAL_KEY_{keys.proto.id}__events"
+        w.json_trigger_value = json.dumps([{"event": "go", "value": go}])
+        at._run(states)
+        assert not at.exception, [e.value for e in at.exception]
+        assert at.session_state["chapter"] == want
+
+
+def test_a_chapter_beyond_the_last_is_refused_by_name():
+    at = open_lesson(presenter=1, chapter=42)
+    assert "chapter=42" in at.error[0].value
+    assert at.session_state["chapter"] == 1
+
+
+@pytest.mark.parametrize(
+    ("button", "page_title", "values"),
+    [
+        ("lesson_open_2", "Step through a replay", {"policy_a": "streaming-llm", "rows": "all"}),
+        ("lesson_open_3", "Step through a replay", {"trace": "toy", "step": 8}),
+        ("lesson_open_4", "recentWindow explorer", {"budget": 256, "recent_window": 32}),
+        ("lesson_open_6", "All policies", {"recent_window": 64}),
+    ],
+)
+def test_open_in_carries_the_chapter_settings(button, page_title, values):
+    at = open_lesson()
+    at.button(key=button).click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value.startswith(page_title)
+    for name, value in values.items():
+        assert at.session_state[name] == value, name
+        assert at.query_params[name] == str(value), name
