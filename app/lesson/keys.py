@@ -20,7 +20,7 @@ export default function ({ parentElement, setTriggerValue }) {
       if (e.ctrlKey || e.metaKey || e.altKey) return;
       const t = e.target;
       const tag = t && t.tagName;
-      if (tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT" || (t && t.isContentEditable)) return;
+      if (["INPUT", "TEXTAREA", "SELECT"].includes(tag) || (t && t.isContentEditable)) return;
       const go = { ArrowRight: "next", PageDown: "next", ArrowLeft: "prev", PageUp: "prev" }[e.key];
       if (!go) return;
       e.preventDefault();
