@@ -1,5 +1,5 @@
-"""The step-through player: ``player.js`` (plotly.js in the browser) as a Streamlit component, and
-as a self-contained HTML file for slides.
+"""The step-through player: ``js/*.js`` (drawing with plotly.js in the browser) as a Streamlit
+component, and as a self-contained HTML file for slides.
 
 Inside the app it is a custom component v2 (inline HTML/CSS/JS, no iframe): the page sends a view's
 payload (:mod:`app.playback`) once per range of steps; stepping and playing happen in the browser;
@@ -24,6 +24,8 @@ HERE = Path(__file__).parent
 STATIC = HERE.parent / "static"
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 NAME = "h2o_player"
+#: The player's script, in load order: joined into one function scope (see :func:`bundle`).
+JS_FILES = ("common.js", "slots.js", "plots.js", "player.js")
 
 _WRAPPER = """
 function loadPlotly(url) {
@@ -65,6 +67,18 @@ def _read(name: str) -> str:
     return (HERE / name).read_text(encoding="utf-8")
 
 
+def bundle() -> str:
+    """``js/*.js`` as one script that defines ``H2OPlayer`` (``decode``, ``mount``) and nothing
+    else: the component's module and the exported file both start from it."""
+    parts = [(HERE / "js" / name).read_text(encoding="utf-8") for name in JS_FILES]
+    return (
+        'var H2OPlayer = (function () {\n"use strict";\n'
+        + "\n".join(parts)
+        + "\nreturn { decode, mount: (root, bytes, opts) => new Player(root, bytes, opts) };\n"
+        + "})();\n"
+    )
+
+
 def ensure_static() -> Path:
     """Put the ``plotly`` package's own plotly.min.js where the app serves static files."""
     target = STATIC / "plotly.min.js"
@@ -89,14 +103,15 @@ def _registered(_versions: tuple[int, ...]) -> Callable[..., Any]:
         NAME,
         html='<div class="h2o-root"></div>',
         css=_read("player.css"),
-        js=_read("player.js") + _WRAPPER,
+        js=bundle() + _WRAPPER,
         isolate_styles=False,  # plotly.js styles its plots from the document's head
     )
 
 
 def _component() -> Callable[..., Any]:
-    # Keyed by the files' mtimes: an edited player.js is registered anew without a restart.
-    return _registered(tuple((HERE / n).stat().st_mtime_ns for n in ("player.js", "player.css")))
+    # Keyed by the files' mtimes: an edited script is registered anew without a restart.
+    files = [HERE / "js" / n for n in JS_FILES] + [HERE / "player.css"]
+    return _registered(tuple(f.stat().st_mtime_ns for f in files))
 
 
 def mount(payload: bytes, *, key: str, on_change: Callable[[], None]) -> Any:
@@ -137,7 +152,7 @@ body {{ margin: 0 auto; padding: 1rem 2rem 3rem; max-width: 1400px; background: 
 <p>Exported from the h2o teaching app. Steps and plays offline: ←/→ step, Space plays.</p></div>
 <div id="h2o" class="h2o-root"></div>
 <script>{inline(PLOTLY_JS.read_text(encoding="utf-8"))}</script>
-<script>{inline(_read("player.js"))}
+<script>{inline(bundle())}
 (function () {{
   const bin = atob("{data}");
   const bytes = new Uint8Array(bin.length);

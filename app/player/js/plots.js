@@ -1,0 +1,370 @@
+/* The player's plotly drawings, mixed into Player (player.js): the detail heatmap (rebuilt when
+ * the cursor leaves the steps it shows), the whole-run overview and the metrics (drawn once per
+ * view), and the kept slots (every step, on a canvas: slots.js). */
+const PlotMethods = {
+  plotBox(parent, cls, height) {
+    const cell = el("div", "h2o-cell");
+    parent.appendChild(cell);
+    const cap = el("div", "h2o-cap");
+    cell.appendChild(cap);
+    parent = cell;
+    const wrap = el("div", "h2o-plot " + cls);
+    const gd = el("div", "h2o-gd");
+    gd.style.height = height + "px";
+    const over = el("div", "h2o-over");
+    const mask = el("div", "h2o-mask");
+    const win = el("div", "h2o-win");
+    const cur = el("div", "h2o-cursor");
+    over.append(mask, win, cur);
+    wrap.append(gd, over);
+    parent.appendChild(wrap);
+    return { cap, wrap, gd, over, mask, win, cur };
+  },
+
+  /** A plot's layout; its title is the caption above it (HTML wraps, a plot title does not). */
+  layout(v, title, height, xtitle, ytitle, extra) {
+    const th = this.theme;
+    const big = this.h.presenter ? 3 : 0;
+    v.cap.textContent = title;
+    return Object.assign({
+      height,
+      font: { size: 14 + big, family: th.font, color: th.text },
+      paper_bgcolor: "rgba(0,0,0,0)",
+      plot_bgcolor: C.plotBg,
+      margin: { l: 64, r: 16, t: 12, b: 56 },
+      xaxis: { title: { text: xtitle }, zeroline: false, gridcolor: "rgba(128,128,128,0.25)", tickfont: { size: 14 + big } },
+      yaxis: { title: { text: ytitle }, zeroline: false, gridcolor: "rgba(128,128,128,0.25)", tickfont: { size: 14 + big } },
+      legend: { orientation: "h", x: 0, xanchor: "left", yanchor: "top", font: { size: 14 + big } },
+      hoverlabel: { font: { size: 15 } },
+      showlegend: true,
+    }, extra || {});
+  },
+
+  /** Milestones (performance.now) for the benchmark: load, decoded, first render. */
+  mark(name) {
+    const m = this.marks || (this.marks = {});
+    if (!(name in m)) m[name] = performance.now();
+  },
+
+  timed(name, t0) {
+    const tm = this.timings || (this.timings = {});
+    (tm[name] || (tm[name] = [])).push(performance.now() - t0);
+    if (tm[name].length > 200) tm[name].shift();
+  },
+
+  /** Room under the x axis for a legend of however many rows its entries need. */
+  fitLegend(v, lay, data) {
+    const names = data.filter((d) => d.showlegend !== false && d.name && d.type !== "heatmap").map((d) => d.name);
+    for (const sh of lay.shapes || []) if (sh.showlegend) names.push(sh.name);
+    const width = Math.max(200, (v.gd.clientWidth || 420) - 20);
+    let rows = names.length ? 1 : 0;
+    let used = 0;
+    for (const name of names) {
+      const w = 44 + 7.6 * String(name).replace(/&[a-z]+;/g, "x").length;
+      if (used && used + w > width) { rows++; used = 0; }
+      used += w;
+    }
+    lay.margin.b = 72 + 24 * rows;
+    lay.height += 24 * rows;
+    // Legend rows start under the x axis title, in the plot's own (paper) coordinates.
+    const ph = lay.height - lay.margin.t - lay.margin.b;
+    lay.legend.y = -70 / Math.max(ph, 1);
+    v.gd.style.height = lay.height + "px"; // plotly sizes a responsive plot to its div
+    return lay;
+  },
+
+  config() {
+    return { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"] };
+  },
+
+  heatTrace(P, z, raw, x, y, text, scale, pooled) {
+    const pooledNote = pooled ? "max " : "";
+    const what = P.meta.scored
+      ? `${pooledNote}${esc(P.meta.score_label)}: %{customdata:.4g}`
+      : `${pooledNote}age %{customdata} steps (this policy keeps no score)`;
+    const bar = { title: { text: esc(scale.title), side: "right" }, thickness: 14, tickfont: { size: 13 } };
+    if (scale.ticks) Object.assign(bar, scale.ticks);
+    return {
+      type: "heatmap", z, x, y, customdata: raw, text, hoverongaps: false,
+      zmin: scale.zmin, zmax: scale.zmax, colorscale: colourscale(this.theme.seq), colorbar: bar,
+      hovertemplate: `step %{x}<br>%{text}<br>${what}<extra></extra>`, name: P.meta.scored ? P.meta.score_label : "age",
+    };
+  },
+
+  drawDetail(i) {
+    const T0 = performance.now();
+    try { return this._drawDetail(i); } finally { this.timed("drawDetail", T0); }
+  },
+
+  _drawDetail(i) {
+    const P = this.panels[i];
+    const v = this.views[i];
+    const [p0, p1] = this.page;
+    const W = p1 - p0;
+    const scale = scaleOf(P.meta, this.st.colour === "log", this.h.steps);
+    const kept = this.st.rows === "kept";
+    // Rows: every position kept at some step shown (one row each), or all positions, pooled.
+    const top = p1; // positions < p1
+    let rowOf, rows, stride = 1, y, labels;
+    if (kept) {
+      const mark = new Uint8Array(top);
+      for (let t = p0; t < p1; t++) for (const p of this.keptAt(i, t).pos) mark[p] = 1;
+      rows = [];
+      rowOf = new Int32Array(top).fill(-1);
+      for (let p = 0; p < top; p++) if (mark[p]) { rowOf[p] = rows.length; rows.push(p); }
+      y = rows.map((_, r) => r);
+      labels = rows.map((p) => esc(this.posLabel(p)));
+    } else {
+      stride = Math.max(1, Math.ceil(top / 400));
+      const n = Math.ceil(top / stride);
+      rows = Array.from({ length: n }, (_, r) => r * stride);
+      y = rows.map((p) => p + (stride - 1) / 2);
+      labels = rows.map((p) => (stride > 1 ? `positions ${p}–${Math.min(p + stride, top) - 1}` : esc(this.posLabel(p))));
+    }
+    const row = (p) => (kept ? rowOf[p] : Math.floor(p / stride));
+    const T1 = performance.now();
+    const z = rows.map(() => new Float32Array(W).fill(NaN));
+    const raw = rows.map(() => new Float32Array(W).fill(NaN));
+    for (let t = p0; t < p1; t++) {
+      const { pos, score } = this.keptAt(i, t);
+      const c = t - p0;
+      for (let k = 0; k < pos.length; k++) {
+        const r = row(pos[k]);
+        const val = score ? score[k] : t - pos[k];
+        const cur = raw[r][c];
+        if (!(cur >= val)) { raw[r][c] = val; z[r][c] = scale.value(val); }
+      }
+    }
+    const x = Array.from({ length: W }, (_, c) => p0 + c);
+    this.timed("detail.grid", T1);
+    const text = labels.map((lab) => new Array(W).fill(lab));
+    const data = [this.heatTrace(P, z, raw, x, y, text, scale, !kept && stride > 1)];
+    // Evictions in these steps: a ✕ at (step, row); hover says who and why; click jumps there.
+    const ev = { x: [], y: [], text: [] };
+    const a = P.a;
+    for (let j = P.vIdx[p0 - P.A]; j < P.vIdx[p1 - P.A]; j++) {
+      const t = a.v_step[j];
+      const p = a.v_pos[j];
+      ev.x.push(t);
+      ev.y.push(kept ? rowOf[p] : y[row(p)]);
+      const why = esc(this.storyAt(i, t)).replace(" — ", "<br>— ").replace(/; /g, "<br>").replace(/\n/g, "<br>");
+      ev.text.push(`<b>${esc(this.posLabel(p))}</b> evicted at step ${t}<br>${why}`);
+    }
+    if (ev.x.length) {
+      data.push({
+        type: "scatter", mode: "markers", x: ev.x, y: ev.y, hovertext: ev.text, hoverinfo: "text",
+        name: "eviction (click: go to its step)",
+        marker: { symbol: "x-thin", size: clamp(360 / W, 5, 12), color: C.evict, line: { width: 2, color: C.evict } },
+      });
+    }
+    const shapes = [];
+    const ypos = (p, edge) => (kept ? rowOf[p] + edge : p + edge);
+    const win = P.meta.window;
+    if (win > 0) {
+      const tx = [], ty = [], by = [];
+      for (let t = p0; t < p1; t++) {
+        const pos = this.keptAt(i, t).pos;
+        const n = pos.length;
+        if (!n) continue;
+        tx.push(t - 0.5, t + 0.5);
+        ty.push(ypos(pos[n - 1], 0.5), ypos(pos[n - 1], 0.5));
+        by.push(ypos(pos[Math.max(0, n - win)], -0.5), ypos(pos[Math.max(0, n - win)], -0.5));
+      }
+      if (tx.length) {
+        const xs = tx.concat(tx.slice().reverse());
+        const ys = ty.concat(by.slice().reverse());
+        shapes.push({
+          type: "path", path: "M" + xs.map((xx, k) => `${xx},${ys[k]}`).join("L") + "Z",
+          fillcolor: C.protectFill, line: { color: C.protectLine, width: 1 }, layer: "above",
+          name: `protected recent window (${win})`, showlegend: true,
+        });
+      }
+    }
+    const sinks = P.meta.sinks;
+    if (sinks) {
+      const y1 = kept ? rows.filter((p) => p < sinks).length - 0.5 : sinks - 0.5;
+      shapes.push({
+        type: "rect", x0: p0 - 0.5, x1: p1 - 0.5, y0: -0.5, y1, fillcolor: C.sinkFill,
+        line: { color: C.sinkLine, width: 1 }, layer: "above", showlegend: true,
+        name: sinks === 1 ? "pinned sink (position 0)" : `pinned sinks (positions 0–${sinks - 1})`,
+      });
+    }
+    this.highlightShapes(shapes, (p) => (kept ? (p < top ? rowOf[p] : -1) : p), kept ? 1 : stride);
+    const yaxis = { range: [y.length ? y[0] - (kept ? 0.5 : stride / 2) : -0.5, y.length ? y[y.length - 1] + (kept ? 0.5 : stride / 2) : 0.5] };
+    if (kept) {
+      const nt = Math.min(rows.length, this.h.presenter ? 6 : 9);
+      const tv = [];
+      for (let k = 0; k < nt; k++) tv.push(Math.round((k * (rows.length - 1)) / Math.max(nt - 1, 1)));
+      const uniq = [...new Set(tv)];
+      yaxis.tickvals = uniq;
+      yaxis.ticktext = uniq.map((r) => String(rows[r]));
+    }
+    const title = (P.meta.scored ? `${P.meta.score_label} while kept` : "age of each kept position (no score)") + ` — steps ${p0}–${p1 - 1}`;
+    const ytitle = kept ? "kept position (one row each)" : "position" + (stride > 1 ? ` (pooled by ${stride})` : "");
+    const lay = this.layout(v.detail, title, this.h.presenter ? 500 : 430, "decode step", ytitle, { shapes });
+    lay.xaxis.range = [p0 - 0.5, p1 - 0.5];
+    Object.assign(lay.yaxis, yaxis);
+    const gd = v.detail.gd;
+    const T2 = performance.now();
+    window.Plotly.react(gd, data, this.fitLegend(v.detail, lay, data), this.config());
+    this.timed("detail.react", T2);
+    if (!gd.__h2oBound) {
+      gd.__h2oBound = true;
+      gd.on("plotly_click", (ev2) => {
+        const pt = ev2 && ev2.points && ev2.points[0];
+        if (pt && pt.x !== undefined) this.jump(Math.round(Number(pt.x)));
+      });
+      gd.on("plotly_afterplot", () => this.placeAll());
+    }
+  },
+
+  highlightShapes(shapes, yOf, half) {
+    const hl = this.h.highlights || [];
+    const labels = [...new Set(hl.map((x) => x[1]))];
+    const seen = new Set();
+    for (const [p, label] of hl) {
+      const yy = yOf(p);
+      if (yy < 0) continue;
+      const k = labels.indexOf(label);
+      shapes.push({
+        type: "rect", xref: "paper", x0: 0, x1: 1, y0: yy - 1.5 * half, y1: yy + 1.5 * half, layer: "above",
+        line: { color: C.highlight[k % C.highlight.length], width: k === 0 ? 2 : 1.5, dash: "dot" },
+        name: esc(label), legendgroup: "hl " + label, showlegend: !seen.has(label),
+      });
+      seen.add(label);
+    }
+  },
+
+  drawBars(i, t) {
+    const T0 = performance.now();
+    try { return this._drawBars(i, t); } finally { this.timed("drawBars", T0); }
+  },
+
+  _drawBars(i, t) {
+    const P = this.panels[i];
+    const v = this.views[i];
+    const { pos, score, victims } = this.keptAt(i, t);
+    const n = pos.length;
+    const meta = P.meta;
+    const log = !meta.scored || this.st.colour === "log";
+    const lo = meta.scored ? (log ? meta.hi * Math.pow(10, -LOG_DECADES) : 0) : 0.5;
+    const hi = meta.scored ? meta.hi : Math.max(this.h.steps, 2);
+    const values = new Float64Array(n);
+    const gone = new Uint8Array(n);
+    for (let k = 0, j = 0; k < n; k++) {
+      values[k] = score ? score[k] : t - pos[k];
+      if (j < victims.length && pos[k] === victims[j]) { gone[k] = 1; j++; }
+    }
+    const budget = meta.budget;
+    const out = victims.length;
+    v.bars.cap.textContent = n > budget
+      ? `Kept slots at step ${t}: ${n} positions — the budget of ${budget} plus position ${t}, just admitted; ${out === 1 ? "one is" : out + " are"} evicted now`
+      : `Kept slots at step ${t}: ${n} of ${budget} slots in use — ${n < budget ? "room left, " : ""}nothing to evict`;
+    v.bars.chart.draw({
+      n, values, gone, log, lo, hi, colour: meta.colour, window: meta.window, sinks: meta.sinks,
+      theme: this.theme, big: this.h.presenter,
+      ytitle: meta.scored ? meta.score_label + (log ? " (log)" : "") : "age in steps (log)",
+      xlabel: (k) => String(pos[k]),
+      hover: (k) => {
+        const val = values[k];
+        const what = meta.scored ? `${meta.score_label}: ${fmt(val)}` : `age ${val} step${val === 1 ? "" : "s"}` + (val === 0 ? " (just admitted)" : "");
+        return `slot ${k} · ${this.posLabel(pos[k])}\n${what}` + (gone[k] ? "\nevicted at this step" : "");
+      },
+    });
+  },
+
+  drawOverview(i) {
+    const T0 = performance.now();
+    try { return this._drawOverview(i); } finally { this.timed("drawOverview", T0); }
+  },
+
+  _drawOverview(i) {
+    const P = this.panels[i];
+    const v = this.views[i];
+    const o = P.meta.overview;
+    const grid = P.a.overview;
+    const scale = scaleOf(P.meta, this.st.colour === "log", this.h.steps);
+    const z = [], raw = [], text = [];
+    for (let r = 0; r < o.rows; r++) {
+      const rz = new Float32Array(o.cols).fill(NaN);
+      const rr = grid.subarray(r * o.cols, (r + 1) * o.cols);
+      for (let c = 0; c < o.cols; c++) if (!Number.isNaN(rr[c])) rz[c] = P.meta.scored ? scale.value(rr[c]) : 0.5 * scale.zmax;
+      z.push(rz);
+      raw.push(P.meta.scored ? rr : new Float32Array(o.cols).fill(NaN));
+      const lab = `positions ≈ ${r * o.sy}–${(r + 1) * o.sy - 1}`;
+      text.push(new Array(o.cols).fill(lab));
+    }
+    const x = Array.from({ length: o.cols }, (_, c) => c * o.sx + (o.sx - 1) / 2);
+    const y = Array.from({ length: o.rows }, (_, r) => r * o.sy + (o.sy - 1) / 2);
+    const heat = this.heatTrace(P, z, raw, x, y, text, scale, true);
+    heat.hovertemplate = P.meta.scored
+      ? `steps ≈ %{x:.0f}<br>%{text}<br>max ${esc(P.meta.score_label)}: %{customdata:.4g}<extra></extra>`
+      : "steps ≈ %{x:.0f}<br>%{text}<br>kept<extra></extra>";
+    if (!P.meta.scored) heat.showscale = false;
+    const shapes = [];
+    if (P.meta.band) {
+      const [bx, by] = P.meta.band;
+      shapes.push({ type: "path", path: "M" + bx.map((xx, k) => `${xx},${by[k]}`).join("L") + "Z", fillcolor: C.protectFill, line: { color: C.protectLine, width: 1 }, layer: "above", name: `protected recent window (${P.meta.window})`, showlegend: true });
+    }
+    if (P.meta.sinks) {
+      shapes.push({ type: "rect", xref: "paper", x0: 0, x1: 1, y0: -0.5, y1: P.meta.sinks - 0.5, fillcolor: C.sinkFill, line: { color: C.sinkLine, width: 1 }, layer: "above", name: "pinned sinks", showlegend: true });
+    }
+    this.highlightShapes(shapes, (p) => p, o.sy);
+    const lay = this.layout(v.overview, "Whole run, max-pooled (the box: the steps in the detail view)", 300, `decode step (cells pooled by ${o.sx})`, `position (pooled by ${o.sy})`, { shapes });
+    lay.xaxis.range = [-0.5, this.h.steps - 0.5];
+    lay.yaxis.range = [-0.5, this.h.steps - 0.5];
+    const gd = v.overview.gd;
+    window.Plotly.react(gd, [heat], this.fitLegend(v.overview, lay, [heat]), this.config());
+    if (!gd.__h2oBound) {
+      gd.__h2oBound = true;
+      gd.on("plotly_click", (ev) => {
+        const pt = ev && ev.points && ev.points[0];
+        if (pt && pt.x !== undefined) this.jump(Math.round(Number(pt.x)));
+      });
+      gd.on("plotly_afterplot", () => this.placeAll());
+    }
+  },
+
+  drawMetrics() {
+    const T0 = performance.now();
+    try { return this._drawMetrics(); } finally { this.timed("drawMetrics", T0); }
+  },
+
+  _drawMetrics() {
+    const h = this.h;
+    const defs = [
+      ["mass", "run_mass", "Retained attention mass", "retained mass"],
+      ["recall", "run_recall", `Top-${h.top_k} recall`, `top-${h.top_k} recall`],
+    ];
+    defs.forEach(([key, runKey, title, ytitle], m) => {
+      const data = [];
+      this.panels.forEach((P) => {
+        if (P.error) return;
+        const label = esc(P.meta.title);
+        data.push({ type: "scatter", mode: "lines", x0: 0, dx: 1, y: P.a[key], opacity: 0.35, line: { color: P.meta.colour, width: 1, dash: P.meta.dash }, name: `${label}, per step`, legendgroup: label, showlegend: false, hovertemplate: `${label}<br>step %{x}: %{y:.3f}<extra></extra>` });
+        data.push({ type: "scatter", mode: "lines", x0: 0, dx: 1, y: P.a[runKey], line: { color: P.meta.colour, width: 3, dash: P.meta.dash }, name: label, legendgroup: label, hovertemplate: `${label}<br>mean to step %{x}: %{y:.4f}<extra></extra>` });
+      });
+      if (key === "mass" && this.oracle) {
+        data.push({ type: "scatter", mode: "lines", x0: 0, dx: 1, y: this.oracle, line: { color: C.oracle, width: 2, dash: "dot" }, name: `oracle bound (best ${h.budget} positions)`, hovertemplate: "oracle at step %{x}: %{y:.3f}<extra></extra>" });
+      }
+      const shapes = [];
+      if (h.budget > 0 && h.budget < h.steps) {
+        shapes.push({ type: "line", x0: h.budget, x1: h.budget, y0: 0, y1: 1, yref: "paper", line: { color: C.neutral, width: 1, dash: "dot" }, name: `cache full: evictions start (step ${h.budget})`, showlegend: true });
+      }
+      const mv = this.mViews[m];
+      const lay = this.layout(mv, `${title} per step (thin) and running mean from step ${h.budget} (thick)`, 330, "decode step", ytitle, { shapes });
+      lay.yaxis.range = [0, 1.02];
+      lay.xaxis.range = [-0.5, h.steps - 0.5];
+      const gd = mv.gd;
+      window.Plotly.react(gd, data, this.fitLegend(mv, lay, data), this.config());
+      if (!gd.__h2oBound) {
+        gd.__h2oBound = true;
+        gd.on("plotly_click", (ev) => {
+          const pt = ev && ev.points && ev.points[0];
+          if (pt && pt.x !== undefined) this.jump(Math.round(Number(pt.x)));
+        });
+        gd.on("plotly_afterplot", () => this.placeAll());
+      }
+    });
+  }
+};
