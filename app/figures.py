@@ -16,6 +16,7 @@ return ``go.Figure`` objects meant for ``st.plotly_chart(..., theme="streamlit")
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -65,8 +66,15 @@ def policy_colour(name: str) -> str:
 
 
 def _layout(title: str, height: int, xtitle: str, ytitle: str, **extra: object) -> dict:
+    # Titles carry trace names, which come from files: Plotly renders some HTML (links too).
     layout: dict = {
-        "title": {"text": title, "x": 0, "xanchor": "left", "y": 0.98, "yanchor": "top"},
+        "title": {
+            "text": html.escape(title, quote=False),
+            "x": 0,
+            "xanchor": "left",
+            "y": 0.98,
+            "yanchor": "top",
+        },
         "height": height,
         "font": {"size": FONT},
         "margin": {"l": 70, "r": 20, "t": 95, "b": 55},

@@ -14,6 +14,7 @@ one page when the user switches to another.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -119,6 +120,20 @@ def set_step(name: str, value: int) -> None:
 
 def step_slider_key(name: str) -> str:
     return f"w_{name}_{st.session_state.get(f'_{name}_version', 0)}"
+
+
+#: What markdown makes something of: links and images need [ ], HTML and autolinks < >, emphasis
+#: * _ ~, code `, headings #, tables |, LaTeX $.
+_MARKDOWN = re.compile(r"([\\`*_\[\]#!<>|~$])")
+
+
+def md(value: object, limit: int = 120) -> str:
+    """A string from outside (a file, its name, its metadata, an error about it) for markdown:
+    cut short, every markdown and HTML character escaped, so it can never become a link, an
+    image to fetch, or markup."""
+    text = str(value)
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return _MARKDOWN.sub(r"\\\1", text).replace("\n", " ")
 
 
 def shown(raw: object, limit: int = 24) -> str:
@@ -292,7 +307,8 @@ def _on_trace_change() -> None:
     except ValueError as e:
         ok = ss.get(TRACE_OK, DEFAULT_TRACE)
         ss[TRACE_ERROR] = (
-            f"Could not open the trace {key!r}: {e}. Pick another one; {ok!r} is still selected."
+            f"Could not open the trace {md(repr(key))}: {md(e, 300)}. Pick another one; {md(repr(ok))} is "
+            "still selected."
         )
         set_value(TRACE, ok)
 
@@ -308,10 +324,10 @@ def _on_upload() -> None:
         open_trace(key, up)
     except ValueError as e:
         ss[TRACE_ERROR] = (
-            f"Could not use the upload {f.name!r}: {e}. Upload an .npz in the format of "
+            f"Could not use the upload {md(repr(f.name))}: {md(e, 300)}. Upload an .npz in the format of "
             f"traces/README.md (h2o.save_trace writes one): rows of finite, non-negative weights "
             f"that each sum to 1, at least 2 and at most {data.MAX_UPLOAD_STEPS:,} steps. The "
-            f"trace {current!r} is still selected."
+            f"trace {md(repr(current))} is still selected."
         )
 
 
@@ -322,7 +338,10 @@ def _resolve(key: str) -> tuple[data.TraceRef, str | None]:
     except ValueError as e:
         ok = st.session_state.get(TRACE_OK, DEFAULT_TRACE)
         fallback = ok if ok != key else DEFAULT_TRACE
-        msg = f"Could not open the trace {key!r}: {e}. Pick another trace; showing {fallback!r}."
+        msg = (
+            f"Could not open the trace {md(repr(key))}: {md(e, 300)}. Pick another trace; showing "
+            f"{md(repr(fallback))}."
+        )
         return data.load(fallback, uploads()), msg
 
 
@@ -333,8 +352,8 @@ def sidebar() -> Context:
     errors = [f"Ignored from the link: {p}." for p in url_problems(SHARED)]
     if ss.get(TRACE, DEFAULT_TRACE) not in options:
         errors.append(
-            f"The trace {ss[TRACE]!r} from the link is not available here (uploads are not "
-            f"shared between sessions): showing {DEFAULT_TRACE!r}. Upload the file to use it."
+            f"The trace {shown(ss[TRACE], 60)} from the link is not available here (uploads are "
+            f"not shared between sessions): showing {DEFAULT_TRACE!r}. Upload the file to use it."
         )
         set_value(TRACE, DEFAULT_TRACE)
     with st.sidebar:
@@ -365,7 +384,7 @@ def sidebar() -> Context:
         else:
             ss[TRACE] = key
             ss.setdefault(TRACE_OK, key)
-        st.caption(f"**{ref.trace.name}** — {data.describe_trace(ref.trace)}")
+        st.caption(f"**{md(ref.trace.name, 60)}** — {md(data.describe_trace(ref.trace), 300)}")
 
         st.header("Cache")
         fit = defaults(ref.trace)
@@ -421,7 +440,7 @@ def _fit_to_trace(name: str, most: int, fit: dict[str, int], trace: h2o.Trace) -
     set_value(name, fit[name])
     return (
         ("Ignored from the link: " if linked else "")
-        + f"{name}={value} is above {most:,}, the most the trace {trace.name!r} "
+        + f"{name}={value} is above {most:,}, the most the trace {md(trace.name, 60)} "
         f"({trace.steps:,} steps) allows. Using its suggested {name} of {fit[name]}."
     )
 
@@ -471,7 +490,7 @@ def policy_choice(name: str, label: str, default: str, container: Any = st) -> s
     names = list(h2o.POLICIES)
     ss = st.session_state
     if ss.get(name, default) not in names:
-        st.error(f"Ignored {name}={ss[name]!r} from the link: choose from {', '.join(names)}.")
+        st.error(f"Ignored {name}={shown(ss[name])} from the link: choose from {', '.join(names)}.")
         set_value(name, default)
     chosen = container.selectbox(
         label,

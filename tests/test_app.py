@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -323,6 +324,39 @@ def test_link_values_that_are_not_usable_numbers(query, words):
     assert words in errors and len(errors) < 400
     if page == "views/step_through.py":
         assert at.session_state["budget"] == 8 and at.session_state["step"] == 0
+
+
+def live_markup(text: str) -> list[str]:
+    """What markdown would turn into a link, an image or HTML, outside code spans and escapes."""
+    bare = re.sub(r"\\.", "", re.sub(r"`[^`]*`", "", text))  # code spans and escapes are inert
+    return re.findall(r"\]\(|<[a-zA-Z!/]", bare)
+
+
+EVIL = [
+    "[Click here to sign in](https://example.com/login)",
+    "![x](http://127.0.0.1:9/track.png)",
+    "<img src=x onerror=alert(1)>",
+    "x" * 60_000,
+]
+
+
+@pytest.mark.parametrize("evil", EVIL)
+def test_values_from_a_link_are_never_markup(evil):
+    at = open_app(trace=evil, policy_a=evil, policy_b="tova", speed=evil, colour=evil)
+    errors = [e.value for e in at.error]
+    assert len(errors) >= 3
+    for e in errors:
+        assert live_markup(e) == [], e
+        assert len(e) < 500
+
+
+@pytest.mark.parametrize("evil", EVIL[:3])
+def test_an_upload_name_is_never_markup(evil):
+    at = open_app(trace="toy")
+    upload(at, f"{evil}.npz", b"not a zip file at all")
+    (error,) = [e.value for e in at.error]
+    assert "not an .npz file" in error
+    assert live_markup(error) == [], error
 
 
 def test_the_budget_cannot_exceed_the_trace():

@@ -34,7 +34,7 @@ else:
 rows = data.bench(ctx.ref.ident, ctx.trace, ctx.budget, ctx.top_k, data.freeze_lineup(lineup))
 oracle = rows[0]["oracle_mass"]
 
-st.subheader(f"{ctx.trace.name}, budget {ctx.budget}")
+st.subheader(f"{state.md(ctx.trace.name, 60)}, budget {ctx.budget}")
 fig = figures.policy_bars(
     policies=[r["policy"] for r in rows],
     labels=[r["label"] for r in rows],

@@ -24,7 +24,8 @@ if not presenter:
     )
 if (origin := data.trace_origin(ctx.trace)) is not None:
     st.caption(
-        f"**{state.shown(ctx.trace.name, 60)}**: the attention of {origin}. Hover a cell for its "
+        f"**{state.shown(ctx.trace.name, 60)}**: the attention of {state.md(origin, 300)}. Hover "
+        "a cell for its "
         "token; the Real model page says what to look for."
     )
 cols = st.columns(2)
