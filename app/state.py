@@ -307,8 +307,8 @@ def _on_trace_change() -> None:
     except ValueError as e:
         ok = ss.get(TRACE_OK, DEFAULT_TRACE)
         ss[TRACE_ERROR] = (
-            f"Could not open the trace {md(repr(key))}: {md(e, 300)}. Pick another one; {md(repr(ok))} is "
-            "still selected."
+            f"Could not open the trace {md(repr(key))}: {md(e, 300)}. Pick another one; "
+            f"{md(repr(ok))} is still selected."
         )
         set_value(TRACE, ok)
 
@@ -324,8 +324,8 @@ def _on_upload() -> None:
         open_trace(key, up)
     except ValueError as e:
         ss[TRACE_ERROR] = (
-            f"Could not use the upload {md(repr(f.name))}: {md(e, 300)}. Upload an .npz in the format of "
-            f"traces/README.md (h2o.save_trace writes one): rows of finite, non-negative weights "
+            f"Could not use the upload {md(repr(f.name))}: {md(e, 300)}. Upload an .npz in the "
+            f"format of traces/README.md (h2o.save_trace writes one): rows of finite, non-negative weights "
             f"that each sum to 1, at least 2 and at most {data.MAX_UPLOAD_STEPS:,} steps. The "
             f"trace {md(repr(current))} is still selected."
         )
