@@ -326,8 +326,8 @@ def _on_upload() -> None:
         ss[TRACE_ERROR] = (
             f"Could not use the upload {md(repr(f.name))}: {md(e, 300)}. Upload an .npz in the "
             "format of traces/README.md (h2o.save_trace writes one): rows of finite, non-negative "
-            f"weights that each sum to 1, at least 2 and at most {data.MAX_UPLOAD_STEPS:,} steps. The "
-            f"trace {md(repr(current))} is still selected."
+            f"weights that each sum to 1, at least 2 and at most {data.MAX_UPLOAD_STEPS:,} steps. "
+            f"The trace {md(repr(current))} is still selected."
         )
 
 
