@@ -618,3 +618,17 @@ def test_stale_spike_page_computes_its_story():
     assert metrics["Scissorhands: position 0"].startswith("evicted at step")
     canonical = [v for k, v in metrics.items() if k.endswith("(recent_window=64) mass")]
     assert len(canonical) == 2 and abs(float(canonical[0]) - float(canonical[1])) < 0.01
+
+
+@pytest.mark.parametrize(
+    ("page", "words"),
+    [
+        ("views/window_explorer.py", "marks none as yours"),
+        ("views/all_policies.py", "the table shows them at recent_window 32, 64 only"),
+    ],
+)
+def test_a_window_the_budget_refuses_is_named_not_dropped(page, words):
+    at = open_app(page, budget=256, recent_window=300)
+    assert not at.exception
+    warnings = " ".join(w.value for w in at.warning)
+    assert "recent_window (300) is not below the budget (256)" in warnings and words in warnings

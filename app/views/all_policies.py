@@ -25,6 +25,15 @@ if ctx.budget < 2:
     st.stop()
 
 lineup = analysis.standard_lineup(ctx.budget, windows=sorted({32, 64, ctx.recent_window}))
+if ctx.recent_window >= ctx.budget:
+    used = sorted({p["recent_window"] for n, p in lineup if n == "h2o"})
+    st.warning(
+        f"The sidebar's recent_window ({ctx.recent_window}) is not below the budget "
+        f"({ctx.budget}): H2O and Scissorhands refuse it, so the table shows them at "
+        f"recent_window {', '.join(map(str, used))} only. Lower recent_window below "
+        f"{ctx.budget} to add yours.",
+        icon=":material/warning:",
+    )
 sinks_problem = state.refusal("streaming-llm", ctx.budget, ctx.recent_window, ctx.sinks)
 if sinks_problem is None:
     lineup = [(n, {"sinks": ctx.sinks} if n == "streaming-llm" else p) for n, p in lineup]

@@ -33,6 +33,14 @@ if ctx.budget < 2:
     st.error(f"A recent_window sweep needs a budget of at least 2: {fix}.")
     st.stop()
 
+if ctx.recent_window >= ctx.budget:
+    st.warning(
+        f"The sidebar's recent_window ({ctx.recent_window}) is not below the budget "
+        f"({ctx.budget}), so no policy can use it: the sweep below runs every window that fits "
+        f"(up to {max(windows)}) and marks none as yours. Lower recent_window below "
+        f"{ctx.budget} to mark it.",
+        icon=":material/warning:",
+    )
 result = data.window_sweep(ctx.ref.ident, ctx.trace, ctx.budget, ctx.top_k, tuple(windows), sinks)
 h2o_rows, sc_rows, refs = result["h2o"], result["scissorhands"], result["refs"]
 oracle = h2o_rows[0]["oracle_mass"]
