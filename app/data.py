@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ import streamlit as st
 
 import h2o
 from app import playback
+from app.bytecache import ByteCache
 from h2o import analysis
 from h2o.synthetic import BUILTIN
 from h2o.trace import MAX_STEPS
@@ -66,12 +68,41 @@ def _file(path: str, mtime_ns: int) -> h2o.Trace:
     return h2o.load_trace(path, name=Path(path).stem)
 
 
-@st.cache_resource(show_spinner="Checking the upload…", max_entries=8)
-def _upload(digest: str, max_steps: int, name: str, _data: bytes) -> h2o.Trace:
+#: Memory the server gives uploaded traces and recorded replays, shared by every session (MB;
+#: ``H2O_UPLOAD_CACHE_MB`` / ``H2O_REPLAY_CACHE_MB`` override). The least recently used go first.
+UPLOAD_CACHE_MB = int(os.environ.get("H2O_UPLOAD_CACHE_MB", "400"))
+REPLAY_CACHE_MB = int(os.environ.get("H2O_REPLAY_CACHE_MB", "800"))
+
+
+def trace_bytes(trace: h2o.Trace) -> int:
+    return int(trace.weights.nbytes)
+
+
+def replay_bytes(rep: h2o.Replay) -> int:
+    arrays = [rep.kept_pos, rep.kept_score, rep.mass, rep.recall, rep.oracle]
+    return int(sum(a.nbytes for a in arrays if a is not None))
+
+
+@st.cache_resource(show_spinner=False)
+def _uploads_cache() -> ByteCache[h2o.Trace]:
+    return ByteCache(UPLOAD_CACHE_MB * 2**20, trace_bytes)
+
+
+@st.cache_resource(show_spinner=False)
+def _replays_cache() -> ByteCache[h2o.Replay]:
+    return ByteCache(REPLAY_CACHE_MB * 2**20, replay_bytes)
+
+
+def _upload(digest: str, max_steps: int, name: str, data: bytes) -> h2o.Trace:
     # Keyed by the content hash: hashing the bytes themselves on every rerun would cost more
     # than the lookup saves.
     stem = Path(name).stem or "uploaded"
-    return h2o.load_trace(io.BytesIO(_data), name=stem, max_steps=max_steps)
+
+    def load() -> h2o.Trace:
+        with st.spinner("Checking the upload…"):
+            return h2o.load_trace(io.BytesIO(data), name=stem, max_steps=max_steps)
+
+    return _uploads_cache().get((digest, max_steps, stem), load)
 
 
 def trace_files() -> list[str]:
@@ -138,38 +169,18 @@ def describe_trace(trace: h2o.Trace) -> str:
 
 
 # -- replays ---------------------------------------------------------------------------------------
-#: A recorded replay holds ``steps × min(budget + 1, steps)`` slots of 12 bytes (position and
-#: score): 13 MB for the canonical trace at budget 256, 200 MB at its largest budget, 800 MB for
-#: the largest upload at its largest. Replays above this many slots get a cache of their own
-#: with room for one side-by-side view, so large budgets cannot pile up two dozen of them.
-BIG_REPLAY_SLOTS = 2_500_000
-
-
-def _record(name: str, params: tuple[tuple[str, int], ...], trace: h2o.Trace, top_k: int):
-    return h2o.replay(analysis.make_policy(name, **dict(params)), trace, top_k=top_k, record=True)
-
-
-@st.cache_resource(show_spinner=False, max_entries=24)
-def _replay(
-    ident: str, _trace: h2o.Trace, name: str, params: tuple[tuple[str, int], ...], top_k: int
-) -> h2o.Replay:
-    return _record(name, params, _trace, top_k)
-
-
-@st.cache_resource(show_spinner=False, max_entries=2)
-def _big_replay(
-    ident: str, _trace: h2o.Trace, name: str, params: tuple[tuple[str, int], ...], top_k: int
-) -> h2o.Replay:
-    return _record(name, params, _trace, top_k)
-
-
 def recorded_replay(ref: TraceRef, policy: h2o.Policy, top_k: int) -> h2o.Replay:
-    """The recorded replay of ``policy`` (fresh) on ``ref``, computed once per parameters."""
+    """The recorded replay of ``policy`` (fresh) on ``ref``, computed once per parameters and
+    kept in the byte-bounded replay cache. A replay holds ``steps × min(budget + 1, steps)``
+    slots of 12 bytes (position and score): 13 MB for the canonical trace at budget 256, 200 MB
+    at its largest budget."""
     params = tuple(sorted(policy.params().items()))
-    steps = ref.trace.steps
-    big = steps * min(policy.params()["budget"] + 1, steps) > BIG_REPLAY_SLOTS
-    with st.spinner(f"Replaying {analysis.describe(policy.name, policy.params())}…"):
-        return (_big_replay if big else _replay)(ref.ident, ref.trace, policy.name, params, top_k)
+
+    def record() -> h2o.Replay:
+        with st.spinner(f"Replaying {analysis.describe(policy.name, policy.params())}…"):
+            return h2o.replay(policy, ref.trace, top_k=top_k, record=True)
+
+    return _replays_cache().get((ref.ident, policy.name, params, top_k), record)
 
 
 def memo(rep: h2o.Replay, key: Any, fn: Callable[[], Any]) -> Any:
