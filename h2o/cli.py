@@ -29,12 +29,31 @@ def _windows(spec: str) -> list[int]:
             start, stop, step = (*parts, 1) if len(parts) == 2 else parts
             if step < 1:
                 raise ValueError
-            return list(range(start, stop + 1, step))
-        return [int(x) for x in spec.split(",")]
+            windows = list(range(start, stop + 1, step))
+        else:
+            windows = [int(x) for x in spec.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"--windows takes start:stop:step (stop included) or a comma list, got {spec!r}"
         ) from None
+    if not windows:
+        raise argparse.ArgumentTypeError(
+            f"--windows {spec} is an empty range: its start ({start}) is past its stop ({stop})"
+        )
+    return windows
+
+
+def _lineup(budget: int) -> list[tuple[str, dict[str, int]]]:
+    """The bench lineup, with every window and sink count fitted below the budget.
+
+    A trace of a few steps gets a budget of 1 or 2, where TOVA's window of 1 (or any window)
+    would leave no room; the label then shows the window used.
+    """
+    fit = ("recent_window", "sinks")
+    return [
+        (name, {k: min(v, budget - 1) if k in fit else v for k, v in params.items()})
+        for name, params in analysis.standard_lineup(budget)
+    ]
 
 
 class _Progress:
@@ -96,7 +115,9 @@ def _print_json(obj: object) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     trace = _trace(args.trace)
     _defaults(args, trace)
-    rows = analysis.bench(trace, args.budget, args.top_k, progress=_Progress(args.json))
+    rows = analysis.bench(
+        trace, args.budget, args.top_k, _lineup(args.budget), progress=_Progress(args.json)
+    )
     oracle = rows[0]["oracle_mass"] if rows else float("nan")
     if args.json:
         head = {"trace": trace.name, "budget": args.budget, "top_k": args.top_k}
@@ -123,6 +144,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     trace = _trace(args.trace)
     _defaults(args, trace)
+    if not any(0 <= w < args.budget for w in args.windows):
+        raise ValueError(
+            f"every window of --windows ({min(args.windows)} to {max(args.windows)}) is at or "
+            f"above the budget {args.budget}; recent_window must be smaller than the budget"
+        )
     rows = analysis.sweep_windows(
         trace, args.policy, args.windows, args.budget, args.top_k, progress=_Progress(args.json)
     )
@@ -147,7 +173,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         )
     )
     print(
-        f"reference: StreamingLLM (4 sinks) retained mass {ref['retained_mass']:.4f}, "
+        f"reference: StreamingLLM ({ref['sinks']} sinks) retained mass {ref['retained_mass']:.4f}, "
         f"top-{args.top_k} recall {ref['top_k_recall']:.4f}"
     )
     return 0
@@ -183,7 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="k of the top-k recall (default: the trace's suggestion, 32 for canonical)",
     )
-    b.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    b.add_argument(
+        "--json", action="store_true", help="print JSON instead of a table (default: a table)"
+    )
     b.set_defaults(func=cmd_bench)
 
     s = sub.add_parser(
@@ -195,13 +223,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--policy",
         default="h2o",
         choices=[n for n in POLICIES if "recent_window" in analysis.policy_params(n)],
-        help="policy to sweep (default h2o)",
+        help="policy to sweep (default: h2o)",
     )
     s.add_argument(
         "--windows",
         type=_windows,
         default=_windows("0:192:8"),
-        help="start:stop:step with stop included, or a comma list (default 0:192:8)",
+        help="start:stop:step with stop included, or a comma list (default: 0:192:8)",
     )
     s.add_argument("--trace", default="canonical", help=trace_help)
     s.add_argument(
@@ -216,7 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="k of the top-k recall (default: the trace's suggestion, 32 for canonical)",
     )
-    s.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    s.add_argument(
+        "--json", action="store_true", help="print JSON instead of a table (default: a table)"
+    )
     s.set_defaults(func=cmd_sweep)
 
     try:  # the real-model commands (h2o.model) register themselves when present
@@ -233,6 +263,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except ValueError as e:
+    except (ValueError, OSError) as e:  # bad input, or a file that cannot be read or written
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -19,9 +19,18 @@ from h2o import (
     stale_spike_trace,
     toy_trace,
 )
-from h2o.analysis import band_share
 
 BUDGET = 256
+BAND = 64
+
+
+def steady_share(trace, width=BAND):
+    """Mean mass on the most recent ``width`` positions over the steps ``t > width``.
+
+    Earlier rows have at most ``width`` positions, so all of their mass is trivially "recent";
+    counting them flatters the figure (an earlier calibration gave 0.5503 over every step but
+    only 0.5432 in steady state)."""
+    return float(trace.recent_mass(width)[width + 1 :].mean())
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +71,9 @@ def test_canonical_trace_is_deterministic_and_well_formed(trace):
 
 # 1. "The canonical trace puts 0.55 of its attention on the most recent 64 positions."
 def test_claim1_recent_64_positions_hold_055(trace):
-    assert band_share(trace, 64) == pytest.approx(0.55, abs=0.01)
+    assert steady_share(trace) == pytest.approx(0.55, abs=0.005)
+    # ... and still over the steps the bench tables average (t >= budget).
+    assert float(trace.recent_mass(BAND)[BUDGET:].mean()) == pytest.approx(0.55, abs=0.01)
 
 
 # 2. "... less mass than streaming-llm's 0.7367" (StreamingLLM, 4 sinks, budget 256)
@@ -181,7 +192,7 @@ def test_the_claims_do_not_hang_on_seed_0(seed):
         run(H2O(BUDGET, 56)),
         run(H2O(BUDGET, 64)),
     )
-    assert band_share(tr, 64) == pytest.approx(0.55, abs=0.01)
+    assert steady_share(tr) == pytest.approx(0.55, abs=0.005)
     assert mass(stream) == pytest.approx(0.7367, abs=0.005)
     assert mass(h32) < mass(stream) and recall(h32) > recall(stream)
     assert mass(h64) > mass(stream) and recall(h64) > recall(stream)

@@ -60,8 +60,9 @@ def test_a_float32_accumulator_fails_the_exactness_test():
 def last_victim_after_tiny_weights(cls) -> list[int]:
     """Positions 0 and 1 both get 1.0; then 0 keeps getting 2^-30, which float32 cannot add to 1.
 
-    The newest position is evicted each step (score 0) until the end, when it gets a large weight
-    and the choice falls between 0 and 1.
+    The newest position is evicted each step (score 0) until the end, when it gets weight 1 —
+    as much as position 1 holds, and a tie evicts the lower position — so the choice falls
+    between 0 and 1.
     """
     tiny = 2.0**-30
     p = cls(budget=3, recent_window=1)
@@ -70,7 +71,7 @@ def last_victim_after_tiny_weights(cls) -> list[int]:
     for t in range(3, 9):
         step(p, t, [tiny, 0.0, 0.0])
         assert p.evict() == [t - 1]
-    step(p, 9, [tiny, 0.0, 2.0])
+    step(p, 9, [tiny, 0.0, 1.0])
     return p.evict()
 
 

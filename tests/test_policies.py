@@ -111,6 +111,9 @@ BAD_ATTN = {
     "inf": (lambda n: np.r_[np.zeros(n - 1), np.inf].astype(np.float32), "inf"),
     "negative": (lambda n: np.r_[np.full(n - 1, 0.5), -0.1].astype(np.float32), "negative"),
     "2-D": (lambda n: np.ones((1, n), np.float32) / n, "1-D"),
+    # Finite but no softmax output: two such steps would overflow H2O's sums to inf.
+    "huge": (lambda n: np.full(n, 1e308), "at most 1"),
+    "raw scores": (lambda n: np.linspace(0, 3, n).astype(np.float32), "at most 1"),
     "strings": (lambda n: np.array(["a"] * n), "1-D"),
 }
 
@@ -156,6 +159,45 @@ def test_negative_first_position_is_refused(name):
 def test_bad_budgets_are_refused(name, budget):
     with pytest.raises(ValueError, match="budget"):
         POLICIES[name](budget)
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("budget", [2**24 + 1, 2**31, 10**12, 10**30, np.int64(2**40)])
+def test_huge_budgets_are_refused_naming_the_limit(name, budget):
+    # Before: MemoryError, "maximum allowed dimension exceeded", or 2**31 accepted past the
+    # int32 position store.
+    with pytest.raises(ValueError, match=r"budget must be <= 16777216"):
+        POLICIES[name](budget)
+    p = make(name)
+    drive(p, 10)
+    before = snapshot(p)
+    with pytest.raises(ValueError, match=r"budget must be <= 16777216"):
+        p.evict(budget)
+    assert snapshot(p) == before
+
+
+def test_the_largest_budget_is_accepted():
+    assert StreamingLLM(2**24).budget == 2**24
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_weights_that_would_overflow_the_scores_are_refused(name):
+    """Two steps of [1e308] * n made H2O's scores inf with only a RuntimeWarning."""
+    p = make(name)
+    drive(p, 10)
+    before = snapshot(p)
+    for pos in (10, 11):
+        with pytest.raises(ValueError, match="softmax"):
+            p.on_decode_step(pos, np.full(len(p), 1e308))
+    assert snapshot(p) == before and np.isfinite(p.scores).all()
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_weights_at_one_and_rounding_above_it_are_accepted(name):
+    p = make(name)
+    drive(p, 10)
+    p.on_decode_step(10, np.r_[np.zeros(len(p) - 1), np.float32(1.0078125)])  # bf16 above 1
+    assert p.kept[-1] == 10
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -46,13 +46,13 @@ def weights(rng, n, kind):
     if n and rng.random() < 0.3:  # exact ties are where tie-breaking shows
         w = np.round(w * 4) / 4
     if kind == "bad":
-        choice = rng.integers(4)
+        choice = rng.integers(5)
         if choice == 0:
             return np.ones(n + 1, np.float32)
         if n == 0:
             return np.ones(1, np.float32)
         w = w.copy()
-        w[rng.integers(n)] = [np.nan, np.inf, -0.5][choice - 1]
+        w[rng.integers(n)] = [np.nan, np.inf, -0.5, 1e30][choice - 1]  # 1e30: no softmax output
     return w
 
 

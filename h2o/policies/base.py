@@ -13,7 +13,6 @@ Two layers, so that each policy file only holds what the card says about *that* 
 
 from __future__ import annotations
 
-import math
 from typing import ClassVar
 
 import numpy as np
@@ -22,6 +21,14 @@ _INT32_MAX = np.iinfo(np.int32).max
 _minimum = np.minimum.reduce
 _maximum = np.maximum.reduce
 
+#: Largest budget accepted. The cache is preallocated at the budget (13 bytes a slot for the
+#: scored policies: 218 MB here), so a larger one would fail in the allocator instead of here.
+MAX_BUDGET = 2**24
+#: Largest single weight accepted. Attention weights are softmax outputs, each at most 1; the
+#: slack admits low-precision rounding (bfloat16's next value above 1 is 1 + 2**-7). Bounding
+#: each weight also bounds every score: no sequence of accepted steps can overflow to inf.
+MAX_WEIGHT = 1.01
+
 
 def _check_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
@@ -29,6 +36,16 @@ def _check_int(name: str, value: object, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
+
+
+def _check_budget_value(budget: object) -> int:
+    budget = _check_int("budget", budget, 1)
+    if budget > MAX_BUDGET:
+        raise ValueError(
+            f"budget must be <= {MAX_BUDGET} (2**24), got {budget}: the cache is preallocated "
+            "at the budget, so a larger one would not fit in memory"
+        )
+    return budget
 
 
 def _check_room(name: str, value: int, budget: int, why: str) -> None:
@@ -56,7 +73,7 @@ class Policy:
     score_label: ClassVar[str] = "score"
 
     def __init__(self, budget: int, *, rng: np.random.Generator | None = None) -> None:
-        self.budget = _check_int("budget", budget, 1)
+        self.budget = _check_budget_value(budget)
         if rng is not None and not isinstance(rng, np.random.Generator):
             raise ValueError(f"rng must be a numpy.random.Generator or None, got {type(rng)!r}")
         self.rng = rng
@@ -81,7 +98,9 @@ class Policy:
 
         ``attn`` is index-aligned with :attr:`kept` at call time (the softmax over the kept keys,
         as a serving stack exposes it, usually float32), or ``None``: "no information this step",
-        which leaves every score untouched. Bad input raises ``ValueError`` and changes nothing.
+        which leaves every score untouched. Bad input — a wrong length, NaN, inf, a negative
+        weight, or a weight above 1 that no softmax produces (see :data:`MAX_WEIGHT`) — raises
+        ``ValueError`` and changes nothing.
         """
         if type(pos) is not int and (isinstance(pos, bool) or not isinstance(pos, np.integer)):
             raise ValueError(f"pos must be an integer, got {pos!r}")
@@ -116,7 +135,7 @@ class Policy:
 
     # -- validation ----------------------------------------------------------------------------
     def _check_budget(self, budget: int) -> int:
-        return _check_int("budget", budget, 1)
+        return _check_budget_value(budget)
 
     def _check_attn(self, attn: object) -> np.ndarray:
         a = attn if type(attn) is np.ndarray else np.asarray(attn)
@@ -126,14 +145,21 @@ class Policy:
         if a.shape[0] != n:
             raise ValueError(f"attn has length {a.shape[0]} but {n} positions are kept")
         if n:
-            # Two reductions, no temporaries: NaN fails `lo >= 0`, +inf fails `hi < inf`.
+            # Two reductions, no temporaries: NaN fails `lo >= 0`, inf and any weight no
+            # softmax can produce fail `hi <= MAX_WEIGHT`.
             lo, hi = _minimum(a), _maximum(a)
-            if not (lo >= 0 and hi < math.inf):
+            if not (lo >= 0 and hi <= MAX_WEIGHT):
                 if np.isnan(a).any():
                     raise ValueError("attn contains NaN")
                 if np.isinf(a).any():
                     raise ValueError("attn contains inf")
-                raise ValueError(f"attn contains a negative weight ({float(lo)!r})")
+                if lo < 0:
+                    raise ValueError(f"attn contains a negative weight ({float(lo)!r})")
+                raise ValueError(
+                    f"attn contains a weight of {float(hi)!r}: attention weights are softmax "
+                    f"outputs, each at most 1 (accepted up to {MAX_WEIGHT} for rounding). "
+                    "Pass the softmax over the kept keys, not raw scores"
+                )
         return a
 
     # -- for subclasses ------------------------------------------------------------------------
