@@ -18,7 +18,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import h2o
-from app import data
+from app import data, playback
 from h2o import analysis
 from h2o.model import ModelNotFoundError, find_gguf
 
@@ -43,8 +43,10 @@ def needs_model(fn):
 
 
 def open_page(**state: object) -> AppTest:
+    """The Real model page, reached as a student would: the lesson, Step through, then here."""
     at = AppTest.from_file(MAIN, default_timeout=180)
     at.run()
+    at.switch_page("views/step_through.py").run()
     at.switch_page(PAGE).run()
     for k, v in state.items():
         at.session_state[k] = v
@@ -136,7 +138,11 @@ def test_trace_buttons_open_the_step_through(stem, layer):
     assert ss["trace"] == f"traces/{stem}.npz"
     assert (ss["budget"], ss["recent_window"], ss["sinks"]) == (128, 32, 4)
     assert (ss["policy_a"], ss["policy_b"], ss["step"]) == ("h2o", "streaming-llm", 512)
-    assert at.info[0].value.startswith("step 512:")
+    (player,) = at.get("bidi_component")
+    header, _ = playback.decode(player.proto.bytes)
+    assert header["start"]["step"] == 512
+    a = header["range"][0]
+    assert header["panels"][0]["stories"][512 - a].startswith("step 512:")
     origin = at.caption[0].value
     assert f"layer {layer}" in origin and "mean over its 9 query heads" in origin
 

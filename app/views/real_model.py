@@ -509,7 +509,7 @@ if results and results[0]["policy"] is None and len(results) > 1:
         key="rm_ppl_curves",
         config={"displaylogo": False},
     )
-    table = {"policy": ["full cache"] + [c[0] for c in curves]}
+    table = {"policy": ["full cache"] + [label for _, label, _, _ in curves]}
     shown = sorted({r["budget"] for r in results if r["budget"] is not None})
     for b in shown:
         col = [full]
