@@ -12,6 +12,7 @@ against that folder's file names (``window_explorer``, not ``window-explorer``) 
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ if str(ROOT) not in sys.path:
 import streamlit as st  # noqa: E402
 
 from app import state  # noqa: E402
+from h2o.custom import load_policy  # noqa: E402
 
 HERE = Path(__file__).parent
 
@@ -80,6 +82,30 @@ st.set_page_config(
     layout="wide",
     menu_items={"About": "A teaching app for KV-cache eviction: H2O and its baselines."},
 )
+
+
+def load_policies(specs: tuple[str, ...]) -> list[str]:
+    """Register the policies named on the command line (``-- --policy file.py:Class``; loading
+    again is a lookup, see ``h2o.custom``); the reasons any was refused. Only files on this machine, named by whoever
+    started the server, are ever loaded: nothing from a browser."""
+    refused = []
+    for spec in specs:
+        try:
+            load_policy(spec)
+        except ValueError as e:
+            refused.append(str(e))
+    return refused
+
+
+def policy_args(argv: list[str]) -> tuple[str, ...]:
+    parser = argparse.ArgumentParser(prog="streamlit run app/main.py --", add_help=False)
+    parser.add_argument("--policy", action="append", default=[])
+    known, _ = parser.parse_known_args(argv)
+    return tuple(known.policy)
+
+
 page = st.navigation(PAGES)
 state.read_url()  # once per session: a pasted link opens its view
+for reason in load_policies(policy_args(sys.argv[1:])):
+    st.error(f"Your policy was not loaded: {state.md(reason, 400)}", icon=":material/error:")
 page.run()

@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 
 from . import analysis
+from .custom import load_policy
 from .policies import POLICIES
 from .synthetic import BUILTIN, builtin_trace
 from .trace import Trace, load_trace
@@ -44,15 +45,20 @@ def _windows(spec: str) -> list[int]:
 
 
 def _lineup(budget: int) -> list[tuple[str, dict[str, int]]]:
-    """The bench lineup, with every window and sink count fitted below the budget.
+    """The bench lineup, with every window and sink count fitted below the budget, and every
+    policy loaded with ``--policy-file`` at its own defaults.
 
     A trace of a few steps gets a budget of 1 or 2, where TOVA's window of 1 (or any window)
     would leave no room; the label then shows the window used.
     """
     fit = ("recent_window", "sinks")
+    custom = [(n, {}) for n, cls in POLICIES.items() if getattr(cls, "custom", False)]
+    for name, params in custom:
+        default = analysis.make_policy(name, 10**6).params()
+        params.update({k: v for k, v in default.items() if k in fit})
     return [
         (name, {k: min(v, budget - 1) if k in fit else v for k, v in params.items()})
-        for name, params in analysis.standard_lineup(budget)
+        for name, params in [*analysis.standard_lineup(budget), *custom]
     ]
 
 
@@ -197,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and 64) and print retained attention mass, top-k recall and the oracle bound.",
     )
     b.add_argument("--trace", default="canonical", help=trace_help)
+    b.add_argument("--policy-file", action="append", metavar="FILE.py:CLASS", help=POLICY_FILE_HELP)
     b.add_argument(
         "--budget",
         type=int,
@@ -232,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="start:stop:step with stop included, or a comma list (default: 0:192:8)",
     )
     s.add_argument("--trace", default="canonical", help=trace_help)
+    s.add_argument("--policy-file", action="append", metavar="FILE.py:CLASS", help=POLICY_FILE_HELP)
     s.add_argument(
         "--budget",
         type=int,
@@ -258,9 +266,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+POLICY_FILE_HELP = (
+    "your own policy, as file.py:ClassName (see h2o/custom.py and examples/decayed_h2o.py); it "
+    "joins the table and every --policy choice; repeat for several (default: none)"
+)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # Policies from files first: they must be registered before the parser lists the choices.
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--policy-file", action="append", default=[])
+    loaded, rest = pre.parse_known_args(argv)
+    try:
+        for spec in loaded.policy_file:
+            load_policy(spec)
+    except ValueError as e:
+        print(f"error: --policy-file: {e}", file=sys.stderr)
+        return 2
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(rest)
     try:
         return int(args.func(args) or 0)
     except (ValueError, OSError) as e:  # bad input, or a file that cannot be read or written

@@ -25,6 +25,12 @@ if ctx.budget < 2:
     st.stop()
 
 lineup = analysis.standard_lineup(ctx.budget, windows=sorted({32, 64, ctx.recent_window}))
+lineup += [  # policies loaded from a file (streamlit run app/main.py -- --policy …)
+    (n, state.policy_settings(n, ctx.recent_window, ctx.sinks))
+    for n, cls in h2o.POLICIES.items()
+    if getattr(cls, "custom", False)
+    and state.refusal(n, ctx.budget, ctx.recent_window, ctx.sinks) is None
+]
 if ctx.recent_window >= ctx.budget:
     used = sorted({p["recent_window"] for n, p in lineup if n == "h2o"})
     st.warning(
@@ -85,10 +91,7 @@ budgets = [b for b in (32, 64, 128, 256, 512, 1024) if b < ctx.trace.steps]
 if len(budgets) < 3:  # small traces: the same doubling, lower down
     budgets = [b for b in (4, 6, 8, 12, 16, 24, 32, 48, 64) if b < ctx.trace.steps]
 w, s = ctx.recent_window, ctx.sinks
-curve_lineup = [
-    (name, state.policy_settings(name, w, s))
-    for name in ("h2o", "scissorhands", "tova", "streaming-llm", "sliding-window", "random")
-]
+curve_lineup = [(name, state.policy_settings(name, w, s)) for name in h2o.POLICIES]
 curve_rows, oracle_by_budget = data.budget_curves(
     ctx.ref.ident, ctx.trace, data.freeze_lineup(curve_lineup), tuple(budgets), ctx.top_k
 )

@@ -204,8 +204,8 @@ else:
         figures.grouped_bars(
             categories=names,
             series=[
-                ("H2O (recent_window=32)", figures.POLICY_COLOURS["h2o"], h2o_mass),
-                ("StreamingLLM (sinks=4)", figures.POLICY_COLOURS["streaming-llm"], sl_mass),
+                ("H2O (recent_window=32)", figures.policy_colour("h2o"), h2o_mass),
+                ("StreamingLLM (sinks=4)", figures.policy_colour("streaming-llm"), sl_mass),
             ],
             marks=("oracle bound", oracle),
             title="Retained attention mass on the shipped traces",
@@ -368,8 +368,8 @@ else:
             figures.layer_mass(
                 layers=layers,
                 series=[
-                    (h2o_label, figures.POLICY_COLOURS["h2o"], h2o_by),
-                    (sl_label, figures.POLICY_COLOURS["streaming-llm"], sl_by),
+                    (h2o_label, figures.policy_colour("h2o"), h2o_by),
+                    (sl_label, figures.policy_colour("streaming-llm"), sl_by),
                 ],
                 oracle=oracle_by,
                 title=f"Retained attention mass per layer at budget {story_budget} — "

@@ -93,7 +93,7 @@ st.markdown(
 st.session_state.setdefault(STEP_KEY, s_step if s_step is not None else budget)
 slots = [
     stepper.Slot(
-        f"{'AB'[i]} · {analysis.describe(name, rep.params)}", figures.POLICY_COLOURS[name], rep
+        f"{'AB'[i]} · {analysis.describe(name, rep.params)}", figures.policy_colour(name), rep
     )
     for i, (name, rep) in enumerate(reps.items())
 ]

@@ -54,7 +54,7 @@ for i, name in enumerate(chosen):
     )
     replay = data.recorded_replay(ctx.ref, policy, ctx.top_k) if policy is not None else None
     dash = "dash" if i == 1 and chosen[0] == chosen[1] else "solid"
-    colour = figures.POLICY_COLOURS[name]
+    colour = figures.policy_colour(name)
     slots.append(stepper.Slot(f"{'AB'[i]} · {label}", colour, replay, error, dash))
 
 stepper.render(ctx.ref, slots, key=state.STEP)
