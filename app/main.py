@@ -85,9 +85,9 @@ st.set_page_config(
 
 
 def load_policies(specs: tuple[str, ...]) -> list[str]:
-    """Register the policies named on the command line (``-- --policy file.py:Class``; loading
-    again is a lookup, see ``h2o.custom``); the reasons any was refused. Only files on this machine, named by whoever
-    started the server, are ever loaded: nothing from a browser."""
+    """Register the policies named on the command line (``-- --policy file.py:Class``); the
+    reasons any was refused. Loading again is a lookup (``h2o.custom``). Only files on this
+    machine, named by whoever started the server, are ever loaded: nothing from a browser."""
     refused = []
     for spec in specs:
         try:
