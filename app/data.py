@@ -13,6 +13,7 @@ import hashlib
 import io
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ import numpy as np
 import streamlit as st
 
 import h2o
-from app import playback
+from app import jobs, playback
 from app.bytecache import ByteCache
 from h2o import analysis
 from h2o.synthetic import BUILTIN
@@ -386,7 +387,7 @@ def model_path() -> Path:
     return find_gguf()
 
 
-@st.cache_resource(show_spinner="Loading SmolLM2-135M (about 3 s, once per server)…", max_entries=1)
+@st.cache_resource(show_spinner="Loading SmolLM2-135M (once per server)…", max_entries=1)
 def _model(path: str, mtime_ns: int) -> SmolLM:
     from h2o.model import SmolLM
 
@@ -409,11 +410,18 @@ def text_ids(name: str, mtime_ns: int, n_tokens: int | None = None) -> list[int]
 
 def _layer_progress(what: str) -> tuple[Any, Callable[[int, int], None]]:
     bar = st.progress(0.0, text=f"{what}…")
+    started = time.monotonic()
 
     def cb(done: int, total: int) -> None:
-        bar.progress(min(1.0, done / max(total, 1)), text=f"{what}: layer {done}/{total}")
+        left = jobs.eta(done, total, started)  # measured: from the layers done so far
+        bar.progress(min(1.0, done / max(total, 1)), text=f"{what}: layer {done}/{total}{left}")
 
     return bar, cb
+
+
+def _queued(label: str, bar: Any, frac: float = 0.0) -> Any:
+    """Hold the server's model queue for ``label`` (its place in the line shown in ``bar``)."""
+    return jobs.model_queue().turn(label, lambda msg: bar.progress(frac, text=msg))
 
 
 #: Captures (30 layer traces of one text prefix, ~60 MB at 1,024 tokens) the server keeps.
@@ -449,10 +457,14 @@ def captured_layers(name: str, mtime_ns: int, n_tokens: int) -> list[h2o.Trace]:
     from h2o.model.layers import capture_layers
 
     ids = text_ids(name, mtime_ns, n_tokens)
-    bar, cb = _layer_progress(f"Running SmolLM2 on {len(ids):,} tokens of {name}, every layer")
-    traces = capture_layers(
-        model(), ids, progress=cb, text=f"traces/texts/{name}.txt", source_name=name
-    )
+    what = f"Running SmolLM2 on {len(ids):,} tokens of {name}, every layer"
+    bar = st.progress(0.0, text=f"{what}…")
+    with _queued(what, bar):
+        bar.empty()
+        bar, cb = _layer_progress(what)
+        traces = capture_layers(
+            model(), ids, progress=cb, text=f"traces/texts/{name}.txt", source_name=name
+        )
     bar.empty()
     with lock:
         store[key] = traces
@@ -503,10 +515,13 @@ def policy_label(name: str, params: tuple[tuple[str, int], ...] | dict[str, int]
 def _run_bar(label: str, index: int, total: int) -> tuple[Any, Callable[[int, int], None]]:
     """A bar for run ``index`` of ``total`` (1-based), advancing with the run's own progress."""
     bar = st.progress((index - 1) / total, text=f"{label} — run {index} of {total}…")
+    started = time.monotonic()
 
     def cb(done: int, steps: int) -> None:
         frac = (index - 1 + done / max(steps, 1)) / total
-        bar.progress(min(1.0, frac), text=f"{label} — run {index} of {total}: {done}/{steps}")
+        left = jobs.eta(done, steps, started)  # measured: this run's own progress
+        text = f"{label} — run {index} of {total}: {done}/{steps}{left}"
+        bar.progress(min(1.0, frac), text=text)
 
     return bar, cb
 
@@ -529,7 +544,8 @@ def perplexity_run(
     label = "full cache" if policy is None else f"{policy_label(policy, params)} @ {budget}"
     factory = None if policy is None else policy_factory(policy, budget, **dict(params))
     bar, cb = _run_bar(f"Perplexity, {label}", _index, _total)
-    res = perplexity_under_eviction(model(), ids, factory, progress=cb, label=label)
+    with _queued(f"perplexity, {label}", bar, (_index - 1) / _total):
+        res = perplexity_under_eviction(model(), ids, factory, progress=cb, label=label)
     bar.empty()
     return {
         "policy": policy,
@@ -560,7 +576,8 @@ def generation_run(
     label = "full cache" if policy is None else f"{policy_label(policy, params)} @ {budget}"
     factory = None if policy is None else policy_factory(policy, budget, **dict(params))
     bar, cb = _run_bar(f"Generating, {label}", _index, _total)
-    res = generate(model(), ids, max_new, factory, cb, stop_strings=stop_strings, label=label)
+    with _queued(f"generation, {label}", bar, (_index - 1) / _total):
+        res = generate(model(), ids, max_new, factory, cb, stop_strings=stop_strings, label=label)
     bar.empty()
     return {
         "policy": policy,

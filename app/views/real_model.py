@@ -263,11 +263,6 @@ def refusal(name: str, budget: int) -> str | None:
     return state.refusal(name, budget, window, sinks)
 
 
-def seconds_for(n_tokens: int) -> float:
-    """Rough wall time of one closed-loop run over ``n_tokens`` (1.5 s at 512, 7 s at 2048)."""
-    return 0.00277 * n_tokens + 3.2e-7 * n_tokens**2
-
-
 def _go(flag: str) -> None:
     ss[flag] = True
 
@@ -304,14 +299,14 @@ if ss.pop(STORY_GO, False):  # the click: the only place this section runs the m
 
 def story_button(why: str = "") -> None:
     st.button(
-        f"Run the model on {story_tokens:,} tokens of {story_text}, every layer{why} "
-        f"(about {seconds_for(story_tokens) + 1:.0f} s)",
+        f"Run the model on {story_tokens:,} tokens of {story_text}, every layer{why}",
         key="rm_story_go",
         type="primary",
         icon=":material/play_arrow:",
         on_click=_go,
         args=(STORY_GO,),
-        help="The first computation also loads the model (about 3 s, once per server).",
+        help="The first computation also loads the model (once per server). The model runs one "
+        "job at a time for the whole class; a progress bar shows your place, then the time left.",
     )
 
 
@@ -471,10 +466,9 @@ if ss.pop(PPL_GO, False) and missing:  # the click: the only place this section 
         ppl_results[k] = data.perplexity_run(*k, _index=i, _total=len(missing))
     missing = []
 if missing:
-    est = len(missing) * seconds_for(ppl_tokens)
     st.button(
         f"Compute perplexity: {len(missing)} run{'s' if len(missing) > 1 else ''} on "
-        f"{ppl_tokens:,} tokens, about {est:.0f} s",
+        f"{ppl_tokens:,} tokens",
         key="rm_ppl_go",
         type="primary",
         icon=":material/play_arrow:",
@@ -594,8 +588,7 @@ if ss.pop(GEN_GO, False) and missing:  # the click: the only place this section 
     missing = []
 if missing:
     st.button(
-        f"Ask the model: {len(missing)} run{'s' if len(missing) > 1 else ''}, about "
-        f"{len(missing) * seconds_for(2110):.0f} s",
+        f"Ask the model: {len(missing)} run{'s' if len(missing) > 1 else ''}",
         key="rm_gen_go",
         type="primary",
         icon=":material/play_arrow:",
