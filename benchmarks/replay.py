@@ -15,6 +15,24 @@ are the medians and the ratios, not absolute times):
   card transcription: the baseline for the replay ratio;
 * and, for H2O, how the ratios grow with the budget (the transcription's cost is linear in the
   kept set; numpy's is dominated by a fixed per-call overhead up to a few hundred slots).
+
+Banks (:mod:`h2o.bank`, the lock-step engine behind sweeps, budget curves and the model), each a
+median over repeats of the ratio measured *within* one repeat (interleaved, so a burst of load
+from other processes hits both sides alike):
+
+* **sweep** — ``analysis.sweep_windows`` of H2O over 25 windows (0, 8, …, 192) against one
+  ``replay`` (record=False) of H2O, and the same 25 windows as 25 replays (as before banks);
+  target <= 2x;
+* **bank step** — ``on_decode_step`` + ``evict`` (input checks included) of a bank of 25 H2O
+  lanes over 1024 steady-state steps, fed the exact blocks a lock-step replay shows it, per
+  instance, against the same steps through 25 numpy instances and 25 card transcriptions;
+  target <= 0.5 µs an instance, >= 25x the transcription;
+* **bank of 1** — the same for one lane (H2O, recent_window=64) against its instance, and
+  ``replay_bank`` of one lane against ``replay``: it must be no slower;
+* **explorer** — the analysis calls of a cold recentWindow explorer page (the canonical trace
+  built anew, then H2O and Scissorhands over the page's 25 windows and the two reference
+  replays) and, if streamlit is importable, the page itself run cold in ``streamlit.testing``;
+  target <= 0.8 s.
 """
 
 from __future__ import annotations
@@ -24,12 +42,13 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from h2o import canonical_trace, replay
+from h2o import H2O, analysis, canonical_trace, make_bank, replay, replay_bank
 from h2o.analysis import describe, make_policy
-from h2o.reference import CARD_POLICIES
+from h2o.reference import CARD_POLICIES, CardH2O
 
 BUDGET = 256
 LINEUP = [
@@ -154,11 +173,217 @@ def measure(name, params, trace, budget, repeats, rows_py, topk_py, full=True) -
     return row
 
 
+# -- banks -------------------------------------------------------------------------------------
+SWEEP = range(0, 193, 8)  # 25 windows
+STEADY = (512, 1536)  # the steps a bank step is timed on (every lane long past its budget)
+
+
+def interleaved(fs: dict[str, object], repeats: int) -> dict[str, list[float]]:
+    """Seconds of each callable, run in turn ``repeats`` times."""
+    out: dict[str, list[float]] = {k: [] for k in fs}
+    for _ in range(repeats):
+        for k, f in fs.items():
+            t0 = time.perf_counter()
+            f()
+            out[k].append(time.perf_counter() - t0)
+    return out
+
+
+def ratio(a: list[float], b: list[float]) -> float:
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
+def bank_blocks(trace, windows, budget: int, stop: int) -> list[np.ndarray]:
+    """The ``(N, n)`` block a bank of H2O lanes is shown at each step ``< stop`` of a replay."""
+    bank = make_bank([H2O(budget, w) for w in windows])
+    blocks = []
+    for t in range(stop):
+        row = trace.row(t)
+        w = np.stack([row[bank.kept(i)] for i in range(len(bank))])
+        m = w.sum(axis=1, dtype=np.float64)
+        a = w / np.where(m > 0, m, 1).astype(np.float32)[:, None]
+        blocks.append(a)
+        bank.on_decode_step(t, a)
+        bank.evict()
+    return blocks
+
+
+def time_bank_steps(make, blocks, start: int) -> float:
+    """Seconds of ``on_decode_step`` + ``evict`` over ``blocks[start:]``, after a warm-up."""
+    bank = make()
+    for t in range(start):
+        bank.on_decode_step(t, blocks[t])
+        bank.evict()
+    t0 = time.perf_counter()
+    for t in range(start, len(blocks)):
+        bank.on_decode_step(t, blocks[t])
+        bank.evict()
+    return time.perf_counter() - t0
+
+
+def time_lanes(make, rows, start: int) -> float:
+    """The same steps through one separate object per lane (numpy instances or transcriptions);
+    ``rows[t][i]`` is lane ``i``'s vector."""
+    lanes = [make(i) for i in range(len(rows[0]))]
+    for t in range(start):
+        for p, a in zip(lanes, rows[t], strict=True):
+            p.on_decode_step(t, a)
+            p.evict()
+    t0 = time.perf_counter()
+    for t in range(start, len(rows)):
+        for p, a in zip(lanes, rows[t], strict=True):
+            p.on_decode_step(t, a)
+            p.evict()
+    return time.perf_counter() - t0
+
+
+def measure_banks(trace, repeats: int) -> dict:
+    budget, (start, stop) = BUDGET, STEADY
+    steps = stop - start
+    out: dict = {"lanes": len(SWEEP), "steady_steps": [start, stop]}
+
+    print("measuring the H2O window sweep against one replay ...", file=sys.stderr)
+    runs = interleaved(
+        {
+            "replay": lambda: replay(H2O(budget, 64), trace, record=False),
+            "sweep": lambda: analysis.sweep_windows(trace, "h2o", SWEEP, budget),
+        },
+        repeats,
+    )
+    out["one_replay_s"] = statistics.median(runs["replay"])
+    out["sweep_s"] = statistics.median(runs["sweep"])
+    out["sweep_over_replay"] = ratio(runs["sweep"], runs["replay"])
+    runs = interleaved(  # the same sweep as it ran before banks: one replay per window
+        {
+            "replay": lambda: replay(H2O(budget, 64), trace, record=False),
+            "replays": lambda: [replay(H2O(budget, w), trace, record=False) for w in SWEEP],
+        },
+        max(3, repeats // 3),
+    )
+    out["sweep_replays_over_replay"] = ratio(runs["replays"], runs["replay"])
+
+    print("measuring a bank step against separate instances ...", file=sys.stderr)
+    blocks = bank_blocks(trace, SWEEP, budget, stop)
+    lists = [[r.tolist() for r in b] for b in blocks]
+    runs = interleaved(
+        {
+            "bank": lambda: time_bank_steps(
+                lambda: make_bank([H2O(budget, w) for w in SWEEP]), blocks, start
+            ),
+            "numpy": lambda: time_lanes(lambda i: H2O(budget, SWEEP[i]), blocks, start),
+            "card": lambda: time_lanes(lambda i: CardH2O(budget, SWEEP[i]), lists, start),
+        },
+        max(3, repeats // 2),
+    )
+    per = {k: [x / steps / len(SWEEP) * 1e6 for x in v] for k, v in runs.items()}
+    out["bank_us_per_instance_step"] = statistics.median(per["bank"])
+    out["numpy_us_per_instance_step"] = statistics.median(per["numpy"])
+    out["card_us_per_instance_step"] = statistics.median(per["card"])
+    out["bank_vs_numpy"] = ratio(per["numpy"], per["bank"])
+    out["bank_vs_card"] = ratio(per["card"], per["bank"])
+
+    print("measuring a bank of one lane against its instance ...", file=sys.stderr)
+    lane = list(SWEEP).index(64)
+    one = [b[lane : lane + 1] for b in blocks]
+    runs = interleaved(
+        {
+            "instance": lambda: time_lanes(lambda i: H2O(budget, 64), one, start),
+            "bank": lambda: time_bank_steps(lambda: make_bank([H2O(budget, 64)]), one, start),
+            "replay": lambda: replay(H2O(budget, 64), trace, record=False),
+            "replay_bank": lambda: replay_bank(make_bank([H2O(budget, 64)]), trace),
+        },
+        repeats,
+    )
+    out["bank1_step_us"] = statistics.median(runs["bank"]) / steps * 1e6
+    out["instance_step_us"] = statistics.median(runs["instance"]) / steps * 1e6
+    out["bank1_over_instance_step"] = ratio(runs["bank"], runs["instance"])
+    out["bank1_over_instance_replay"] = ratio(runs["replay_bank"], runs["replay"])
+    return out
+
+
+def measure_explorer(repeats: int) -> dict:
+    """What a cold recentWindow explorer page computes, at the default budget 256 (the app's
+    ``data.window_sweep``: H2O and Scissorhands at its windows, two reference replays)."""
+    band = 64
+    windows = sorted({*range(0, 3 * BUDGET // 4 + 1, BUDGET // 32), 32, band})
+    refs = [("streaming-llm", {"sinks": 4}), ("sliding-window", {})]
+
+    def analysis_calls() -> tuple[float, float]:
+        t0 = time.perf_counter()
+        trace = canonical_trace()
+        t1 = time.perf_counter()
+        for name in ("h2o", "scissorhands"):
+            analysis.sweep_windows(trace, name, windows, BUDGET, 32)
+        analysis.bench(trace, BUDGET, 32, lineup=refs)
+        return t1 - t0, time.perf_counter() - t0
+
+    print("measuring the explorer's analysis, cold ...", file=sys.stderr)
+    runs = [analysis_calls() for _ in range(repeats)]
+    out = {
+        "windows": len(windows),
+        "trace_build_s": statistics.median(r[0] for r in runs),
+        "analysis_s": statistics.median(r[1] for r in runs),
+    }
+    try:
+        import streamlit as st
+        from streamlit.testing.v1 import AppTest
+    except ImportError:
+        return out
+    print("measuring the explorer page in streamlit.testing, cold ...", file=sys.stderr)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    main = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
+    walls = []
+    for _ in range(repeats):
+        at = AppTest.from_file(main, default_timeout=300)
+        at.run()  # the default page, then the explorer with every cache emptied
+        st.cache_data.clear()
+        st.cache_resource.clear()
+        at.switch_page("views/window_explorer.py")
+        t0 = time.perf_counter()
+        at.run()
+        walls.append(time.perf_counter() - t0)
+        if at.exception:
+            raise SystemExit(f"the app raised: {[e.value for e in at.exception]}")
+    out["page_s"] = statistics.median(walls)
+    return out
+
+
+def print_banks(b: dict, e: dict | None) -> None:
+    print(f"\nbanks: {b['lanes']} H2O lanes (recent_window 0, 8, …, 192), budget {BUDGET}")
+    print(
+        f"  window sweep {b['sweep_s'] * 1e3:.0f} ms, one replay {b['one_replay_s'] * 1e3:.0f} ms:"
+        f" sweep / replay = {b['sweep_over_replay']:.2f} (target <= 2; one replay per window:"
+        f" {b['sweep_replays_over_replay']:.1f})"
+    )
+    print(
+        f"  step per instance, steps {b['steady_steps'][0]}..{b['steady_steps'][1] - 1}: "
+        f"bank {b['bank_us_per_instance_step']:.2f} µs, numpy instance "
+        f"{b['numpy_us_per_instance_step']:.2f} µs, card {b['card_us_per_instance_step']:.1f} µs"
+        f" — {b['bank_vs_numpy']:.1f}x the instances, {b['bank_vs_card']:.1f}x the card "
+        "(targets <= 0.5 µs, >= 25x)"
+    )
+    print(
+        f"  bank of 1: step {b['bank1_step_us']:.2f} µs vs instance {b['instance_step_us']:.2f}"
+        f" µs (ratio {b['bank1_over_instance_step']:.2f}); replay_bank / replay = "
+        f"{b['bank1_over_instance_replay']:.2f} (target <= 1)"
+    )
+    if e:
+        print(
+            f"  cold explorer ({e['windows']} windows): analysis calls {e['analysis_s']:.2f} s "
+            f"(of which building the trace {e['trace_build_s']:.2f} s)"
+            + (f"; page in streamlit.testing {e['page_s']:.2f} s" if "page_s" in e else "")
+            + " (target <= 0.8 s)"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=7, help="runs per measurement (median)")
     ap.add_argument("--budgets", default="256,512,1024,2048", help="budgets of the H2O scaling")
     ap.add_argument("--json", action="store_true", help="print JSON")
+    ap.add_argument(
+        "--only", choices=["policies", "banks"], help="just the per-policy tables, or the banks"
+    )
     args = ap.parse_args()
 
     t0 = time.perf_counter()
@@ -167,6 +392,17 @@ def main() -> int:
     trace.top_k(32)  # trace-level, shared by every replay (also by the pure-Python one)
     rows_py = [trace.row(t).tolist() for t in range(trace.steps)]
     topk_py = [[int(p) for p in r if p >= 0] for r in trace.top_k(32)]
+
+    banks = explorer = None
+    if args.only != "policies":
+        banks = measure_banks(trace, args.repeats)
+        explorer = measure_explorer(max(3, args.repeats // 2))
+    if args.only == "banks":
+        if args.json:
+            print(json.dumps({"banks": banks, "explorer": explorer}, indent=2))
+        else:
+            print_banks(banks, explorer)
+        return 0
 
     rows = []
     for name, params in LINEUP:
@@ -181,6 +417,7 @@ def main() -> int:
 
     if args.json:
         out = {"steps": trace.steps, "trace_build_s": gen, "rows": rows, "h2o_scaling": scaling}
+        out |= {"banks": banks, "explorer": explorer} if banks else {}
         print(json.dumps(out, indent=2))
         return 0
 
@@ -210,6 +447,8 @@ def main() -> int:
     print(f"{'budget':>8s}" + "".join(f"{h:>10s}" for h, _, _ in cols[:6]))
     for r in scaling:
         print(f"{r['budget']:8d}" + "".join(f"{cell(r, k, f):>10s}" for _, k, f in cols[:6]))
+    if banks:
+        print_banks(banks, explorer)
     return 0
 
 

@@ -4,6 +4,7 @@ The policies follow the H2O policy card (``../shared/h2o-policy-card.txt`` in th
 workspace): see :mod:`h2o.policies`.
 """
 
+from .bank import PolicyBank, make_bank, replay_bank
 from .policies import (
     H2O,
     POLICIES,
@@ -23,6 +24,7 @@ __all__ = [
     "POLICIES",
     "TOVA",
     "Policy",
+    "PolicyBank",
     "RandomEviction",
     "Replay",
     "Scissorhands",
@@ -32,7 +34,9 @@ __all__ = [
     "builtin_trace",
     "canonical_trace",
     "load_trace",
+    "make_bank",
     "replay",
+    "replay_bank",
     "save_trace",
     "stale_spike_trace",
     "toy_trace",

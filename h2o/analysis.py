@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from .bank import bank_key, make_bank, replay_bank
 from .policies import POLICIES, Policy
 from .replay import replay
 from .trace import Trace
@@ -108,19 +110,76 @@ def describe(name: str, params: dict[str, int]) -> str:
     return f"{label} ({inner})" if inner else label
 
 
-def _row(name: str, params: dict[str, int], trace: Trace, budget: int, top_k: int) -> dict:
-    p = make_policy(name, budget, **params)
-    s = replay(p, trace, top_k=top_k, record=False).summary()
+def _row(name: str, policy: Policy, summary: dict[str, float]) -> dict:
     return {
         "policy": name,
-        "label": describe(name, p.params()),
-        "reads_attention": p.reads_attention,
-        "budget": budget,
-        **{k: v for k, v in p.params().items() if k != "budget"},
-        "retained_mass": s["retained_mass"],
-        "top_k_recall": s["top_k_recall"],
-        "oracle_mass": s["oracle_mass"],
+        "label": describe(name, policy.params()),
+        "reads_attention": policy.reads_attention,
+        "budget": policy.budget,
+        **{k: v for k, v in policy.params().items() if k != "budget"},
+        "retained_mass": summary["retained_mass"],
+        "top_k_recall": summary["top_k_recall"],
+        "oracle_mass": summary["oracle_mass"],
     }
+
+
+def replay_rows(
+    jobs: Iterable[tuple[str, dict[str, int], int]],
+    trace: Trace,
+    top_k: int = 32,
+    progress: Progress = None,
+) -> list[dict]:
+    """Summary rows (means over steps ``t >= budget``) of each ``(name, params, budget)`` job,
+    in order — the numbers of one ``replay(make_policy(...), record=False)`` per job, computed
+    in lock-step banks: one per kind of policy and budget (:mod:`h2o.bank`); a policy no bank
+    holds (one loaded from a file) gets its own replay.
+
+    Every job's policy is built first, so a refused one raises ``ValueError`` before anything
+    is replayed.
+    """
+    jobs = list(jobs)
+    policies = [make_policy(name, budget, **params) for name, params, budget in jobs]
+    banks: dict[tuple, list[int]] = {}
+    for i, p in enumerate(policies):
+        try:
+            key: tuple = (bank_key(p), p.budget)
+        except ValueError:  # a policy no bank holds (loaded from a file): its own replay
+            key = (None, i)
+        banks.setdefault(key, []).append(i)
+    rows: list[dict] = [{}] * len(jobs)
+    done = 0
+    for (kind, _), lanes in banks.items():
+        name, _, budget = jobs[lanes[0]]
+        label = describe(name, policies[lanes[0]].params())
+        if len(lanes) > 1:
+            label = f"{POLICIES[name].label} ×{len(lanes)}"
+        label += f" at budget {budget}"
+        at = None
+        if progress:  # rows done so far, plus this bank's lanes as its steps advance
+            at = partial(_steps_done, progress, done, len(lanes), len(jobs), label)
+            progress(done, len(jobs), label)
+        if kind is None:
+            reps = [replay(policies[lanes[0]], trace, top_k, record=False)]
+        else:
+            reps = replay_bank(make_bank([policies[i] for i in lanes]), trace, top_k, at)
+        for i, rep in zip(lanes, reps, strict=True):
+            rows[i] = _row(jobs[i][0], policies[i], rep.summary())
+        done += len(lanes)
+    if progress:
+        progress(len(jobs), len(jobs), "done")
+    return rows
+
+
+def _steps_done(
+    progress: Callable[[int, int, str], None],
+    start: int,
+    lanes: int,
+    total: int,
+    label: str,
+    t: int,
+    steps: int,
+) -> None:
+    progress(start + lanes * t // steps, total, label)
 
 
 def bench(
@@ -132,14 +191,7 @@ def bench(
 ) -> list[dict]:
     """Summary rows (means over steps ``t >= budget``) for each policy of the lineup."""
     lineup = list(lineup if lineup is not None else standard_lineup(budget))
-    rows = []
-    for i, (name, params) in enumerate(lineup):
-        if progress:
-            progress(i, len(lineup), describe(name, params))
-        rows.append(_row(name, params, trace, budget, top_k))
-    if progress:
-        progress(len(lineup), len(lineup), "done")
-    return rows
+    return replay_rows(((n, p, budget) for n, p in lineup), trace, top_k, progress)
 
 
 def sweep_windows(
@@ -156,14 +208,7 @@ def sweep_windows(
     ws = [w for w in windows if 0 <= w < budget]
     if not ws:
         raise ValueError(f"no window in the range is below the budget {budget}")
-    rows = []
-    for i, w in enumerate(ws):
-        if progress:
-            progress(i, len(ws), f"{policy} recent_window={w}")
-        rows.append(_row(policy, {"recent_window": w}, trace, budget, top_k))
-    if progress:
-        progress(len(ws), len(ws), "done")
-    return rows
+    return replay_rows(((policy, {"recent_window": w}, budget) for w in ws), trace, top_k, progress)
 
 
 def budget_curve(
@@ -176,17 +221,9 @@ def budget_curve(
     """Summary rows for every (policy, budget); combinations a policy refuses are skipped."""
     lineup = list(lineup)  # iterated once per budget
     jobs = [(n, p, b) for b in budgets for n, p in lineup if b < trace.steps]
-    rows = []
-    for i, (name, params, b) in enumerate(jobs):
-        if progress:
-            progress(i, len(jobs), f"{describe(name, params)} budget {b}")
-        try:
-            rows.append(_row(name, params, trace, b, top_k))
-        except ValueError:  # e.g. recent_window >= budget at the small end
-            continue
-    if progress:
-        progress(len(jobs), len(jobs), "done")
-    return rows
+    return replay_rows(
+        [j for j in jobs if refusal(j[0], j[2], **j[1]) is None], trace, top_k, progress
+    )
 
 
 def oracle_curve(trace: Trace, budgets: Iterable[int]) -> dict[int, float]:

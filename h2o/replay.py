@@ -205,6 +205,12 @@ def _recall(topk: np.ndarray, evicted_at: np.ndarray) -> np.ndarray:
     return out
 
 
+def check_top_k(top_k: object) -> int:
+    if isinstance(top_k, bool) or not isinstance(top_k, int | np.integer) or top_k < 1:
+        raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
+    return int(top_k)
+
+
 def replay(policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True) -> Replay:
     """Run ``policy`` (fresh, nothing admitted yet) over every step of ``trace``.
 
@@ -212,9 +218,7 @@ def replay(policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True
     """
     if len(policy) or policy.last_pos >= 0:
         raise ValueError("replay needs a fresh policy (this one has already taken steps)")
-    if isinstance(top_k, bool) or not isinstance(top_k, int | np.integer) or top_k < 1:
-        raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
-    top_k = int(top_k)
+    top_k = check_top_k(top_k)
     steps, budget = trace.steps, policy.budget
     mass = np.ones(steps)
     n_kept = np.zeros(steps, dtype=np.int32)
@@ -253,7 +257,6 @@ def replay(policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True
             evicted_at[v] = t
             v_step.append(t)
             v_pos.append(v)
-    recall = _recall(trace.top_k(top_k), evicted_at)
     victim_step = np.asarray(v_step, dtype=np.int32)
     victim_pos = np.asarray(v_pos, dtype=np.int32)
     if record and v_pos:  # a victim's score is the one recorded at the step it went
@@ -261,29 +264,60 @@ def replay(policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True
         victim_score = kept_score[victim_step, idx]
     else:
         victim_score = np.full(len(v_pos), np.nan)
+    recorded = (kept_pos, kept_score) if record else (None, None)
+    return result(
+        policy,
+        trace,
+        top_k,
+        mass,
+        n_kept,
+        evicted_at,
+        victim_step,
+        victim_pos,
+        victim_score,
+        *recorded,
+    )
+
+
+def result(
+    policy: Policy,
+    trace: Trace,
+    top_k: int,
+    mass: np.ndarray,
+    n_kept: np.ndarray,
+    evicted_at: np.ndarray,
+    victim_step: np.ndarray,
+    victim_pos: np.ndarray,
+    victim_score: np.ndarray | None = None,
+    kept_pos: np.ndarray | None = None,
+    kept_score: np.ndarray | None = None,
+) -> Replay:
+    """The :class:`Replay` of a run, from its per-step mass and fill, the step each position
+    left the cache (for recall), the victims in step order and, if recorded, the per-step
+    snapshots. Shared by :func:`replay` and the lock-step bank replay (:mod:`h2o.bank`)."""
     params = policy.params()
     out = Replay(
         policy=policy.name,
         label=policy.label,
         params=params,
         trace_name=trace.name,
-        steps=steps,
-        budget=budget,
+        steps=trace.steps,
+        budget=policy.budget,
         top_k=top_k,
         window=int(getattr(policy, "recent_window", 0)),
         sinks=int(getattr(policy, "sinks", 0)),
         score_label=policy.score_label,
         mass=mass,
-        recall=recall,
-        oracle=trace.oracle_mass(budget),
+        recall=_recall(trace.top_k(top_k), evicted_at),
+        oracle=trace.oracle_mass(policy.budget),
         n_kept=n_kept,
         victim_step=victim_step,
         victim_pos=victim_pos,
-        victim_score=victim_score,
-        kept_pos=kept_pos if record else None,
-        kept_score=kept_score if record else None,
+        victim_score=np.full(victim_pos.shape[0], np.nan) if victim_score is None else victim_score,
+        kept_pos=kept_pos,
+        kept_score=kept_score,
     )
-    _freeze(mass, recall, n_kept, out.victim_step, out.victim_pos, out.victim_score)
-    if record:
+    _freeze(out.mass, out.recall, out.n_kept, out.victim_step, out.victim_pos, out.victim_score)
+    if kept_pos is not None:
         _freeze(kept_pos, kept_score)
     return out

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from h2o.bank import PolicyBank
 from h2o.model.gguf_io import GGUFModel, ModelConfig, find_gguf, read_gguf
 from h2o.model.tokenizer import BPETokenizer
 
@@ -306,6 +307,7 @@ class SmolLM:
         qg = q.reshape(G, gs, n, hd)
         kT = k.transpose(0, 2, 1)
         wants = [bool(getattr(pol, "reads_attention", True)) for pol in policies or ()]
+        bank = isinstance(policies, PolicyBank)
         for cs in range(0, n, chunk):
             ce = min(n, cs + chunk)
             c, kv = ce - cs, t0 + ce
@@ -320,7 +322,10 @@ class SmolLM:
             if policies is not None:
                 mask = np.zeros((G, c, kv), dtype=bool)
                 for i in range(c):
-                    stepped = _step_policies(p, t0 + cs + i, i, policies, wants, mask, layer)
+                    if bank:
+                        stepped = _step_bank(p, t0 + cs + i, i, policies, mask, layer)
+                    else:
+                        stepped = _step_policies(p, t0 + cs + i, i, policies, wants, mask, layer)
                     if stepped and first == c:
                         first = i
             if first == c:  # nothing evicted: the plain causal prefill, bit for bit
@@ -463,7 +468,6 @@ def _step_policies(
     after that is any policy stepped. (A policy raising for a reason of its own cannot be
     foreseen: the heads before it have then been stepped, and the caller must discard them.)
     """
-    G = p.shape[0]
     kept = [pol.kept for pol in policies]
     for g, kk in enumerate(kept):
         if kk.shape[0] and not (kk[0] >= 0 and kk[-1] < t):
@@ -471,6 +475,26 @@ def _step_policies(
                 f"layer {layer}, KV head {g}: at step {t} the policy keeps positions "
                 f"{int(kk[0])}..{int(kk[-1])}, outside 0..{t - 1}"
             )
+    evicted, signals = _signals(p, t, i, kept, wants, mask)
+    if any(wants):
+        _check_signals(signals, t, layer)
+    for pol, attn in zip(policies, signals, strict=True):
+        pol.on_decode_step(t, attn)
+        pol.evict()
+    return evicted
+
+
+def _signals(
+    p: np.ndarray,
+    t: int,
+    i: int,
+    kept: Sequence[np.ndarray],
+    wants: Sequence[bool],
+    mask: np.ndarray,
+) -> tuple[bool, list[np.ndarray | None]]:
+    """Mark ``kept ∪ {t}`` of each KV head in ``mask[g, i]``; return whether any head had lost
+    a position of ``0..t-1``, and each head's signal (None where it is not wanted)."""
+    G = p.shape[0]
     evicted = any(kk.shape[0] != t for kk in kept)
     signals: list[np.ndarray | None] = [None] * G
     read = any(wants)
@@ -493,12 +517,67 @@ def _step_policies(
                 mask[g, i, kept[g]] = True
                 if wants[g]:
                     signals[g] = _renormalised_mean(p[g : g + 1, :, i, kept[g]])[0]
-    if read:
-        _check_signals(signals, t, layer)
-    for pol, attn in zip(policies, signals, strict=True):
-        pol.on_decode_step(t, attn)
-        pol.evict()
+    return evicted, signals
+
+
+def _step_bank(
+    p: np.ndarray, t: int, i: int, bank: PolicyBank, mask: np.ndarray, layer: int = -1
+) -> bool:
+    """:func:`_step_policies` for a bank whose lanes are the layer's KV heads.
+
+    The same masks and the same signals (the same gathers into the same
+    :func:`_renormalised_mean`, so bit for bit), checked the same way before any head moves;
+    then one step of the whole bank. The bank's kept sets need no bounds check (it admitted
+    every position itself), and a finite signal is a softmax mean — non-negative, at most 1 —
+    which every policy accepts, so the bank takes the trusted step (as a replay does). In
+    lock-step (every head keeps ``n``) the gathers are flat takes, no per-head list.
+    """
+    n = bank._fill
+    if n < 0:  # heads at different fills (budgets differ): their kept sets one by one
+        wants = [bank.reads_attention] * len(bank)
+        evicted, signals = _signals(p, t, i, [bank.kept(g) for g in range(len(bank))], wants, mask)
+        if bank.reads_attention:
+            _check_signals(signals, t, layer)
+        bank._advance(t, signals)
+        bank._evict()
+        return evicted
+    evicted = n != t
+    if not evicted:
+        mask[:, i, : t + 1] = True
+        sig = _renormalised_mean(p[:, :, i, :t]) if t and bank.reads_attention else None
+    else:
+        starts, heads = _starts(p.shape)
+        at = bank._pos[:, :n] + i * p.shape[3]  # each head's kept columns in row i
+        mask[:, i, t] = True
+        mask.reshape(-1)[at + starts] = True
+        sig = None
+        if bank.reads_attention:
+            sig = _renormalised_mean(p.reshape(-1).take(at[:, None, :] + heads))
+    if sig is not None and not math.isfinite(float(_sum(sig, axis=None))):
+        _check_signals(list(sig), t, layer)  # raises, naming the head
+    bank._advance_lockstep(t, sig)
+    bank._evict(victims=False)
     return evicted
+
+
+_sum, _min = np.add.reduce, np.minimum.reduce
+_STARTS: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _starts(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """For a chunk's ``(G, gs, c, kv)`` probabilities and its ``(G, c, kv)`` mask: the flat
+    offset of each KV head's mask block ``(G, 1)`` and of each query head's probability block
+    ``(G, gs, 1)`` — plus a column of row ``i`` (``i * kv + pos``), the element to read."""
+    out = _STARTS.get(shape)
+    if out is None:
+        if len(_STARTS) > 64:
+            _STARTS.clear()
+        G, gs, c, kv = shape
+        out = _STARTS[shape] = (
+            (np.arange(G) * (c * kv))[:, None],
+            (np.arange(G * gs) * (c * kv)).reshape(G, gs, 1),
+        )
+    return out
 
 
 def _check_signals(signals: Sequence[np.ndarray | None], t: int, layer: int) -> None:
@@ -528,12 +607,12 @@ def _head_grid(G: int, gs: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _renormalised_mean(pk: np.ndarray) -> np.ndarray:
     """``(G, gs, n)`` probabilities → each head renormalised over ``n``, mean over heads."""
-    z = pk.sum(axis=-1)
-    if not z.min() > 0:
+    z = _sum(pk, axis=-1)
+    if not _min(z, axis=None) > 0:
         # Every kept weight of some head underflowed (the dropped keys dominate by > 87 nats):
         # give that head a uniform row rather than 0/0.
         pk = np.where((z <= 0)[..., None], np.float32(1.0), pk)
-        z = pk.sum(axis=-1)
+        z = _sum(pk, axis=-1)
     w = (np.float32(1.0 / pk.shape[1]) / z)[:, None, :]  # (G, 1, gs): renormalise, then mean
     return np.matmul(w, pk)[:, 0, :]
 
@@ -549,7 +628,7 @@ def _masked_output(
     Rows before ``first`` are untouched, so they come out exactly as the causal ones.
     """
     pm = p[:, :, first:, :]
-    pm *= mask[:, None, first:, :]
+    pm *= mask[:, None, first:, :].astype(np.float32)  # 0/1 in float32: no cast per element
     z = pm.sum(axis=-1, keepdims=True)
     bad = (z <= 0)[..., 0]
     if bad.any():  # recompute those rows exactly: softmax of the masked scores

@@ -1,9 +1,10 @@
 """Greedy generation with an evicting KV cache.
 
 The prompt is prefilled under eviction exactly as in :mod:`h2o.model.quality` (token by token
-semantics, one policy per layer and KV head), then new tokens are decoded one at a time from the
-same cache and policies. Used for the classroom demo: a fact stated once early in a long prompt,
-asked about at the end — which caches still let the model answer?
+semantics, one policy per layer and KV head, each layer's heads one lock-step bank), then new
+tokens are decoded one at a time from the same cache and policies. Used for the classroom demo:
+a fact stated once early in a long prompt, asked about at the end — which caches still let the
+model answer?
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from h2o.model.forward import KVCache, PolicyFactory, Progress, SmolLM
-from h2o.model.quality import FULL_CACHE, make_policies
+from h2o.model.quality import FULL_CACHE, make_banks
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def generate(
     n_layers = model.config.n_layers
     total = n_layers + max_new
     cache = KVCache(model.config, len(prompt_ids) + max_new)
-    policies = None if policy_factory is None else make_policies(model, policy_factory)
+    policies = None if policy_factory is None else make_banks(model, policy_factory)
     eos = model.tokenizer.end_ids
 
     prefill_progress = None if progress is None else (lambda d, _n: progress(d, total))

@@ -10,6 +10,9 @@ token-by-token decoding with eviction computes under teacher forcing, at prefill
 :meth:`h2o.model.forward.SmolLM._attention`).
 
 A budget ``>= T`` never evicts and reproduces the full-cache numbers bit for bit.
+
+A layer's heads run as one lock-step bank (:mod:`h2o.bank`): the numbers of separate
+instances, bit for bit, with one array step per token for all of them.
 """
 
 from __future__ import annotations
@@ -18,14 +21,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from h2o.bank import PolicyBank, bank_key, make_bank
 from h2o.model.forward import PolicyFactory, Progress, SmolLM
-
-if TYPE_CHECKING:
-    from h2o.policies import Policy
+from h2o.policies import Policy
 
 FULL_CACHE = "full cache"
 
@@ -74,23 +75,43 @@ def make_policies(model: SmolLM, factory: PolicyFactory) -> list[list[Policy]]:
     return [[factory(li, g) for g in range(cfg.n_kv_heads)] for li in range(cfg.n_layers)]
 
 
+def make_banks(model: SmolLM, factory: PolicyFactory) -> list[PolicyBank | list[Policy]]:
+    """Per layer, one bank whose lanes are its KV heads (built from ``factory``'s instances:
+    their parameters and generators) — or, where the factory makes something no single bank
+    holds (a stand-in, two kinds of policy), that layer's instances (:func:`make_policies`)."""
+    return [_bank_or_row(row) for row in make_policies(model, factory)]
+
+
+def _bank_or_row(row: list[Policy]) -> PolicyBank | list[Policy]:
+    try:
+        kinds = {bank_key(p) for p in row}
+    except ValueError:  # not a policy a bank holds
+        return row
+    return make_bank(row) if len(kinds) == 1 else row
+
+
 def perplexity_under_eviction(
     model: SmolLM,
     ids: Sequence[int],
     policy_factory: PolicyFactory | None,
     progress: Progress | None = None,
     label: str | None = None,
+    *,
+    lock_step: bool = True,
 ) -> PerplexityResult:
     """Perplexity of ``ids`` when every (layer, KV head) cache is managed by a policy.
 
     ``policy_factory(layer, kv_head)`` returns a fresh policy; ``None`` means the full cache.
-    ``progress(done, total)`` is called after each of the model's layers.
+    ``progress(done, total)`` is called after each of the model's layers. Each layer's heads
+    run as one bank (:func:`make_banks`); ``lock_step=False`` steps the instances one by one
+    instead (the same numbers, slower: for comparisons).
     """
     ids = [int(i) for i in ids]
     if len(ids) < 2:
         raise ValueError("need at least 2 tokens")
     t_start = time.perf_counter()
-    policies = None if policy_factory is None else make_policies(model, policy_factory)
+    make = make_banks if lock_step else make_policies
+    policies = None if policy_factory is None else make(model, policy_factory)
     hidden = model.forward(ids[:-1], policies=policies, progress=progress)
     nll = -model.token_logprobs(hidden, ids[1:])
     return PerplexityResult(
