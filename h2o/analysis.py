@@ -232,5 +232,9 @@ def oracle_curve(trace: Trace, budgets: Iterable[int]) -> dict[int, float]:
 
 
 def band_share(trace: Trace, width: int) -> float:
-    """Mean mass on the most recent ``width`` positions, over steps ``1..T-1``."""
-    return float(trace.recent_mass(width)[1:].mean())
+    """Mean mass on the most recent ``width`` positions, over the steady state: steps after
+    ``width`` (before it, every row lies wholly within the band, which says nothing). Falls back
+    to every step for a trace no longer than ``width``."""
+    mass = trace.recent_mass(width)
+    steady = mass[width + 1 :]
+    return float(steady.mean() if steady.size else mass[1:].mean())

@@ -200,3 +200,13 @@ def test_the_claims_do_not_hang_on_seed_0(seed):
     assert mass(run(H2O(BUDGET, 128))) <= mass(h64) + 0.005
     sc = run(Scissorhands(BUDGET, 64))
     assert abs(mass(sc) - mass(h64)) <= 0.01 and abs(recall(sc) - recall(h64)) <= 0.01
+
+
+def test_the_app_quotes_the_steady_state_band_share():
+    """What the explorer prints as "this trace puts X of its attention on the most recent 64
+    positions" is the card's 0.55: steps after 64, where a row can reach past the band."""
+    from h2o import analysis
+
+    trace = canonical_trace()
+    assert analysis.band_share(trace, 64) == steady_share(trace)
+    assert analysis.band_share(trace, 64) == pytest.approx(0.55, abs=0.005)
