@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
@@ -31,15 +30,8 @@ from app import data, playback, player, state
 SETTINGS: dict[str, Any] = {name: state.VIEW_DEFAULTS[name] for name in state.VIEW_SETTINGS}
 
 
-@dataclass(frozen=True)
-class Slot:
-    """One side-by-side panel: a replay, or the error that prevented it."""
-
-    title: str
-    colour: str
-    replay: h2o.Replay | None = None
-    error: str | None = None
-    dash: str = "solid"
+#: One side-by-side panel: a replay (or the error that prevented it), its title and colour.
+Slot = playback.Panel
 
 
 def _view_id(ref: data.TraceRef, slots: Sequence[Slot], extra: dict[str, Any]) -> str:
@@ -128,12 +120,11 @@ def render(
         if cached is not None and cached[0] == ident:
             payload = cached[1]
         else:
-            panels = [playback.Panel(s.title, s.colour, s.replay, s.error, s.dash) for s in slots]
             payload = playback.encode(
                 view=view,
                 trace_id=ref.ident,
                 trace=trace,
-                panels=panels,
+                panels=slots,
                 rng=rng,
                 range_blocks=[
                     data.range_block(s.replay, trace, *rng) if s.replay is not None else None

@@ -21,7 +21,6 @@ import numpy as np
 
 from h2o.policies import Policy, base
 
-_INT32_MAX = base._INT32_MAX
 #: The largest single weight ``Policy._check_attn`` accepts.
 _MAX = getattr(base, "MAX_WEIGHT", math.inf)
 
@@ -206,18 +205,7 @@ class PolicyBank:
     # -- checks (the lanes' own) ---------------------------------------------------------------
     def _check_pos(self, pos: object) -> int:
         """``Policy.on_decode_step``'s position rules, for the bank's shared position."""
-        if type(pos) is not int and (isinstance(pos, bool) or not isinstance(pos, np.integer)):
-            raise ValueError(f"pos must be an integer, got {pos!r}")
-        pos = int(pos)
-        if pos <= self._last_pos:
-            raise ValueError(
-                f"pos must increase strictly: got {pos} after {self._last_pos}"
-                if self._last_pos >= 0
-                else f"pos must be >= 0, got {pos}"
-            )
-        if pos > _INT32_MAX:
-            raise ValueError(f"pos {pos} does not fit the int32 position store")
-        return pos
+        return base.check_pos(pos, self._last_pos)
 
     def _block_ok(self, a: np.ndarray) -> bool:
         """Whether every row of an ``(N, n)`` block passes ``Policy._check_attn`` (1-D, numeric,

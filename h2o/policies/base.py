@@ -48,6 +48,22 @@ def _check_budget_value(budget: object) -> int:
     return budget
 
 
+def check_pos(pos: object, last_pos: int) -> int:
+    """The position rules of a decode step: an integer, above ``last_pos``, within int32."""
+    if type(pos) is not int and (isinstance(pos, bool) or not isinstance(pos, np.integer)):
+        raise ValueError(f"pos must be an integer, got {pos!r}")
+    pos = int(pos)
+    if pos <= last_pos:
+        raise ValueError(
+            f"pos must increase strictly: got {pos} after {last_pos}"
+            if last_pos >= 0
+            else f"pos must be >= 0, got {pos}"
+        )
+    if pos > _INT32_MAX:
+        raise ValueError(f"pos {pos} does not fit the int32 position store")
+    return pos
+
+
 def _check_room(name: str, value: int, budget: int, why: str) -> None:
     """Refuse ``value >= budget`` for a parameter that reserves slots (window, sinks)."""
     if value >= budget:
@@ -102,17 +118,7 @@ class Policy:
         weight, or a weight above 1 that no softmax produces (see :data:`MAX_WEIGHT`) — raises
         ``ValueError`` and changes nothing.
         """
-        if type(pos) is not int and (isinstance(pos, bool) or not isinstance(pos, np.integer)):
-            raise ValueError(f"pos must be an integer, got {pos!r}")
-        pos = int(pos)
-        if pos <= self._last_pos:
-            raise ValueError(
-                f"pos must increase strictly: got {pos} after {self._last_pos}"
-                if self._last_pos >= 0
-                else f"pos must be >= 0, got {pos}"
-            )
-        if pos > _INT32_MAX:
-            raise ValueError(f"pos {pos} does not fit the int32 position store")
+        pos = check_pos(pos, self._last_pos)
         self._advance(pos, None if attn is None else self._check_attn(attn))
 
     def _advance(self, pos: int, attn: np.ndarray | None) -> None:

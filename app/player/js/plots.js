@@ -73,6 +73,17 @@ const PlotMethods = {
     return lay;
   },
 
+  /** Once per plot: a click jumps to its step; a redraw (resize, zoom) re-places the overlays. */
+  bind(gd) {
+    if (gd.__h2oBound) return;
+    gd.__h2oBound = true;
+    gd.on("plotly_click", (ev) => {
+      const pt = ev && ev.points && ev.points[0];
+      if (pt && pt.x !== undefined) this.jump(Math.round(Number(pt.x)));
+    });
+    gd.on("plotly_afterplot", () => this.placeAll());
+  },
+
   config() {
     return { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d"] };
   },
@@ -208,14 +219,7 @@ const PlotMethods = {
     const T2 = performance.now();
     window.Plotly.react(gd, data, this.fitLegend(v.detail, lay, data), this.config());
     this.timed("detail.react", T2);
-    if (!gd.__h2oBound) {
-      gd.__h2oBound = true;
-      gd.on("plotly_click", (ev2) => {
-        const pt = ev2 && ev2.points && ev2.points[0];
-        if (pt && pt.x !== undefined) this.jump(Math.round(Number(pt.x)));
-      });
-      gd.on("plotly_afterplot", () => this.placeAll());
-    }
+    this.bind(gd);
   },
 
   highlightShapes(shapes, yOf, half) {
@@ -315,14 +319,7 @@ const PlotMethods = {
     lay.yaxis.range = [-0.5, this.h.steps - 0.5];
     const gd = v.overview.gd;
     window.Plotly.react(gd, [heat], this.fitLegend(v.overview, lay, [heat]), this.config());
-    if (!gd.__h2oBound) {
-      gd.__h2oBound = true;
-      gd.on("plotly_click", (ev) => {
-        const pt = ev && ev.points && ev.points[0];
-        if (pt && pt.x !== undefined) this.jump(Math.round(Number(pt.x)));
-      });
-      gd.on("plotly_afterplot", () => this.placeAll());
-    }
+    this.bind(gd);
   },
 
   drawMetrics() {
@@ -357,14 +354,7 @@ const PlotMethods = {
       lay.xaxis.range = [-0.5, h.steps - 0.5];
       const gd = mv.gd;
       window.Plotly.react(gd, data, this.fitLegend(mv, lay, data), this.config());
-      if (!gd.__h2oBound) {
-        gd.__h2oBound = true;
-        gd.on("plotly_click", (ev) => {
-          const pt = ev && ev.points && ev.points[0];
-          if (pt && pt.x !== undefined) this.jump(Math.round(Number(pt.x)));
-        });
-        gd.on("plotly_afterplot", () => this.placeAll());
-      }
+      this.bind(gd);
     });
   }
 };
