@@ -111,3 +111,13 @@ def test_open_in_carries_the_chapter_settings(button, page_title, values):
     for name, value in values.items():
         assert at.session_state[name] == value, name
         assert at.query_params[name] == str(value), name
+
+
+def test_the_real_model_chapter_shows_the_answers_computed_ahead():
+    at = open_lesson(presenter=1, chapter=7)
+    (frame,) = at.dataframe  # presenter mode: chapter 7 alone, its one table
+    table = frame.value
+    assert list(table.index) == [256, 512, 1024]
+    assert all(t.startswith("brass owl") for t in table["full cache"])
+    assert table.loc[1024, "H2O"].startswith("brass owl")  # the only budget where H2O remembers
+    assert not table.loc[256, "StreamingLLM"].startswith("brass owl")

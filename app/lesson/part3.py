@@ -13,6 +13,7 @@ from app import card, data, figures
 from app.lesson import Chapter, open_in
 
 RESULTS = data.TRACE_DIR / "results"
+ANSWER_BUDGETS = (256, 512, 1024)
 REAL_MODEL = "views/real_model.py"
 
 
@@ -30,6 +31,20 @@ def _shipped(name: str, mtime_ns: int) -> dict | None:
 def shipped(name: str) -> dict | None:
     path = RESULTS / name
     return _shipped(name, path.stat().st_mtime_ns) if path.is_file() else None
+
+
+def answer_table(runs: dict[int, list[dict]]) -> pd.DataFrame:
+    """Budget × policy → the generated text, from ``generate --json`` outputs (labels such as
+    ``"h2o@256"`` and ``"full cache"``)."""
+    rows = []
+    for budget, results in runs.items():
+        row: dict[str, object] = {"budget": budget}
+        for r in results:
+            name = str(r.get("label", "")).split("@")[0]
+            label = h2o.POLICIES[name].label if name in h2o.POLICIES else name
+            row[label] = str(r.get("text", "")).strip()
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("budget")
 
 
 def real_model() -> None:
@@ -61,8 +76,8 @@ def real_model() -> None:
         key="lesson_layers",
         config={"displaylogo": False},
     )
-    answers = shipped("lighthouse-answers.json")
-    if answers is None:
+    runs = {b: shipped(f"lighthouse-generate-{b}.json") for b in ANSWER_BUDGETS}
+    if any(r is None for r in runs.values()):
         st.info(
             "The brass-owl answers are computed ahead by the commands in traces/results/README.md "
             "and are not in this copy: the Real model page computes them on request."
@@ -70,12 +85,15 @@ def real_model() -> None:
     else:
         st.markdown(
             "The story states once, near token 120 of 2,110, that the spare key is *inside the "
-            "brass owl*, and ends by asking where it is. The model's answer, with the cache of "
-            "every layer and KV head capped at each budget:"
+            "brass owl*, and ends by asking where it is. The model's next eight tokens, with the "
+            "cache of every layer and KV head capped at each budget:"
         )
-        table = pd.DataFrame(answers["answers"]).set_index("budget")
-        st.dataframe(table, key="lesson_answers")
-        st.caption(f"Computed ahead with: `{answers['command']}`")
+        st.dataframe(answer_table(runs), key="lesson_answers")
+        st.caption(
+            "Computed ahead with `python -m h2o generate --prompt-file traces/texts/lighthouse.txt "
+            "--policy full,h2o,streaming-llm,tova,scissorhands,sliding-window,random --budget B "
+            "--max-new 8 --json` for B = 256, 512, 1024 (traces/results/README.md)."
+        )
     open_in("Open the Real model page (and recompute)", REAL_MODEL, {}, key="lesson_open_7")
 
 
