@@ -6,7 +6,8 @@ Starts ``streamlit run app/main.py`` on a free port and drives Debian's Chromium
 (``tests/streamlit_server.py``), on the canonical trace, H2O vs StreamingLLM at budget 256:
 
 * **first paint** — navigation start to the player showing the step (controls, both stories and
-  kept slots), and to every plot drawn; once cold (fresh server), then warm (medians);
+  kept slots), and to every plot drawn: once on a fresh server, then (medians) from a new browser
+  and from the same browser reloading (its cache holds plotly.js);
 * **a step** — a "+1" click, or a → key press, until the new step is painted (the next animation
   frame after the player drew it), timed inside the page;
 * **websocket bytes per step** inside the loaded range (frames counted while stepping);
@@ -86,13 +87,13 @@ def server_step(page) -> int:
     return int(parse_qs(urlparse(page.url).query)["step"][0])
 
 
-def first_paint(browser, url: str) -> tuple[float, float]:
-    ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+def first_paint(ctx, url: str) -> tuple[float, float]:
+    """Navigation start → the player's first paint, and → every plot drawn (seconds)."""
     page = ctx.new_page()
     page.goto(url)
     wait_player(page, plots=6)
     painted, now = page.evaluate(FIRST_PAINT_JS)
-    ctx.close()
+    page.close()
     return painted / 1000, now / 1000
 
 
@@ -107,10 +108,21 @@ def main() -> int:
     with serve() as url, sync_playwright() as pw:
         browser = launch(pw)
         view = f"{url}/step-through?step=2000"
-        cold = first_paint(browser, view)
-        warm = [first_paint(browser, view) for _ in range(args.repeats)]
+        # Cold: a fresh server. New browser: a warm server, a browser with empty caches. Warm:
+        # the same browser again (a student reloading) — plotly.js comes from its cache.
+        browsing = browser.new_context(viewport={"width": 1280, "height": 720})
+        cold = first_paint(browsing, view)
+        fresh = []
+        for _ in range(args.repeats):
+            ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+            fresh.append(first_paint(ctx, view))
+            ctx.close()
+        warm = [first_paint(browsing, view) for _ in range(args.repeats)]
+        browsing.close()
         out["first_paint_cold_s"] = cold[0]
         out["all_plots_cold_s"] = cold[1]
+        out["first_paint_new_browser_s"] = statistics.median(w[0] for w in fresh)
+        out["all_plots_new_browser_s"] = statistics.median(w[1] for w in fresh)
         out["first_paint_warm_s"] = statistics.median(w[0] for w in warm)
         out["all_plots_warm_s"] = statistics.median(w[1] for w in warm)
 
@@ -173,13 +185,21 @@ def main() -> int:
         print(json.dumps(out, indent=2))
         return 0
     rows = [
-        ("first paint, cold server (s)", f"{out['first_paint_cold_s']:.2f}", "—"),
         (
-            "first paint, warm: step + stories + kept slots (s)",
-            f"{out['first_paint_warm_s']:.2f}",
-            "≤ 2",
+            "first paint, cold server: step, stories, kept slots / all plots (s)",
+            f"{out['first_paint_cold_s']:.2f} / {out['all_plots_cold_s']:.2f}",
+            "—",
         ),
-        ("  … and every plot drawn (s)", f"{out['all_plots_warm_s']:.2f}", "—"),
+        (
+            "first paint, warm server, new browser (s)",
+            f"{out['first_paint_new_browser_s']:.2f} / {out['all_plots_new_browser_s']:.2f}",
+            "—",
+        ),
+        (
+            "first paint, warm server and browser (reload) (s)",
+            f"{out['first_paint_warm_s']:.2f} / {out['all_plots_warm_s']:.2f}",
+            "≤ 2 (first paint)",
+        ),
         (
             "+1 click → step painted (ms, median / max)",
             f"{out['click_ms_median']:.0f} / {out['click_ms_max']:.0f}",

@@ -138,7 +138,7 @@ def test_trace_buttons_open_the_step_through(stem, layer):
     assert ss["trace"] == f"traces/{stem}.npz"
     assert (ss["budget"], ss["recent_window"], ss["sinks"]) == (128, 32, 4)
     assert (ss["policy_a"], ss["policy_b"], ss["step"]) == ("h2o", "streaming-llm", 512)
-    (player,) = at.get("bidi_component")
+    (player,) = [e for e in at.get("bidi_component") if e.proto.component_name == "h2o_player"]
     header, _ = playback.decode(player.proto.bytes)
     assert header["start"]["step"] == 512
     a = header["range"][0]

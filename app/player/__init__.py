@@ -27,7 +27,7 @@ NAME = "h2o_player"
 #: The player's script, in load order: joined into one function scope (see :func:`bundle`).
 JS_FILES = ("common.js", "slots.js", "plots.js", "player.js")
 
-_WRAPPER = """
+_LOADER = """
 function loadPlotly(url) {
   if (window.Plotly) return Promise.resolve();
   if (!window.__h2oPlotly) {
@@ -41,7 +41,11 @@ function loadPlotly(url) {
   }
   return window.__h2oPlotly;
 }
+"""
 
+_WRAPPER = (
+    _LOADER
+    + """
 export default function (component) {
   const { data, parentElement, setStateValue } = component;
   const root = parentElement.querySelector(".h2o-root");
@@ -61,6 +65,7 @@ export default function (component) {
   return () => { if (box.player) { box.player.destroy(); box.player = null; } };
 }
 """
+)
 
 
 def _read(name: str) -> str:
@@ -112,6 +117,28 @@ def _component() -> Callable[..., Any]:
     # Keyed by the files' mtimes: an edited script is registered anew without a restart.
     files = [HERE / "js" / n for n in JS_FILES] + [HERE / "player.css"]
     return _registered(tuple(f.stat().st_mtime_ns for f in files))
+
+
+_PRELOAD_JS = (
+    _LOADER
+    + """
+export default function ({ data }) {
+  loadPlotly(data.url).catch(() => {}); // the player reports a failure, when it needs the plots
+}
+"""
+)
+
+
+@st.cache_resource(show_spinner=False)
+def _preloader() -> Callable[..., Any]:
+    ensure_static()
+    return st.components.v2.component("h2o_plotly_preload", js=_PRELOAD_JS, isolate_styles=False)
+
+
+def preload() -> None:
+    """Start fetching and parsing plotly.js now, while the server computes the page: a page
+    with a player calls it first, so the plots are drawn sooner after the player arrives."""
+    _preloader()(data={"url": plotly_url()}, key="h2o_plotly_preload", width="content")
 
 
 def mount(payload: bytes, *, key: str, on_change: Callable[[], None]) -> Any:

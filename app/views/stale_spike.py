@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from app import data, figures, playback, state, stepper
+from app import data, figures, playback, player, state, stepper
 from h2o import analysis
 
 STEP_KEY = state.SPIKE_STEP
 
+player.preload()  # plotly.js loads while the server computes the page
 st.title("Stale spike: H2O vs Scissorhands")
 st.markdown(
     "> *A cumulative sum never forgets: a position that mattered enormously once defends its "

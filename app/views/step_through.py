@@ -5,9 +5,10 @@ from __future__ import annotations
 import streamlit as st
 
 import h2o
-from app import data, figures, state, stepper
+from app import data, figures, player, state, stepper
 from h2o import analysis
 
+player.preload()  # plotly.js loads while the server computes the page
 st.title("Step through a replay")
 ctx = state.sidebar()
 presenter = state.presenter_toggle()

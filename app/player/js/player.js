@@ -412,10 +412,16 @@ class Player {
   /** Redraw everything drawn once per view (overview, metrics) and force the detail view. */
   redraw(first) {
     this.page = null;
-    this.render(); // the controls, stories, kept slots and detail view first: the first paint
+    // The controls, stories and kept slots first — the first paint — then, a frame later, the
+    // plots (the detail heatmaps, then the overview and the metrics).
+    this.lateDetail = true;
+    this.render();
     clearTimeout(this.lateTimer);
     this.lateTimer = setTimeout(() => {
+      this.lateDetail = false;
       if (!window.Plotly) return;
+      this.page = null;
+      this.ensurePage(this.st.t);
       this.panels.forEach((P, i) => { if (!P.error && this.views[i].overview) this.drawOverview(i); });
       if (this.mViews.length) this.drawMetrics();
       this.placeAll();
@@ -461,7 +467,7 @@ class Player {
 
   /** The steps the detail heatmap shows: `width` steps inside the loaded range, around t. */
   ensurePage(t) {
-    if (!window.Plotly) return;
+    if (!window.Plotly || this.lateDetail) return;
     const [A, B] = this.h.range;
     const W = Math.min(this.st.width, B - A);
     const pg = this.page;
@@ -472,9 +478,20 @@ class Player {
       if (t >= pg[0] && t < pg[1] && okLeft && okRight) return;
     }
     const p0 = clamp(t - Math.floor(W / 2), A, B - W);
+    const moved = pg !== null;
     this.page = [p0, p0 + W];
     this.page.rows = this.st.rows;
-    this.panels.forEach((P, i) => { if (!P.error) this.drawDetail(i); });
+    if (!moved) {
+      this.panels.forEach((P, i) => { if (!P.error) this.drawDetail(i); });
+      return;
+    }
+    // The cursor left the steps shown: paint the step first (story, slots, cursor), then redraw
+    // the heatmaps after that frame — a click never waits for a heatmap.
+    cancelAnimationFrame(this.pageFrame);
+    this.pageFrame = requestAnimationFrame(() => setTimeout(() => {
+      this.panels.forEach((P, i) => { if (!P.error) this.drawDetail(i); });
+      this.placeAll();
+    }, 0));
   }
 
   /** Cursor at step t, a veil over the steps after it, and (overview) the detail steps. */
