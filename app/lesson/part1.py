@@ -14,7 +14,9 @@ STEP_PAGE = "views/step_through.py"
 
 
 # -- 1. why evict ----------------------------------------------------------------------------------
-@st.cache_data(show_spinner="Reading SmolLM2's header…", max_entries=2)
+# On disk too: gguf reads every tensor's header with the metadata (seconds here), and the first
+# student of every server would wait for it.
+@st.cache_data(show_spinner="Reading SmolLM2's header…", max_entries=2, persist="disk")
 def _smollm_shape(path: str, mtime_ns: int) -> explain.ModelShape:
     shape = explain.gguf_shape(path)
     return explain.ModelShape("SmolLM2-135M", shape.n_layers, shape.n_kv_heads, shape.head_dim)
