@@ -121,3 +121,8 @@ def test_the_real_model_chapter_shows_the_answers_computed_ahead():
     assert all(t.startswith("brass owl") for t in table["full cache"])
     assert table.loc[1024, "H2O"].startswith("brass owl")  # the only budget where H2O remembers
     assert not table.loc[256, "StreamingLLM"].startswith("brass owl")
+    (ppl,) = [c for c in at.get("plotly_chart") if "Perplexity vs cache budget" in c.proto.spec]
+    spec = json.loads(ppl.proto.spec)
+    names = [tr["name"] for tr in spec["data"]]
+    assert "H2O (recent_window=32)" not in names and "H2O" in names  # labels, one per policy
+    assert len(names) == 6

@@ -94,6 +94,29 @@ def real_model() -> None:
             "--policy full,h2o,streaming-llm,tova,scissorhands,sliding-window,random --budget B "
             "--max-new 8 --json` for B = 256, 512, 1024 (traces/results/README.md)."
         )
+    quality = shipped("lighthouse-quality.json")
+    if quality is not None:
+        curves = [
+            (name, h2o.POLICIES[name].label, [int(b) for b in row], list(row.values()))
+            for name, row in quality["perplexity"].items()
+            if name in h2o.POLICIES
+        ]
+        st.plotly_chart(
+            figures.perplexity_curves(
+                curves=curves,
+                full=quality["full_cache"],
+                title=f"Perplexity vs cache budget — lighthouse.txt, {quality['n_tokens']:,} "
+                "tokens (lower is better)",
+            ),
+            width="stretch",
+            key="lesson_ppl",
+            config={"displaylogo": False},
+        )
+        st.markdown(
+            "On perplexity the policies that keep the sinks and those that score are close: the "
+            "text's next token rarely depends on one old fact. The question above does — that is "
+            "where they part."
+        )
     open_in("Open the Real model page (and recompute)", REAL_MODEL, {}, key="lesson_open_7")
 
 
