@@ -106,22 +106,6 @@ def mirror(name: str, default: Any, on_change: Callable[[], None] | None = None)
     return {"key": wkey(name), "on_change": changed}
 
 
-def set_step(name: str, value: int) -> None:
-    """Move a step (``step``/``spike_step``): the model, and a fresh slider to show it.
-
-    The step slider is re-created under a new key on every move that is not a drag of the
-    slider itself. Play ticks move the step several times a second, and a browser still showing
-    the previous value would otherwise report it back as if the user had dragged it there.
-    """
-    ss = st.session_state
-    ss[name] = int(value)
-    ss[f"_{name}_version"] = ss.get(f"_{name}_version", 0) + 1
-
-
-def step_slider_key(name: str) -> str:
-    return f"w_{name}_{st.session_state.get(f'_{name}_version', 0)}"
-
-
 #: What markdown makes something of: links and images need [ ], HTML and autolinks < >, emphasis
 #: * _ ~, code `, headings #, tables |, LaTeX $.
 _MARKDOWN = re.compile(r"([\\`*_\[\]#!<>|~$])")
@@ -295,7 +279,7 @@ def open_trace(key: str, upload: data.Upload | None = None) -> h2o.Trace:
     st.session_state[TRACE_OK] = key
     for name in (BUDGET, WINDOW, SINKS):
         set_value(name, fit[name])
-    set_step(STEP, 0)
+    st.session_state[STEP] = 0
     return trace
 
 

@@ -115,7 +115,7 @@ def _open_in_step_through(key: str, upload: data.Upload | None = None) -> None:
         return
     state.set_value(state.POLICY_A, "h2o")
     state.set_value(state.POLICY_B, "streaming-llm")
-    state.set_step(state.STEP, min(trace.steps - 1, 4 * ss[state.BUDGET]))
+    ss[state.STEP] = min(trace.steps - 1, 4 * ss[state.BUDGET])
     ss[GOTO] = STEP_PAGE
 
 
