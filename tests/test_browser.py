@@ -91,6 +91,13 @@ def query(page) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(urlparse(page.url).query).items()}
 
 
+def wait_step(page, step: int) -> None:
+    """Until the player has painted ``step`` (it paints on the next animation frame)."""
+    page.wait_for_function(
+        f"document.querySelector('{PLAYER}').dataset.rendered === '{step}'", timeout=10_000
+    )
+
+
 def button(page, action: str):
     return page.locator(f'{PLAYER} [data-action="{action}"]')
 
@@ -156,7 +163,7 @@ def test_keys_step_both_panels_in_the_browser_alone(server, browser):
         page.locator(f"{PLAYER} .h2o-title").first.click()  # focus the page, not a widget
         for key in ["ArrowRight"] * 5 + ["Shift+ArrowRight", "ArrowLeft"]:
             page.keyboard.press(key)
-        assert shown_step(page) == 2014
+        wait_step(page, 2014)  # a key moves the step at once; the paint follows in the next frame
         during = frames[before:]
         assert during == [], f"stepping inside the loaded range sent {during}"
         assert all(s.startswith("step 2014:") for s in stories(page))
@@ -178,7 +185,7 @@ def test_twenty_rapid_clicks_move_exactly_twenty_steps(server, browser):
         for _ in range(20):
             nxt.click(delay=0)
             page.wait_for_timeout(50)
-        page.wait_for_function(f"document.querySelector('{PLAYER}').dataset.rendered === '1020'")
+        wait_step(page, 1020)
         assert all(s.startswith("step 1020:") for s in stories(page))
         page.wait_for_timeout(1500)
         assert query(page)["step"] == "1020"
@@ -322,7 +329,7 @@ def test_the_exported_file_plays_from_disk(server, browser, tmp_path):
         wait_player(page)
         assert shown_step(page) == 10
         page.keyboard.press("ArrowRight")
-        assert shown_step(page) == 11
+        wait_step(page, 11)
         button(page, "play").click()
         page.wait_for_function(f"Number(document.querySelector('{PLAYER}').dataset.rendered) > 13")
         assert [u for u in requests if not u.startswith(("file:", "data:", "blob:"))] == []
@@ -367,6 +374,10 @@ def test_the_lesson_moves_by_keyboard_in_presenter_mode(server, browser):
             ("ArrowRight", "4. The window is load-bearing"),
             ("PageUp", "3. Heavy hitters"),
         ):
+            # The keys' component mounts a moment after the script finishes.
+            page.wait_for_function(
+                "document.documentElement.dataset.h2oChapterKeys === 'bound'", timeout=30_000
+            )
             page.locator("body").press(key)
             page.get_by_role("heading", name=want).wait_for(timeout=60_000)
             wait_ready(page)

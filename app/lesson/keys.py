@@ -28,7 +28,13 @@ export default function ({ parentElement, setTriggerValue }) {
     };
     document.addEventListener("keydown", box.listener);
   }
-  return () => { document.removeEventListener("keydown", box.listener); box.listener = null; };
+  // A mark that the keys are bound: the component mounts a moment after the page paints.
+  document.documentElement.dataset.h2oChapterKeys = "bound";
+  return () => {
+    document.removeEventListener("keydown", box.listener);
+    box.listener = null;
+    delete document.documentElement.dataset.h2oChapterKeys;
+  };
 }
 """
 
