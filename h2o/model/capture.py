@@ -141,3 +141,30 @@ def save_capture(
     from h2o.trace import save_trace
 
     save_trace(to_trace(name, dense, meta, tokens), path, float16=float16)
+
+
+def all_heads_attention(
+    model: SmolLM,
+    ids: list[int],
+    layer: int,
+    progress: Progress | None = None,
+    text: str | None = None,
+    licence: str | None = None,
+) -> list[tuple[np.ndarray, dict[str, Any], list[str]]]:
+    """:func:`capture_attention` of every query head of ``layer`` from one forward pass:
+    ``[(dense, meta, tokens)]`` per head (``n_heads`` ``(T, T)`` float32 buffers)."""
+    n_layers = model.config.n_layers
+    if not 0 <= layer < n_layers:
+        raise ValueError(f"layer must be in 0..{n_layers - 1}, got {layer}")
+    ids = [int(i) for i in ids]
+    T, H = len(ids), model.config.n_heads
+    dense = np.zeros((H, T, T), dtype=np.float32)
+
+    def hook(ch: AttnChunk) -> None:
+        if ch.layer == layer:
+            pp = ch.prev_probs()
+            dense[:, ch.start : ch.start + ch.rows, : pp.shape[2]] = pp
+
+    model.forward(ids, attn_hook=hook, progress=progress, stop_after_layer=layer)
+    tokens = model.tokenizer.token_strings(ids)
+    return [(dense[h], capture_meta(model, layer, h, T, text, licence), tokens) for h in range(H)]

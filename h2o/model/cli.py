@@ -46,7 +46,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tokens", type=int, default=2048, help="first N tokens (default: 2048)")
     p.add_argument("--layer", type=int, default=8, help="layer 0..29 (default: 8)")
     p.add_argument(
-        "--head", default="mean", help="query head 0..8, or 'mean' over heads (default: mean)"
+        "--head",
+        default="mean",
+        help="query head 0..8, 'mean' over heads, or 'all': one trace per query head, written "
+        "to OUT-h0.npz, OUT-h1.npz, ... (default: mean)",
     )
     p.add_argument("--out", required=True, metavar="NPZ", help="output trace file, .npz (required)")
     p.add_argument(
@@ -89,6 +92,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--tokens", type=int, default=None, help="first N tokens (default: the whole text)"
     )
     _policy_options(p)
+    _allocation_options(p)
     p.add_argument(
         "--json", action="store_true", help="print JSON instead of a table (default: a table)"
     )
@@ -109,13 +113,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--policy",
         default="h2o",
-        help="comma-separated policies, 'full' = no eviction (default: %(default)s)",
+        help="comma-separated policies, 'full' = no eviction, 'snapkv' = compress the prompt "
+        "once from its last queries (default: %(default)s)",
     )
     p.add_argument(
         "--budget", type=int, default=128, help="cache size per head (default: %(default)s)"
     )
     p.add_argument("--max-new", type=int, default=20, help="new tokens (default: %(default)s)")
     _policy_options(p)
+    _allocation_options(p)
+    p.add_argument(
+        "--snapkv-window",
+        type=int,
+        default=32,
+        help="snapkv: the last prompt queries that score the keys (default: %(default)s)",
+    )
+    p.add_argument(
+        "--snapkv-kernel", type=int, default=5, help="snapkv: pooling kernel (default: %(default)s)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text (default: text)")
     p.set_defaults(func=cmd_generate)
 
@@ -133,6 +148,64 @@ def _policy_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--seed", type=int, default=0, help="seed of random eviction (default: %(default)s)"
     )
+
+
+def _allocation_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allocation",
+        default=None,
+        help="comma-separated budget allocations at equal total KV memory: uniform, pyramid, "
+        "adaptive, duo (default: none, every head gets the budget as before)",
+    )
+    p.add_argument(
+        "--calibration",
+        metavar="FILE",
+        default=None,
+        help="text on which duo classifies heads (default: the evaluated text)",
+    )
+    p.add_argument(
+        "--alpha", type=float, default=0.2, help="adaptive: each head's own share (default: 0.2)"
+    )
+    p.add_argument(
+        "--retrieval",
+        type=float,
+        default=0.5,
+        help="duo: fraction of heads kept as retrieval heads (default: 0.5)",
+    )
+    p.add_argument(
+        "--beta", type=float, default=20.0, help="pyramid: top/bottom ratio beta (default: 20)"
+    )
+
+
+def _alloc_params(args: argparse.Namespace) -> dict[str, object]:
+    """Allocator parameters: the windows follow the policies' (32 and 4 sinks by default)."""
+    window = args.recent_window if args.recent_window is not None else 32
+    return {
+        "alpha": args.alpha,
+        "retrieval": args.retrieval,
+        "beta": args.beta,
+        "window": window,
+        "sinks": args.sinks if args.sinks is not None else 4,
+    }
+
+
+def _check_allocation_inputs(args: argparse.Namespace, budgets: Sequence[int]) -> list[str]:
+    """The allocations named, refused before the model loads if a name, a parameter or a
+    budget cannot work (each checked on a stand-in shape; the model's own comes later)."""
+    import numpy as np
+
+    from h2o.alloc import make_allocator
+    from h2o.model.allocation import check_allocations
+
+    names = _csv(args.allocation)
+    params = _alloc_params(args)
+    check_allocations(names, **params)
+    for name in names:
+        for b in budgets:
+            make_allocator(name, **params).allocate(2, 1, b, shares=np.zeros((2, 1)))
+    if args.calibration is not None:
+        _read_text(args.calibration, "--calibration")
+    return names
 
 
 def _policy_params(args: argparse.Namespace) -> dict[str, int | None]:
@@ -252,12 +325,14 @@ def cmd_capture(args: argparse.Namespace) -> int:
     _check_tokens(args.tokens)
     if args.layer < 0:
         raise ValueError(f"--layer must be >= 0, got {args.layer}")
-    if args.head != "mean" and not (args.head.isdigit() and int(args.head) >= 0):
+    if args.head not in ("mean", "all") and not (args.head.isdigit() and int(args.head) >= 0):
         raise ValueError(
-            f"--head takes a query head number (0, 1, ...) or 'mean', got {args.head!r}"
+            f"--head takes a query head number (0, 1, ...), 'mean' or 'all', got {args.head!r}"
         )
     if not args.out.endswith(".npz"):
         raise ValueError(f"--out must name an .npz file, got {args.out!r}")
+    if args.head == "all":
+        return _capture_all_heads(args, text)
     head: int | str = args.head if args.head == "mean" else int(args.head)
     model = _load(args)
     if args.layer >= model.config.n_layers:
@@ -281,6 +356,27 @@ def cmd_capture(args: argparse.Namespace) -> int:
     return 0
 
 
+def _capture_all_heads(args: argparse.Namespace, text: str) -> int:
+    from h2o.model.capture import all_heads_attention, save_capture, trace_name
+
+    model = _load(args)
+    if args.layer >= model.config.n_layers:
+        raise ValueError(f"--layer must be below {model.config.n_layers}, got {args.layer}")
+    ids = _ids(model, text, args.tokens, args.quiet)
+    stem = args.out[: -len(".npz")]
+    source = args.text_source or Path(args.text).name
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    progress = _progress(args, f"capture layer {args.layer}, every head")
+    for h, (dense, meta, tokens) in enumerate(
+        all_heads_attention(model, ids, args.layer, progress, source, args.licence)
+    ):
+        out = f"{stem}-h{h}.npz"
+        name = (args.name + f" · head {h}") if args.name else trace_name(args.text, args.layer, h)
+        save_capture(out, name, dense, meta, tokens, float16=not args.float32)
+        print(f"wrote {out}: {name!r}, {len(ids)} steps, {Path(out).stat().st_size} bytes")
+    return 0
+
+
 def cmd_quality(args: argparse.Namespace) -> int:
     from h2o.model.quality import FULL_CACHE, quality_runs, quality_table
 
@@ -292,6 +388,8 @@ def cmd_quality(args: argparse.Namespace) -> int:
         raise ValueError("--policies is empty")
     budgets = _csv_ints(args.budgets, "--budgets")
     params = _policy_params(args)
+    if args.allocation is not None:
+        return _quality_allocations(args, text, policies, budgets, params)
     quality_runs(policies, budgets, args.seed, **params)  # unknown names, refused windows
     model = _load(args)
     ids = _ids(model, text, args.tokens, args.quiet)
@@ -319,6 +417,128 @@ def cmd_quality(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def _shares(
+    model: SmolLM,
+    args: argparse.Namespace,
+    ids: list[int],
+    names: Sequence[str],
+    need_split: bool,
+):
+    """The head split of the text (for the JSON) and duo's calibration shares, if needed
+    (without ``--calibration``: the text's own)."""
+    from h2o.model.allocation import head_shares
+
+    need_cal = "duo" in names
+    split = cal = None
+    if need_split:
+        split = head_shares(model, ids, progress=_progress(args, "head shares"))
+    if need_cal:
+        if args.calibration is None:
+            cal = split or head_shares(model, ids, progress=_progress(args, "calibration"))
+        else:
+            cal_text = _read_text(args.calibration, "--calibration")
+            cal_ids = _ids(model, cal_text, getattr(args, "tokens", None), True)
+            cal = head_shares(model, cal_ids, progress=_progress(args, "calibration"))
+    return split, cal
+
+
+def _quality_allocations(
+    args: argparse.Namespace,
+    text: str,
+    policies: list[str],
+    budgets: list[int],
+    params: dict[str, int | None],
+) -> int:
+    from h2o.alloc import slot_bytes
+    from h2o.model.allocation import allocation_runs, allocation_table
+    from h2o.model.quality import policy_factory
+
+    names = _check_allocation_inputs(args, budgets)
+    for p in policies:
+        if p == "snapkv":
+            raise ValueError(
+                "snapkv compresses a prompt once, after reading it: it runs in generate "
+                "(--policy snapkv), not in the closed-loop quality evaluation"
+            )
+        for b in budgets:
+            policy_factory(p, b, args.seed, **params)
+    model = _load(args)
+    ids = _ids(model, text, args.tokens, args.quiet)
+    split, cal = _shares(model, args, ids, names, args.json)
+    runs = allocation_runs(
+        model,
+        policies,
+        budgets,
+        names,
+        None if cal is None else cal.kv_rest(),
+        args.seed,
+        _alloc_params(args),
+        **params,
+    )
+    full, results = allocation_table(model, ids, runs, _labelled_progress(args))
+    if args.json:
+        out = {
+            "text": args.text,
+            "n_tokens": len(ids),
+            "calibration": args.calibration or args.text,
+            "full_cache": full.perplexity,
+            "full_cache_kv_bytes": model.config.n_layers
+            * model.config.n_kv_heads
+            * len(ids)
+            * slot_bytes(model.config.head_dim),
+            "runs": [
+                {
+                    "policy": r.policy,
+                    **r.allocation.as_dict(),
+                    "perplexity": res.perplexity,
+                    "seconds": round(res.seconds, 3),
+                    **({"notes": list(r.notes)} if r.notes else {}),
+                    **_final_fill(r),
+                }
+                for r, res in zip(runs, results, strict=True)
+            ],
+        }
+        if split is not None:
+            out["head_shares"] = split.as_dict()
+        if cal is not None and cal is not split:
+            out["calibration_shares"] = cal.as_dict()
+        print(json.dumps(out, indent=1))
+        return 0
+    print(
+        f"perplexity of {model.name} on {args.text} ({len(ids)} tokens) at equal KV memory; "
+        f"budget = slots per head on average (full cache {full.perplexity:.2f})"
+    )
+    bytes_of = {r.allocation.budget: r.allocation.kv_bytes for r in runs}
+    cols = [f"{b} ({_mib(bytes_of[b])})" for b in budgets]
+    width = max(len(f"{p} / {a}") for p in policies for a in names)
+    cw = max(12, *(len(c) + 2 for c in cols))
+    print(f"{'policy / allocation':<{width}}" + "".join(f"{c:>{cw}}" for c in cols))
+    table = {
+        (r.policy, r.allocation.name, r.allocation.budget): res
+        for r, res in zip(runs, results, strict=True)
+    }
+    for p in policies:
+        for a in names:
+            row = "".join(f" {table[p, a, b].perplexity:>{cw - 1}.2f}" for b in budgets)
+            print(f"{p + ' / ' + a:<{width}}{row}")
+    for r in runs:
+        for note in r.notes:
+            print(f"note: {r.label}: {note}")
+    return 0
+
+
+def _final_fill(run) -> dict[str, object]:
+    """Adaptive: how many slots each head held at the end (the grid it converged to)."""
+    layers = getattr(run.factory, "layers", None)
+    if not layers:
+        return {}
+    return {"final_slots": [[len(p) for p in layers[li].inner] for li in sorted(layers)]}
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from h2o.model.generate import generate
     from h2o.model.quality import FULL_CACHE, policy_factory
@@ -332,6 +552,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     names = _csv(args.policy)
     if not names:
         raise ValueError("--policy is empty")
+    if args.allocation is not None or "snapkv" in names:
+        return _generate_allocations(args, text, names)
     factories = {
         n: None
         if n == "full"
@@ -350,6 +572,83 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print(f"{label:>24}: {r.text!r}", flush=True)
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2))
+    return 0
+
+
+def _generate_allocations(args: argparse.Namespace, text: str, names: list[str]) -> int:
+    from h2o.model.allocation import (
+        allocated_factory,
+        check_snapkv,
+        make_allocation,
+        snapkv_generate,
+    )
+    from h2o.model.generate import generate
+    from h2o.model.quality import FULL_CACHE, policy_factory
+    from h2o.policies.snapkv import snapkv_keep
+
+    params = _policy_params(args)
+    allocs = _check_allocation_inputs(args, [args.budget]) if args.allocation else ["uniform"]
+    for n in names:
+        if n == "snapkv":
+            if args.snapkv_window < 1 or args.snapkv_kernel < 1 or args.snapkv_kernel % 2 == 0:
+                raise ValueError("--snapkv-window must be >= 1 and --snapkv-kernel odd and >= 1")
+            if args.budget <= args.snapkv_window:
+                snapkv_keep([0.0], args.budget, args.budget + 2, args.snapkv_window)  # raises
+        elif n != "full":
+            policy_factory(n, args.budget, args.seed, **params)
+    model = _load(args)
+    ids = model.encode(text.rstrip())
+    _, cal = _shares(model, args, ids, allocs, False)
+    shares = None if cal is None else cal.kv_rest()
+    # Every run is built and checked before the first one starts.
+    plan: list[tuple[str, str, object, object]] = []
+    for n in names:
+        if n == "full":
+            plan.append((n, FULL_CACHE, None, None))
+            continue
+        for a in allocs:
+            ap = _alloc_params(args)
+            if n == "snapkv":  # PyramidKV's window is SnapKV's observation window
+                ap["window"] = args.snapkv_window if a == "pyramid" else ap["window"]
+            alloc = make_allocation(model, a, args.budget, shares, **ap)
+            label = f"{n}/{a}@{args.budget}"
+            if n == "snapkv":
+                check_snapkv(alloc, len(ids), args.snapkv_window)
+                plan.append((n, label, alloc, None))
+            else:
+                f, _notes = allocated_factory(n, alloc, args.seed, **params)
+                plan.append((n, label, alloc, f))
+    results = []
+    for n, label, alloc, f in plan:
+        progress = _progress(args, label)
+        if alloc is None:
+            r = generate(model, ids, args.max_new, None, progress, label=label)
+        elif n == "snapkv":
+            r = snapkv_generate(
+                model,
+                ids,
+                alloc,  # type: ignore[arg-type]
+                args.max_new,
+                args.snapkv_window,
+                args.snapkv_kernel,
+                progress,
+                label=label,
+            )
+        else:
+            r = generate(model, ids, args.max_new, f, progress, label=label)  # type: ignore[arg-type]
+        results.append((n, alloc, r))
+        if not args.json:
+            kb = "" if alloc is None else f" [{_mib(alloc.kv_bytes)}]"  # type: ignore[attr-defined]
+            print(f"{label:>28}{kb}: {r.text!r}", flush=True)
+    if args.json:
+        out = []
+        for n, alloc, r in results:
+            d = {"policy": n, **r.as_dict()}
+            if alloc is not None:
+                d |= {k: v for k, v in alloc.as_dict().items() if k != "budget_per_head"}
+                d["budget"] = alloc.budget
+            out.append(d)
+        print(json.dumps(out, indent=1))
     return 0
 
 

@@ -69,10 +69,38 @@ def generate(
     total = n_layers + max_new
     cache = KVCache(model.config, len(prompt_ids) + max_new)
     policies = None if policy_factory is None else make_banks(model, policy_factory)
-    eos = model.tokenizer.end_ids
 
     prefill_progress = None if progress is None else (lambda d, _n: progress(d, total))
     hidden = model.forward(prompt_ids, cache=cache, policies=policies, progress=prefill_progress)
+    new_ids, stopped = decode_greedy(
+        model, hidden, cache, policies, max_new, progress, stop_strings, stop_at_eos
+    )
+    return GenerationResult(
+        label=label or (FULL_CACHE if policy_factory is None else "policy"),
+        prompt_tokens=len(prompt_ids),
+        new_ids=new_ids,
+        text=model.decode(new_ids),
+        seconds=time.perf_counter() - t_start,
+        stopped=stopped,
+    )
+
+
+def decode_greedy(
+    model: SmolLM,
+    hidden: np.ndarray,
+    cache: KVCache,
+    policies: Sequence | None,
+    max_new: int,
+    progress: Progress | None = None,
+    stop_strings: Sequence[str] = (),
+    stop_at_eos: bool = True,
+) -> tuple[list[int], str]:
+    """Greedy decoding after a prefill (``hidden``: its final states) from ``cache`` under
+    ``policies``: the new ids and why it stopped. ``progress(n_layers + done, n_layers +
+    max_new)`` after each token."""
+    n_layers = model.config.n_layers
+    total = n_layers + max_new
+    eos = model.tokenizer.end_ids
     new_ids: list[int] = []
     stopped = "max_new"
     while True:
@@ -89,11 +117,4 @@ def generate(
         if len(new_ids) >= max_new:
             break
         hidden = model.forward([nxt], cache=cache, policies=policies)
-    return GenerationResult(
-        label=label or (FULL_CACHE if policy_factory is None else "policy"),
-        prompt_tokens=len(prompt_ids),
-        new_ids=new_ids,
-        text=model.decode(new_ids),
-        seconds=time.perf_counter() - t_start,
-        stopped=stopped,
-    )
+    return new_ids, stopped
