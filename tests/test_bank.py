@@ -323,3 +323,49 @@ def test_replay_bank_needs_a_fresh_bank_and_a_good_top_k():
     bank.on_decode_step(0, None)
     with pytest.raises(ValueError, match="fresh bank"):
         replay_bank(bank, toy_trace())
+
+
+# -- the steady state: pool and ring slots -----------------------------------------------------
+QUANTIZED = st.tuples(
+    st.integers(8, 70), st.integers(0, 2**32 - 1), st.sampled_from([4, 16, 2**20])
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.one_of(BANK, SAME_BUDGET), QUANTIZED, st.integers(1, 8))
+def test_the_steady_state_is_each_lanes_replay_ties_and_final_state_included(
+    spec, trace_args, top_k
+):
+    """Weights on a coarse grid (multiples of 1/q, exact zeros) make ties in the scores common;
+    the steady path must settle them by position, and leave every lane as its instance."""
+    from h2o.bank.replay import _exact_sums
+
+    steps, seed, q = trace_args
+    rng = np.random.default_rng(seed)
+    dense = np.floor(rng.random((steps, steps)) * q) + (rng.random((steps, steps)) < 0.7)
+    dense[np.arange(1, steps), 0] += 1
+    dense = np.tril(dense, -1)
+    dense[1:] /= dense[1:].sum(axis=1, keepdims=True)
+    trace = Trace.from_dense("grid", dense.astype(np.float32), normalize=True)
+    assert _exact_sums(trace)
+    bank = make_bank(lanes_of(spec, seed))
+    got = replay_bank(bank, trace, top_k)
+    for i, (a, p) in enumerate(zip(got, lanes_of(spec, seed), strict=True)):
+        same_replay(a, replay(p, trace, top_k, record=False))
+        assert state(bank.lane(i)) == state(p), f"lane {i}"
+
+
+def test_traces_with_tiny_weights_keep_the_per_step_path():
+    from h2o.bank.replay import _exact_sums, _steady_from
+
+    rng = np.random.default_rng(5)
+    dense = rng.random((40, 40)) ** 40  # weights far below 2**-29
+    dense[np.arange(1, 40), 0] += 1e-3
+    trace = Trace.from_dense("tiny", dense, normalize=True)
+    assert not _exact_sums(trace)
+    lanes = [make_policy("h2o", 8, recent_window=w) for w in range(8)]
+    assert _steady_from(make_bank(lanes), trace) == -1
+    assert _steady_from(make_bank(lanes), canonical_trace(steps=300)) == 8
+    got = replay_bank(make_bank(lanes), trace, 4)
+    for a, w in zip(got, range(8), strict=True):
+        same_replay(a, replay(make_policy("h2o", 8, recent_window=w), trace, 4, record=False))
