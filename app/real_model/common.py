@@ -1,0 +1,74 @@
+"""What the Real model page's sections share: session keys, the policy settings, callbacks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import streamlit as st
+
+import h2o
+from app import data, state
+
+STEP_PAGE = "views/step_through.py"
+GOTO, OPEN_ERROR = "_rm_goto", "_rm_open_error"
+WINDOW, SINKS = "rm_recent_window", "rm_sinks"
+#: H2O beats StreamingLLM on a layer when it retains this much more attention mass.
+MARGIN = 0.05
+TOP_K = 32
+POLICY_NAMES = list(h2o.POLICIES)
+GEN_TEXT = "lighthouse"
+
+ss = st.session_state
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The page's policy settings for the sections that run the model."""
+
+    window: int
+    sinks: int
+
+    def params_for(self, name: str) -> dict[str, int]:
+        """The settings that ``name`` takes (``analysis.policy_params``; TOVA keeps its own
+        window, the sliding window takes none)."""
+        return state.policy_settings(name, self.window, self.sinks)
+
+    def refusal(self, name: str, budget: int) -> str | None:
+        """Why ``name`` refuses ``budget`` with these settings, naming the fix; None if it
+        runs."""
+        return state.refusal(name, budget, self.window, self.sinks)
+
+
+def go(flag: str) -> None:
+    """Callback of a "compute" button: the section runs the model on the rerun it starts."""
+    ss[flag] = True
+
+
+def fmt_layers(layers: Sequence[int]) -> str:
+    """``[3, 4, 5, 9]`` → ``"3–5, 9"``."""
+    out: list[tuple[int, int]] = []
+    for x in sorted(layers):
+        if out and out[-1][1] == x - 1:
+            out[-1] = (out[-1][0], x)
+        else:
+            out.append((x, x))
+    return ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in out) or "none"
+
+
+def open_in_step_through(key: str, upload: data.Upload | None = None) -> None:
+    """Callback: select the trace ``key`` (registering ``upload`` under it once it loads) with its
+    suggested settings and H2O vs StreamingLLM, mid-way into the run, then switch to the
+    Step-through page. The sidebar upload's path (``state.open_trace``); a trace that does not
+    load leaves everything as it was and says why."""
+    try:
+        trace = state.open_trace(key, upload)
+    except ValueError as e:
+        ss[OPEN_ERROR] = (
+            f"Could not open {state.shown(key, 80)} in the step-through view: {state.md(e, 400)}."
+        )
+        return
+    state.set_value(state.POLICY_A, "h2o")
+    state.set_value(state.POLICY_B, "streaming-llm")
+    ss[state.STEP] = min(trace.steps - 1, 4 * ss[state.BUDGET])
+    ss[GOTO] = STEP_PAGE

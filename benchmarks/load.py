@@ -1,0 +1,262 @@
+"""A class on one server: N students (default 30) against one ``streamlit run`` of the app.
+
+Run: ``python benchmarks/load.py [--sessions 30] [--ramp 20] [--json]``
+
+Starts the app the way the lecturer does (one server, ``tests/streamlit_server.py``) and drives
+Debian's Chromium with Playwright: one browser context per student, arriving over ``--ramp``
+seconds. Each student
+
+1. opens Step through on the canonical trace with a link of their own
+   (``?budget=200+i&step=1000+i``) and waits for the player;
+2. steps ten times with "+1" (timed inside the page, click → new step painted);
+3. changes the budget in the sidebar to ``300+i`` (timed: Enter → the player holds the new run);
+4. opens every page in the menu (timed: click → the script finished), looking for tracebacks
+   (``stException``) on each;
+5. returns to Step through and checks that the budget and step it sees are its own — no other
+   student's value (the cross-session leak check).
+
+Printed: the server's CPU (seconds, and share of one core over the run), its resident memory
+before the class, at its peak and after every student has left, the percentiles of each timed
+action, and every failure. The browsers run on the same machine as the server here (a class
+brings its own laptops), so the in-page step times are an upper bound of what a student sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from streamlit_server import CHROMIUM, CHROMIUM_ARGS, PLAYER, serve_process  # noqa: E402
+
+PAGES = [
+    "Lesson",
+    "recentWindow explorer",
+    "Stale spike: H2O vs Scissorhands",
+    "All policies",
+    "Real model",
+    "How it works",
+    "Step through",
+]
+
+STEP_JS = """() => new Promise((resolve) => {
+  const root = document.querySelector('.h2o-player');
+  const want = String(Number(root.dataset.rendered) + 1);
+  const t0 = performance.now();
+  root.querySelector('[data-action="next"]').click();
+  const check = () => root.dataset.rendered === want
+    ? requestAnimationFrame(() => resolve(performance.now() - t0))
+    : requestAnimationFrame(check);
+  requestAnimationFrame(check);
+})"""
+
+IDLE_JS = """() => {
+  const app = document.querySelector('[data-testid="stApp"]');
+  return app && app.dataset.testConnectionState === 'CONNECTED'
+    && !['running', 'rerunRequested', 'initial'].includes(app.dataset.testScriptState);
+}"""
+
+
+class Sampler:
+    """The server's RSS every 0.2 s and its CPU seconds, from /proc."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def rss(self) -> int:
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def cpu(self) -> float:
+        with open(f"/proc/{self.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.peak = max(self.peak, self.rss())
+
+    def __enter__(self) -> Sampler:
+        self.peak = self.rss()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+async def idle(page, timeout: float = 180) -> None:
+    """Connected and the script finished, for 0.5 s on end."""
+    deadline = time.monotonic() + timeout
+    since = None
+    while time.monotonic() < deadline:
+        if await page.evaluate(IDLE_JS):
+            since = since or time.monotonic()
+            if time.monotonic() - since > 0.5:
+                return
+        else:
+            since = None
+        await page.wait_for_timeout(100)
+    raise TimeoutError("the script did not finish")
+
+
+async def student(i: int, browser, url: str, delay: float, out: dict) -> None:
+    await asyncio.sleep(delay)
+    budget, step, new_budget = 200 + i, 1000 + i, 300 + i
+    ctx = await browser.new_context(viewport={"width": 1280, "height": 800})
+    page = await ctx.new_page()
+    failures = out["failures"]
+    try:
+        t0 = time.monotonic()
+        await page.goto(f"{url}/step-through?budget={budget}&step={step}")
+        await page.wait_for_selector(f"{PLAYER}[data-rendered]", timeout=180_000)
+        out["open"].append(time.monotonic() - t0)
+        for _ in range(10):
+            out["step"].append(await page.evaluate(STEP_JS) / 1000)
+        step += 10
+
+        box = page.get_by_label("budget — slots in the cache")
+        t0 = time.monotonic()
+        await box.fill(str(new_budget))
+        await box.press("Enter")
+        await page.wait_for_function(
+            f"(() => {{ const p = document.querySelector('{PLAYER}');"
+            f" return p && p.__h2o && p.__h2o.h && p.__h2o.h.budget === {new_budget}; }})()",
+            timeout=180_000,
+        )
+        out["budget"].append(time.monotonic() - t0)
+        # The server learns the step the student left on once they stop interacting.
+        await idle(page)
+
+        for title in PAGES:
+            t0 = time.monotonic()
+            await page.get_by_role("link", name=title, exact=True).first.click()
+            await page.wait_for_timeout(200)
+            await idle(page)
+            out["page"].append(time.monotonic() - t0)
+            if await page.locator('[data-testid="stException"]').count():
+                failures.append(f"student {i}: a traceback on {title}")
+
+        await page.wait_for_selector(f"{PLAYER}[data-rendered]", timeout=180_000)
+        q = {k: v[0] for k, v in parse_qs(urlparse(page.url).query).items()}
+        seen = (q.get("budget"), await page.get_attribute(PLAYER, "data-rendered"))
+        if seen != (str(new_budget), str(step)):
+            failures.append(f"student {i}: expected budget {new_budget} at step {step}, saw {seen}")
+        out["done"] += 1
+    except Exception as e:  # every failure is counted and reported
+        failures.append(f"student {i}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    finally:
+        await ctx.close()
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
+
+
+async def drive(url: str, n: int, ramp: float) -> dict:
+    from playwright.async_api import async_playwright
+
+    out = {"open": [], "step": [], "budget": [], "page": [], "failures": [], "done": 0}
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            await asyncio.gather(
+                *(student(i, browser, url, ramp * i / max(n - 1, 1), out) for i in range(n))
+            )
+        finally:
+            await browser.close()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sessions", type=int, default=30, help="students (default: 30)")
+    ap.add_argument("--ramp", type=float, default=20.0, help="arrival spread, s (default: 20)")
+    ap.add_argument("--settle", type=float, default=15.0, help="wait after they leave, s")
+    ap.add_argument("--json", action="store_true", help="print JSON")
+    args = ap.parse_args()
+    if args.sessions < 1:
+        ap.error("--sessions must be at least 1")
+
+    with serve_process() as (url, proc), Sampler(proc.pid) as s:
+        time.sleep(2)
+        before, cpu0, t0 = s.rss(), s.cpu(), time.monotonic()
+        out = asyncio.run(drive(url, args.sessions, args.ramp))
+        wall, cpu = time.monotonic() - t0, s.cpu() - cpu0
+        time.sleep(args.settle)  # sessions end when their websockets close
+        after = s.rss()
+        peak = max(s.peak, after)
+
+    mb = 1 / 2**20
+    res = {
+        "sessions": args.sessions,
+        "completed": out["done"],
+        "failures": out["failures"],
+        "wall_s": round(wall, 1),
+        "server_cpu_s": round(cpu, 1),
+        "server_cpu_share_of_one_core": round(cpu / wall, 2),
+        "rss_mb": {
+            "before": round(before * mb),
+            "peak": round(peak * mb),
+            "after": round(after * mb),
+        },
+        "rss_per_session_mb": round((peak - before) * mb / args.sessions, 1),
+    }
+    for name in ("open", "step", "budget", "page"):
+        xs = out[name]
+        if xs:
+            res[f"{name}_s"] = {
+                "n": len(xs),
+                "p50": round(statistics.median(xs), 3),
+                "p90": round(pct(xs, 0.9), 3),
+                "p99": round(pct(xs, 0.99), 3),
+                "max": round(max(xs), 3),
+            }
+    if args.json:
+        print(json.dumps(res, indent=2))
+    else:
+        print(f"{res['sessions']} students, {res['completed']} completed in {res['wall_s']} s")
+        print(
+            f"server CPU {res['server_cpu_s']} s ({res['server_cpu_share_of_one_core']:.0%} of "
+            f"one core); RSS before {res['rss_mb']['before']} MB, peak {res['rss_mb']['peak']} MB, "
+            f"after {res['rss_mb']['after']} MB ({res['rss_per_session_mb']} MB per student at "
+            "the peak)"
+        )
+        labels = {
+            "open": "open Step through (link → player)",
+            "step": '"+1" click → step painted',
+            "budget": "budget change → new run shown",
+            "page": "open a page (click → script done)",
+        }
+        for name, label in labels.items():
+            if (r := res.get(f"{name}_s")) is not None:
+                print(
+                    f"  {label:38s} n={r['n']:4d}  p50 {r['p50']:.3f}  p90 {r['p90']:.3f}  "
+                    f"p99 {r['p99']:.3f}  max {r['max']:.3f} s"
+                )
+        print(f"failures: {len(res['failures'])}")
+        for f in res["failures"]:
+            print(f"  {f}")
+    return 1 if res["failures"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
