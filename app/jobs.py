@@ -9,16 +9,24 @@ wait for it.
 
 :func:`eta` turns measured progress into a time left — from the work done so far on this
 machine, never from a constant.
+
+:func:`bound_blas_threads` caps the BLAS threads of the server's process: numpy's OpenBLAS
+would start one spinning thread per core for every matrix product, so a model job took every
+core from the sessions that are only stepping and switching pages. One core stays free for them
+(``H2O_BLAS_THREADS`` overrides).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 
+import numpy  # noqa: F401 — loads the OpenBLAS that threadpoolctl then finds and caps
 import streamlit as st
+from threadpoolctl import threadpool_limits
 
 
 class ModelQueue:
@@ -74,3 +82,25 @@ def eta(done: float, total: float, started: float) -> str:
         return ""
     left = (time.monotonic() - started) / done * (total - done)
     return f", about {left:.0f} s left" if left >= 1 else ", under a second left"
+
+
+def blas_threads_wanted(env: str | None, cores: int | None) -> int:
+    """The BLAS threads for a server with ``cores`` cores: ``H2O_BLAS_THREADS`` (``env``) if set
+    (a positive integer, else ``ValueError``), otherwise one core fewer than the machine has."""
+    if env is not None and env.strip():
+        try:
+            n = int(env)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"H2O_BLAS_THREADS must be a positive integer, not {env[:40]!r}")
+        return n
+    return max(1, (cores or 1) - 1)
+
+
+@st.cache_resource(show_spinner=False)
+def bound_blas_threads() -> int:
+    """Cap the process's BLAS threads once (see the module's docstring); returns the cap."""
+    n = blas_threads_wanted(os.environ.get("H2O_BLAS_THREADS"), os.cpu_count())
+    threadpool_limits(limits=n, user_api="blas")
+    return n

@@ -23,7 +23,7 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from app import state  # noqa: E402
+from app import jobs, state  # noqa: E402
 from h2o.custom import load_policy  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -105,6 +105,10 @@ def policy_args(argv: list[str]) -> tuple[str, ...]:
 
 
 page = st.navigation(PAGES)
+try:
+    jobs.bound_blas_threads()  # once per server: a model job leaves a core to the class
+except ValueError as e:
+    st.error(state.md(e, 200), icon=":material/error:")
 state.read_url()  # once per session: a pasted link opens its view
 for reason in load_policies(policy_args(sys.argv[1:])):
     st.error(f"Your policy was not loaded: {state.md(reason, 400)}", icon=":material/error:")

@@ -41,6 +41,13 @@ def free_port() -> int:
 @contextlib.contextmanager
 def serve() -> Iterator[str]:
     """``streamlit run`` the app on a free local port; yields its URL once healthy."""
+    with serve_process() as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def serve_process(env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
+    """:func:`serve`, also yielding the server's process (for its CPU time and memory)."""
     port = free_port()
     cmd = [
         sys.executable,
@@ -55,7 +62,9 @@ def serve() -> Iterator[str]:
         "--server.fileWatcherType=none",
     ]
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"h2o-streamlit-{port}.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -69,7 +78,7 @@ def serve() -> Iterator[str]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"streamlit did not start; see {log.name}")
             time.sleep(0.3)
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         try:

@@ -163,7 +163,7 @@ def test_a_trace_that_fails_to_open_leaves_the_session_as_it_was(monkeypatch):
     click(at, "rm_open_lighthouse-L8-mean")
     assert at.title[0].value.startswith("A real LLM inside")  # stayed here
     errors = " ".join(e.value for e in at.error)
-    assert "Could not open 'traces/lighthouse-L8-mean.npz' in the step-through view" in errors
+    assert "Could not open `traces/lighthouse-L8-mean.npz` in the step-through view" in errors
     assert "the file changed under us" in errors
     assert {k: at.session_state[k] for k in names if k in at.session_state} == before
 

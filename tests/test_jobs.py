@@ -5,7 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
-from app.jobs import ModelQueue, eta
+import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from app.jobs import ModelQueue, blas_threads_wanted, bound_blas_threads, eta
 
 
 def test_jobs_run_one_at_a_time_and_waiters_know_their_place():
@@ -51,3 +54,27 @@ def test_time_left_comes_from_measured_progress():
     started = time.monotonic() - 10  # 10 s for the first quarter
     assert eta(25, 100, started) == ", about 30 s left"
     assert eta(0, 100, started) == "" and eta(100, 100, started) == ""
+
+
+def test_blas_threads_leave_a_core_free_unless_told():
+    assert blas_threads_wanted(None, 2) == 1
+    assert blas_threads_wanted(None, 8) == 7
+    assert blas_threads_wanted(None, 1) == 1
+    assert blas_threads_wanted(None, None) == 1
+    assert blas_threads_wanted("", 8) == 7
+    assert blas_threads_wanted("3", 2) == 3
+    for bad in ("0", "-2", "two", "1.5"):
+        with pytest.raises(ValueError, match="H2O_BLAS_THREADS must be a positive integer"):
+            blas_threads_wanted(bad, 2)
+
+
+def test_the_server_process_caps_numpys_blas(monkeypatch):
+    monkeypatch.setenv("H2O_BLAS_THREADS", "1")
+    bound_blas_threads.clear()
+    try:
+        with threadpool_limits(limits=None):  # restores this process's limits afterwards
+            assert bound_blas_threads() == 1
+            blas = [p for p in threadpool_info() if p["user_api"] == "blas"]
+            assert blas and all(p["num_threads"] == 1 for p in blas)
+    finally:
+        bound_blas_threads.clear()
