@@ -7,10 +7,25 @@ row's contiguous run pairwise, as it sums a 1-D array, so each mass is bit-ident
 single replay's) and one float32 division renormalises the rows. Then the bank steps and evicts.
 Fills that differ (lanes with different budgets) go lane by lane; a bank of one lane runs
 :func:`h2o.replay` itself.
+
+The steady state of a scored bank (:func:`_steady`): once every lane is full, each step admits
+one position and evicts one, and a lane's protected window is exactly the ``w`` positions
+before ``t`` (each was protected since it came). So a lane's slots are split into a *pool* (the
+evictable positions, in any order) and a *ring* of ``w`` slots where position ``p`` sits at
+``p mod w``: step ``t`` moves ``t - w`` out of the ring into the contest and puts ``t`` in its
+slot; the victim's slot takes ``t - w`` if the pool loses one. Nothing shifts: the scores are
+the instances' (each slot is added to in step order, whatever its column), the victim is the
+first minimum in position order (the pool's minimum, ties to its lowest position, against
+``t - w``, which loses ties: it is the newest evictable), and the masses are the same sums in
+another order — exact, hence equal, when every weight of the trace is 0 or at least 2**-29 and
+every row sums below 1.5 (:func:`_exact_sums`: float64 then holds every partial sum exactly).
+Traces that do not qualify, random eviction and lanes with different budgets keep the
+per-step path. At the end the lanes are written back in kept order.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from itertools import pairwise
 
@@ -20,6 +35,7 @@ from h2o.replay import Replay, check_top_k, replay, result
 from h2o.trace import Trace
 
 from .base import PolicyBank
+from .scored import ScoredBank
 
 _minimum = np.minimum.reduce
 #: ``progress(done_steps, steps)``, called every ``PROGRESS_EVERY`` steps.
@@ -41,12 +57,19 @@ def replay_bank(
     mass = np.ones((steps, size))
     n_kept = np.zeros((steps, size), dtype=np.int32)
     fill = np.zeros(steps, dtype=np.int32)  # n_kept of the lock-step steps (-1: see n_kept)
-    went: list[tuple[int, np.ndarray, np.ndarray]] = []
+    went: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
     f64, f32, total = np.float64, np.float32, np.add.reduce
     reads, weights = bank.reads_attention, trace.weights  # row t starts at t(t-1)/2
+    steady = _steady_from(bank, trace)
     for t in range(steps):
         if progress is not None and t % PROGRESS_EVERY == 0:
             progress(t, steps)
+        if t == steady and bank._fill == bank._budget:
+            victims = np.empty((steps - t, size), dtype=np.int64)
+            if _steady(bank, weights, t, steps, mass, victims, progress):
+                fill[t:] = bank._budget + 1  # each step admits one before evicting one
+                went.append((np.arange(t, steps), None, victims))
+                break
         o = t * (t - 1) // 2
         row = weights[o : o + t]
         n = bank._fill
@@ -80,7 +103,7 @@ def replay_bank(
             n_kept[t] = bank._fills
         lanes, victims = bank._evict()
         if victims.shape[0]:
-            went.append((t, lanes, victims))
+            went.append((np.array([t]), lanes, victims))
     if progress is not None:
         progress(steps, steps)
     lock = fill >= 0
@@ -119,13 +142,144 @@ def _replay_one(
     return out
 
 
-def _victims(went: list[tuple[int, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
+def _victims(went: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]]) -> tuple:
     """Every eviction as ``(step, lane, position)`` int32 arrays, in step order (ascending
-    position within a lane's step), as :func:`h2o.replay` records them."""
+    position within a lane's step), as :func:`h2o.replay` records them. ``went`` holds
+    ``([t], lanes, positions)`` per step, or ``(steps, None, (len(steps), N) victims)`` for a
+    steady run: one victim per lane and step."""
     if not went:
         return tuple(np.zeros(0, dtype=np.int32) for _ in range(3))
-    counts = [lanes.shape[0] for _, lanes, _ in went]
-    step = np.repeat(np.array([t for t, _, _ in went], dtype=np.int32), counts)
-    lane = np.concatenate([lanes for _, lanes, _ in went]).astype(np.int32)
-    pos = np.concatenate([v for _, _, v in went]).astype(np.int32)
-    return step, lane, pos
+    steps, lanes, pos = [], [], []
+    for ts, ls, vs in went:
+        if ls is None:
+            n = vs.shape[1]
+            steps.append(np.repeat(ts, n))
+            lanes.append(np.tile(np.arange(n), ts.shape[0]))
+            pos.append(vs.reshape(-1))
+        else:
+            steps.append(np.repeat(ts, ls.shape[0]))
+            lanes.append(ls)
+            pos.append(vs)
+    return tuple(np.concatenate(a).astype(np.int32) for a in (steps, lanes, pos))
+
+
+# -- the steady state of a scored bank ---------------------------------------------------------
+#: Traces whose float64 sums of kept weights are exact in any order (see the module docstring).
+_EXACT: weakref.WeakKeyDictionary[Trace, bool] = weakref.WeakKeyDictionary()
+_TINY = 2.0**-29
+
+
+def _exact_sums(trace: Trace) -> bool:
+    """Whether every weight is 0 or at least 2**-29 and every row sums below 1.5: then every
+    partial sum of a row's weights is a multiple of 2**-52 below 2, which float64 holds
+    exactly, so the sum of any subset is the same in any order. Computed once per trace."""
+    ok = _EXACT.get(trace)
+    if ok is None:
+        w = trace.weights
+        tiny = w < _TINY
+        ok = not (tiny.any() and (w[tiny] != 0).any())
+        if ok:
+            starts = np.arange(1, trace.steps) * np.arange(trace.steps - 1) // 2
+            ok = bool(np.add.reduceat(w, starts, dtype=np.float64).max() < 1.5)
+        _EXACT[trace] = ok
+    return ok
+
+
+def _steady_from(bank: PolicyBank, trace: Trace) -> int:
+    """The step from which :func:`_steady` runs this bank over this trace (-1: never)."""
+    if not (
+        isinstance(bank, ScoredBank)
+        and bank._by_argmin
+        and bank.reads_attention
+        and 0 <= bank._budget < trace.steps
+        and not bank._own_checks
+        and _exact_sums(trace)
+    ):
+        return -1
+    return bank._budget  # the first step that evicts: every lane holds 0..budget-1 before it
+
+
+def _steady(
+    bank: ScoredBank,
+    weights: np.ndarray,
+    t0: int,
+    steps: int,
+    mass: np.ndarray,
+    victims: np.ndarray,
+    progress: StepProgress | None,
+) -> bool:
+    """Steps ``t0..steps-1`` of a full scored bank whose lanes share a budget, one eviction a
+    step, with pool and ring slots (module docstring); ``mass[t]`` and ``victims[t - t0]``
+    filled in. False (nothing touched) if the lanes are not as the layout assumes."""
+    n, size = bank._budget, bank.size
+    window = bank._windows.astype(np.intp)
+    pool = n - window  # evictable slots after admitting, minus the one leaving the ring
+    kept = bank._pos[:, :n]
+    for i, w in enumerate(window.tolist()):
+        if w and not (kept[i, n - w :] == np.arange(t0 - w, t0)).all():
+            return False
+    flat = size * n
+    pos_x = np.zeros(flat + 1, dtype=np.intp)  # one more slot, written by lanes with no ring
+    score_x = np.zeros(flat + 1)  # (and holding score 0 for them whenever it is read)
+    pos, score = pos_x[:flat].reshape(size, n), score_x[:flat].reshape(size, n)
+    for i, (p, w) in enumerate(zip(pool.tolist(), window.tolist(), strict=True)):
+        pos[i, :p], score[i, :p] = kept[i, :p], bank._score[i, :p]
+        if w:
+            ring = p + kept[i, p:n] % w
+            pos[i, ring], score[i, ring] = kept[i, p:n], bank._score[i, p:n]
+    penalty = np.where(np.arange(n) >= pool[:, None], np.inf, 0.0)  # the rings: never chosen
+    base = np.arange(size, dtype=np.intp) * n
+    ts = np.arange(t0, steps, dtype=np.intp)
+    # per step and lane: the flat slot holding t - w, which t takes (no ring: the spare slot)
+    ring_at = np.where(window > 0, base + pool + ts[:, None] % np.maximum(window, 1), flat)
+    leaving = ts[:, None] - window  # what leaves each window at t (t itself when w = 0)
+    w32 = np.empty((size, n), dtype=np.float32)
+    tmp = np.empty((size, n))
+    tmp_flat = tmp.reshape(-1)
+    at = np.empty(size, dtype=np.intp)
+    rule, score_t, w32_t = bank._rule, score.T, w32.T
+    f64, f32, total, inf = np.float64, np.float32, np.add.reduce, np.inf
+    for k, t in enumerate(range(t0, steps)):
+        if progress is not None and k and t % PROGRESS_EVERY == 0:
+            progress(t, steps)
+        o = t * (t - 1) // 2
+        weights[o : o + t].take(pos, out=w32, mode="wrap")  # every index is in range
+        m = total(w32, axis=1, dtype=f64, out=mass[t])
+        d = m.astype(f32)
+        if not _minimum(m) > 0:
+            d[~(m > 0)] = 1  # an all-zero row goes through unnormalised
+        np.divide(w32, d[:, None], out=w32)
+        rule(score_t, w32_t)
+        ring = ring_at[k]
+        out_score = score_x.take(ring)  # the score of t - w, leaving its window now
+        np.add(score, penalty, out=tmp)
+        np.add(tmp.argmin(axis=1), base, out=at)
+        low = tmp_flat.take(at)
+        tmp_flat[at] = inf  # a second minimum equal to the first: a tie, settled by position
+        if (tmp_flat.take(np.add(tmp.argmin(axis=1), base)) == low).any():
+            _ties(tmp, low, pos, base, at)
+        out = out_score < low  # t - w goes (on a tie the pool's lower position goes)
+        step_out = leaving[k]
+        victims[k] = np.where(out, step_out, pos_x.take(at))
+        at[out] = flat  # lanes whose pool keeps its slots write the spare slot
+        pos_x[at] = step_out
+        score_x[at] = out_score
+        pos_x[ring] = t
+        score_x[ring] = 0.0
+    order = np.argsort(pos, axis=1)  # back to kept (arrival) order
+    bank._pos[:, :n] = np.take_along_axis(pos, order, axis=1)
+    bank._score[:, :n] = np.take_along_axis(score, order, axis=1)
+    bank._fill, bank._last_pos, bank._stale = n, steps - 1, True
+    return True
+
+
+def _ties(
+    tmp: np.ndarray, low: np.ndarray, pos: np.ndarray, base: np.ndarray, at: np.ndarray
+) -> None:
+    """Where a lane's lowest pool score is held by several slots: the lowest position's slot
+    (``tmp`` has +inf at the slot chosen first; ``low`` is the minimum)."""
+    for i in range(tmp.shape[0]):
+        cols = np.flatnonzero(tmp[i] == low[i])
+        if cols.shape[0]:
+            cols = np.append(cols, at[i] - base[i])
+            at[i] = base[i] + cols[pos[i, cols].argmin()]
