@@ -8,7 +8,11 @@
 * quality: ``perplexity_under_eviction`` per policy at T = 2048 (each layer's heads one
   lock-step bank), as a ratio to one plain (full-cache) run of the same function — the target
   is <= 1.15x for H2O — and the first policy once more stepped one instance at a time, as
-  before banks (``lock_step=False``): the same perplexity, the old cost.
+  before banks (``lock_step=False``): the same perplexity, the old cost;
+* allocations (issue 10): the same evaluation of ``--allocation-policy`` under each of
+  ``--allocations`` at equal total memory (target <= 2x the full-cache run), the duo
+  calibration (one prefill that measures every head's attention split) and SnapKV's prefill
+  with its window scores, each as a ratio to the plain full-cache run of the same repeat.
 
 Times are medians over ``--repeats`` runs, and each quality ratio is the median of the ratios
 measured within one repeat (the machine is shared and noisy: a ratio taken inside one run
@@ -84,6 +88,9 @@ def main() -> int:
     ap.add_argument(
         "--no-per-instance", action="store_true", help="skip the first policy's unbanked run"
     )
+    ap.add_argument("--allocations", default="uniform,pyramid,adaptive,duo")
+    ap.add_argument("--allocation-policy", default="h2o")
+    ap.add_argument("--skip-policies", action="store_true", help="only the allocations")
     args = ap.parse_args()
 
     t = time.perf_counter()
@@ -116,6 +123,10 @@ def main() -> int:
 
     T = args.quality_tokens
     ids = ids_all[:T]
+    if args.allocations:
+        _allocations(model, ids, args)
+    if args.skip_policies:
+        return 0
     # Interleaved: every repeat runs the full-cache baseline and each policy once, so that a
     # burst of load from other processes hits all of them alike; a ratio is taken within a repeat.
     # Every policy runs as one lock-step bank per layer; the first one also runs the way it did
@@ -156,6 +167,48 @@ def main() -> int:
     print(f"\nprocess RSS high-water mark: {_rss_mb():.0f} MB")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     return 0
+
+
+def _allocations(model: SmolLM, ids: list[int], args: argparse.Namespace) -> None:
+    """Each allocation's closed-loop evaluation, the duo calibration and SnapKV's prefill, as
+    ratios to the plain full-cache evaluation of the same repeat (interleaved, like the rest)."""
+    from h2o.model.allocation import (
+        allocated_factory,
+        head_shares,
+        make_allocation,
+        snapkv_window_attention,
+    )
+    from h2o.model.forward import KVCache
+
+    shares = head_shares(model, ids[:1024]).kv_rest()  # calibration for duo (not timed here)
+    runs: dict[str, Callable[[], object]] = {
+        "full cache": lambda: perplexity_under_eviction(model, ids, None),
+    }
+    for name in args.allocations.split(","):
+        alloc = make_allocation(model, name, args.budget, shares)
+        f, _ = allocated_factory(args.allocation_policy, alloc)
+        runs[f"{args.allocation_policy}/{name}"] = lambda f=f: perplexity_under_eviction(
+            model, ids, f
+        )
+    runs["duo calibration"] = lambda: head_shares(model, ids)
+    runs["snapkv prefill"] = lambda: snapkv_window_attention(
+        model, ids, KVCache(model.config, len(ids)), 32
+    )
+    wall: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(args.repeats):
+        for label, fn in runs.items():
+            wall[label].append(_timed(fn, 1))
+    med = statistics.median
+    base = wall["full cache"]
+    print(
+        f"\nallocations at T = {len(ids)}, budget {args.budget} per head on average; ratio = "
+        f"time / the plain full-cache run of the same repeat (medians of {args.repeats}; "
+        "target <= 2x)"
+    )
+    print(f"{'run':<22} {'wall':>8} {'ratio':>6}")
+    for label in runs:
+        r = med(a / b for a, b in zip(wall[label], base, strict=True))
+        print(f"{label:<22} {med(wall[label]):>6.2f} s {r:>6.2f}", flush=True)
 
 
 if __name__ == "__main__":

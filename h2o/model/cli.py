@@ -432,17 +432,20 @@ def _shares(
     (without ``--calibration``: the text's own)."""
     from h2o.model.allocation import head_shares
 
+    ap = _alloc_params(args)  # the split duo classifies by: its sinks and window
+    win = (int(ap["sinks"]), int(ap["window"]))  # type: ignore[call-overload]
+
     need_cal = "duo" in names
     split = cal = None
     if need_split:
-        split = head_shares(model, ids, progress=_progress(args, "head shares"))
+        split = head_shares(model, ids, *win, progress=_progress(args, "head shares"))
     if need_cal:
         if args.calibration is None:
-            cal = split or head_shares(model, ids, progress=_progress(args, "calibration"))
+            cal = split or head_shares(model, ids, *win, progress=_progress(args, "calibration"))
         else:
             cal_text = _read_text(args.calibration, "--calibration")
             cal_ids = _ids(model, cal_text, getattr(args, "tokens", None), True)
-            cal = head_shares(model, cal_ids, progress=_progress(args, "calibration"))
+            cal = head_shares(model, cal_ids, *win, progress=_progress(args, "calibration"))
     return split, cal
 
 
