@@ -37,7 +37,7 @@ from h2o.trace import Trace
 from .base import PolicyBank
 from .scored import ScoredBank
 
-_minimum = np.minimum.reduce
+_minimum, _any = np.minimum.reduce, np.logical_or.reduce
 #: ``progress(done_steps, steps)``, called every ``PROGRESS_EVERY`` steps.
 StepProgress = Callable[[int, int], None]
 PROGRESS_EVERY = 512
@@ -65,7 +65,7 @@ def replay_bank(
         if progress is not None and t % PROGRESS_EVERY == 0:
             progress(t, steps)
         if t == steady and bank._fill == bank._budget:
-            victims = np.empty((steps - t, size), dtype=np.int64)
+            victims = np.empty((steps - t, size), dtype=np.intp)
             if _steady(bank, weights, t, steps, mass, victims, progress):
                 fill[t:] = bank._budget + 1  # each step admits one before evicting one
                 went.append((np.arange(t, steps), None, victims))
@@ -219,9 +219,12 @@ def _steady(
         if w and not (kept[i, n - w :] == np.arange(t0 - w, t0)).all():
             return False
     flat = size * n
-    pos_x = np.zeros(flat + 1, dtype=np.intp)  # one more slot, written by lanes with no ring
-    score_x = np.zeros(flat + 1)  # (and holding score 0 for them whenever it is read)
+    # One spare slot a lane past the rows: a lane with no ring takes t there (score 0), and a
+    # lane whose pool keeps its slots writes ``t - w`` there instead of into the pool.
+    pos_x = np.zeros(flat + size, dtype=np.intp)
+    score_x = np.zeros(flat + size)
     pos, score = pos_x[:flat].reshape(size, n), score_x[:flat].reshape(size, n)
+    spare_pos = pos_x[flat:]
     for i, (p, w) in enumerate(zip(pool.tolist(), window.tolist(), strict=True)):
         pos[i, :p], score[i, :p] = kept[i, :p], bank._score[i, :p]
         if w:
@@ -231,12 +234,14 @@ def _steady(
     base = np.arange(size, dtype=np.intp) * n
     ts = np.arange(t0, steps, dtype=np.intp)
     # per step and lane: the flat slot holding t - w, which t takes (no ring: the spare slot)
-    ring_at = np.where(window > 0, base + pool + ts[:, None] % np.maximum(window, 1), flat)
+    spare = np.arange(flat, flat + size, dtype=np.intp)
+    ring_at = np.where(window > 0, base + pool + ts[:, None] % np.maximum(window, 1), spare)
     leaving = ts[:, None] - window  # what leaves each window at t (t itself when w = 0)
     w32 = np.empty((size, n), dtype=np.float32)
     tmp = np.empty((size, n))
     tmp_flat = tmp.reshape(-1)
     at = np.empty(size, dtype=np.intp)
+    tie, goes = np.empty(size, dtype=bool), np.empty(size, dtype=bool)
     rule, score_t, w32_t = bank._rule, score.T, w32.T
     f64, f32, total, inf = np.float64, np.float32, np.add.reduce, np.inf
     for k, t in enumerate(range(t0, steps)):
@@ -256,12 +261,13 @@ def _steady(
         np.add(tmp.argmin(axis=1), base, out=at)
         low = tmp_flat.take(at)
         tmp_flat[at] = inf  # a second minimum equal to the first: a tie, settled by position
-        if (tmp_flat.take(np.add(tmp.argmin(axis=1), base)) == low).any():
+        if _any(np.equal(_minimum(tmp, axis=1), low, out=tie)):
             _ties(tmp, low, pos, base, at)
-        out = out_score < low  # t - w goes (on a tie the pool's lower position goes)
+        out = np.less(out_score, low, out=goes)  # t - w goes (ties: the pool's lower one goes)
         step_out = leaving[k]
-        victims[k] = np.where(out, step_out, pos_x.take(at))
-        at[out] = flat  # lanes whose pool keeps its slots write the spare slot
+        spare_pos[:] = step_out
+        np.copyto(at, spare, where=out)
+        pos_x.take(at, out=victims[k])
         pos_x[at] = step_out
         score_x[at] = out_score
         pos_x[ring] = t
