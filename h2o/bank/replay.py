@@ -31,6 +31,7 @@ from itertools import pairwise
 
 import numpy as np
 
+from h2o.policies import Scissorhands
 from h2o.replay import Replay, check_top_k, replay, result
 from h2o.trace import Trace
 
@@ -167,6 +168,7 @@ def _victims(went: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]]) -> tu
 #: Traces whose float64 sums of kept weights are exact in any order (see the module docstring).
 _EXACT: weakref.WeakKeyDictionary[Trace, bool] = weakref.WeakKeyDictionary()
 _TINY = 2.0**-29
+_VOTE = 2.0**32
 
 
 def _exact_sums(trace: Trace) -> bool:
@@ -231,6 +233,13 @@ def _steady(
             ring = p + kept[i, p:n] % w
             pos[i, ring], score[i, ring] = kept[i, p:n], bank._score[i, p:n]
     penalty = np.where(np.arange(n) >= pool[:, None], np.inf, 0.0)  # the rings: never chosen
+    # Vote counts (Scissorhands) tie all the time: there the argmin runs on one key per slot,
+    # votes * 2**32 + position (+inf on the rings), exact while votes < 2**20 — unique, so the
+    # first minimum is the lowest position among the lowest votes.
+    votes = type(bank._lanes[0]) is Scissorhands and steps < 2**20
+    key_x = np.zeros(flat + size)
+    key_pos = key_x[:flat].reshape(size, n)
+    np.add(pos, penalty, out=key_pos)
     base = np.arange(size, dtype=np.intp) * n
     ts = np.arange(t0, steps, dtype=np.intp)
     # per step and lane: the flat slot holding t - w, which t takes (no ring: the spare slot)
@@ -257,12 +266,18 @@ def _steady(
         rule(score_t, w32_t)
         ring = ring_at[k]
         out_score = score_x.take(ring)  # the score of t - w, leaving its window now
-        np.add(score, penalty, out=tmp)
-        np.add(tmp.argmin(axis=1), base, out=at)
-        low = tmp_flat.take(at)
-        tmp_flat[at] = inf  # a second minimum equal to the first: a tie, settled by position
-        if _any(np.equal(_minimum(tmp, axis=1), low, out=tie)):
-            _ties(tmp, low, pos, base, at)
+        if votes:
+            np.multiply(score, _VOTE, out=tmp)
+            np.add(tmp, key_pos, out=tmp)
+            np.add(tmp.argmin(axis=1), base, out=at)
+            low = score_x.take(at)
+        else:
+            np.add(score, penalty, out=tmp)
+            np.add(tmp.argmin(axis=1), base, out=at)
+            low = tmp_flat.take(at)
+            tmp_flat[at] = inf  # a second minimum equal to the first: a tie, settled by position
+            if _any(np.equal(_minimum(tmp, axis=1), low, out=tie)):
+                _ties(tmp, low, pos, base, at)
         out = np.less(out_score, low, out=goes)  # t - w goes (ties: the pool's lower one goes)
         step_out = leaving[k]
         spare_pos[:] = step_out
@@ -270,6 +285,8 @@ def _steady(
         pos_x.take(at, out=victims[k])
         pos_x[at] = step_out
         score_x[at] = out_score
+        if votes:
+            key_x[at] = step_out
         pos_x[ring] = t
         score_x[ring] = 0.0
     order = np.argsort(pos, axis=1)  # back to kept (arrival) order
@@ -282,10 +299,10 @@ def _steady(
 def _ties(
     tmp: np.ndarray, low: np.ndarray, pos: np.ndarray, base: np.ndarray, at: np.ndarray
 ) -> None:
-    """Where a lane's lowest pool score is held by several slots: the lowest position's slot
-    (``tmp`` has +inf at the slot chosen first; ``low`` is the minimum)."""
-    for i in range(tmp.shape[0]):
-        cols = np.flatnonzero(tmp[i] == low[i])
-        if cols.shape[0]:
-            cols = np.append(cols, at[i] - base[i])
-            at[i] = base[i] + cols[pos[i, cols].argmin()]
+    """Where a lane's lowest pool score is held by several slots: the lowest position's slot.
+    ``tmp`` holds the masked scores with +inf at each lane's first choice ``at`` (flat);
+    ``low`` is each lane's minimum. Whole arrays: for vote counts (Scissorhands) ties are the
+    rule, not the exception."""
+    tmp.reshape(-1)[at] = low
+    mine = np.where(np.equal(tmp, low[:, None]), pos, np.iinfo(np.intp).max)
+    np.add(mine.argmin(axis=1), base, out=at)
