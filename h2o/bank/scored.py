@@ -40,6 +40,11 @@ _CLASSES = (H2O, Scissorhands, TOVA, RandomEviction)
 _PADS_EXACTLY = {cls._accumulate for cls in (H2O, TOVA, RandomEviction)}
 
 
+#: Up to this many rows (a model layer's KV heads) a bank works on row slices: the whole-array
+#: forms (widened blocks, masks, flat shifts) only pay off for many rows.
+_FEW = 8
+
+
 @lru_cache(maxsize=8)
 def _tails(cap: int) -> np.ndarray:
     """``(cap + 1, cap)`` bool, read-only: row ``v`` marks the slots a victim at ``v`` shifts
@@ -101,7 +106,7 @@ class ScoredBank(PolicyBank):
             self._reserve(n + 1)
         score = self._score
         if attn is not None and n:
-            if self._pads and n == self._cap - 1:  # full rows: the whole arrays, contiguous
+            if self._pads and n == self._cap - 1 and self.size > _FEW:  # full rows, whole
                 self._wide[:, :n] = attn
                 self._rule(score.T, self._wide.T)
             else:
@@ -137,8 +142,8 @@ class ScoredBank(PolicyBank):
             v = np.full(self.size, n)
             for i in range(self.size) if isinstance(k, int) else np.flatnonzero(k == 1):
                 v[i] = self._lanes[i]._select(1, int(evictable[i]))[0]
-        elif self._window >= 0 and not full:
-            v = score[:, : n - self._window].argmin(axis=1)
+        elif self._window >= 0 and (not full or self.size <= _FEW):
+            v = score[:, : n - self._window].argmin(axis=1)  # one window: a slice, no mask
         else:
             # x + 0 is x and x + inf is inf, so the first minimum is the first evictable one —
             # unless a protected score is NaN or -inf (NaN after the add): then each lane itself.
