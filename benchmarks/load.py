@@ -7,7 +7,7 @@ Debian's Chromium with Playwright: one browser context per student, arriving ove
 seconds. Each student
 
 1. opens Step through on the canonical trace with a link of their own
-   (``?budget=200+i&step=1000+i``) and waits for the player;
+   (``?budget=200+i&step=1000+i``) and waits for the player, then for every plot;
 2. steps ten times with "+1" (timed inside the page, click → new step painted);
 3. changes the budget in the sidebar to ``300+i`` (timed: Enter → the player holds the new run);
 4. opens every page in the menu (timed: click → the script finished), looking for tracebacks
@@ -59,6 +59,8 @@ STEP_JS = """() => new Promise((resolve) => {
     : requestAnimationFrame(check);
   requestAnimationFrame(check);
 })"""
+
+PLOTS_JS = f"document.querySelectorAll('{PLAYER} .js-plotly-plot .main-svg').length >= 4"
 
 IDLE_JS = """() => {
   const app = document.querySelector('[data-testid="stApp"]');
@@ -128,11 +130,13 @@ async def student(i: int, browser, url: str, delay: float, out: dict) -> None:
         await page.goto(f"{url}/step-through?budget={budget}&step={step}")
         await page.wait_for_selector(f"{PLAYER}[data-rendered]", timeout=180_000)
         out["open"].append(time.monotonic() - t0)
+        await page.wait_for_function(PLOTS_JS, timeout=180_000)
+        out["plots"].append(time.monotonic() - t0)
         for _ in range(10):
             out["step"].append(await page.evaluate(STEP_JS) / 1000)
         step += 10
 
-        box = page.get_by_label("budget — slots in the cache")
+        box = page.get_by_role("spinbutton", name="budget — slots in the cache")
         t0 = time.monotonic()
         await box.fill(str(new_budget))
         await box.press("Enter")
@@ -174,7 +178,7 @@ def pct(xs: list[float], q: float) -> float:
 async def drive(url: str, n: int, ramp: float) -> dict:
     from playwright.async_api import async_playwright
 
-    out = {"open": [], "step": [], "budget": [], "page": [], "failures": [], "done": 0}
+    out = {"open": [], "plots": [], "step": [], "budget": [], "page": [], "failures": [], "done": 0}
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
@@ -220,7 +224,7 @@ def main() -> int:
         },
         "rss_per_session_mb": round((peak - before) * mb / args.sessions, 1),
     }
-    for name in ("open", "step", "budget", "page"):
+    for name in ("open", "plots", "step", "budget", "page"):
         xs = out[name]
         if xs:
             res[f"{name}_s"] = {
@@ -242,6 +246,7 @@ def main() -> int:
         )
         labels = {
             "open": "open Step through (link → player)",
+            "plots": "… and every plot drawn",
             "step": '"+1" click → step painted',
             "budget": "budget change → new run shown",
             "page": "open a page (click → script done)",
