@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import threading
 import time
@@ -342,6 +343,29 @@ def shared_slots(rep_a: h2o.Replay, rep_b: h2o.Replay, trace: h2o.Trace) -> dict
 TEXT_DIR = TRACE_DIR / "texts"
 
 
+RESULTS_DIR = TRACE_DIR / "results"
+#: The results files are ours and small (tens of kB); a bigger one is not read.
+RESULT_MAX_BYTES = 4 * 2**20
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _shipped_result(name: str, mtime_ns: int) -> dict | list | None:
+    path = RESULTS_DIR / name
+    try:
+        if path.stat().st_size > RESULT_MAX_BYTES:
+            return None
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def shipped_result(name: str) -> Any:
+    """A results file of ``traces/results/`` (made by the commands in its README), or None if
+    it is missing, damaged or bigger than :data:`RESULT_MAX_BYTES`."""
+    path = RESULTS_DIR / name
+    return _shipped_result(name, path.stat().st_mtime_ns) if path.is_file() else None
+
+
 def trace_origin(trace: h2o.Trace) -> str | None:
     """Where a captured trace comes from ("SmolLM2-135M-Instruct, layer 8, mean over its 9
     query heads, 1,024 tokens of traces/texts/lighthouse.txt"), or None for other traces."""
@@ -408,7 +432,7 @@ def text_ids(name: str, mtime_ns: int, n_tokens: int | None = None) -> list[int]
     return ids if n_tokens is None else ids[:n_tokens]
 
 
-def _layer_progress(what: str) -> tuple[Any, Callable[[int, int], None]]:
+def layer_progress(what: str) -> tuple[Any, Callable[[int, int], None]]:
     bar = st.progress(0.0, text=f"{what}…")
     started = time.monotonic()
 
@@ -419,7 +443,7 @@ def _layer_progress(what: str) -> tuple[Any, Callable[[int, int], None]]:
     return bar, cb
 
 
-def _queued(label: str, bar: Any, frac: float = 0.0) -> Any:
+def queued(label: str, bar: Any, frac: float = 0.0) -> Any:
     """Hold the server's model queue for ``label`` (its place in the line shown in ``bar``)."""
     return jobs.model_queue().turn(label, lambda msg: bar.progress(frac, text=msg))
 
@@ -459,9 +483,9 @@ def captured_layers(name: str, mtime_ns: int, n_tokens: int) -> list[h2o.Trace]:
     ids = text_ids(name, mtime_ns, n_tokens)
     what = f"Running SmolLM2 on {len(ids):,} tokens of {name}, every layer"
     bar = st.progress(0.0, text=f"{what}…")
-    with _queued(what, bar):
+    with queued(what, bar):
         bar.empty()
-        bar, cb = _layer_progress(what)
+        bar, cb = layer_progress(what)
         traces = capture_layers(
             model(), ids, progress=cb, text=f"traces/texts/{name}.txt", source_name=name
         )
@@ -512,7 +536,7 @@ def policy_label(name: str, params: tuple[tuple[str, int], ...] | dict[str, int]
     return analysis.describe(name, built.params())
 
 
-def _run_bar(label: str, index: int, total: int) -> tuple[Any, Callable[[int, int], None]]:
+def run_bar(label: str, index: int, total: int) -> tuple[Any, Callable[[int, int], None]]:
     """A bar for run ``index`` of ``total`` (1-based), advancing with the run's own progress."""
     bar = st.progress((index - 1) / total, text=f"{label} — run {index} of {total}…")
     started = time.monotonic()
@@ -543,8 +567,8 @@ def perplexity_run(
     ids = text_ids(name, mtime_ns, n_tokens)
     label = "full cache" if policy is None else f"{policy_label(policy, params)} @ {budget}"
     factory = None if policy is None else policy_factory(policy, budget, **dict(params))
-    bar, cb = _run_bar(f"Perplexity, {label}", _index, _total)
-    with _queued(f"perplexity, {label}", bar, (_index - 1) / _total):
+    bar, cb = run_bar(f"Perplexity, {label}", _index, _total)
+    with queued(f"perplexity, {label}", bar, (_index - 1) / _total):
         res = perplexity_under_eviction(model(), ids, factory, progress=cb, label=label)
     bar.empty()
     return {
@@ -575,8 +599,8 @@ def generation_run(
     ids = text_ids(name, mtime_ns)
     label = "full cache" if policy is None else f"{policy_label(policy, params)} @ {budget}"
     factory = None if policy is None else policy_factory(policy, budget, **dict(params))
-    bar, cb = _run_bar(f"Generating, {label}", _index, _total)
-    with _queued(f"generation, {label}", bar, (_index - 1) / _total):
+    bar, cb = run_bar(f"Generating, {label}", _index, _total)
+    with queued(f"generation, {label}", bar, (_index - 1) / _total):
         res = generate(model(), ids, max_new, factory, cb, stop_strings=stop_strings, label=label)
     bar.empty()
     return {

@@ -69,6 +69,12 @@ PAGES = [
         url_path="real-model",
     ),
     st.Page(
+        HERE / "views" / "budget_split.py",
+        title="Where should the budget go?",
+        icon=":material/grid_view:",
+        url_path="where-budget",
+    ),
+    st.Page(
         HERE / "views" / "how_it_works.py",
         title="How it works",
         icon=":material/code:",

@@ -28,6 +28,7 @@ PAGES = [
     "views/stale_spike.py",
     "views/all_policies.py",
     "views/how_it_works.py",
+    "views/budget_split.py",
 ]
 MAX_FIGURE_BYTES = 1_500_000
 

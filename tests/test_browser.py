@@ -27,6 +27,7 @@ PAGES = [
     ("stale-spike", 8, "Stale spike: H2O vs Scissorhands"),
     ("all-policies", 3, "All policies"),
     ("real-model", 1, "A real LLM inside"),
+    ("where-budget", 3, "Where should the budget go?"),
     ("how-it-works", 0, "How it works"),
 ]
 DEEP_LINKS = [
@@ -35,6 +36,7 @@ DEEP_LINKS = [
     ("stale-spike?spike_step=20", "Stale spike: H2O vs Scissorhands"),
     ("all-policies?trace=toy", "All policies"),
     ("real-model", "A real LLM inside"),
+    ("where-budget", "Where should the budget go?"),
     ("how-it-works", "How it works"),
 ]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -12,25 +11,12 @@ import h2o
 from app import card, data, figures
 from app.lesson import Chapter, open_in
 
-RESULTS = data.TRACE_DIR / "results"
 ANSWER_BUDGETS = (256, 512, 1024)
 REAL_MODEL = "views/real_model.py"
 
 
 # -- 7. a real model -------------------------------------------------------------------------------
-@st.cache_data(show_spinner=False, max_entries=4)
-def _shipped(name: str, mtime_ns: int) -> dict | None:
-    """A results file of ``traces/results/`` (made by the commands in its README), or None."""
-    path = RESULTS / name
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def shipped(name: str) -> dict | None:
-    path = RESULTS / name
-    return _shipped(name, path.stat().st_mtime_ns) if path.is_file() else None
+shipped = data.shipped_result
 
 
 def answer_table(runs: dict[int, list[dict]]) -> pd.DataFrame:
