@@ -1,6 +1,9 @@
 """Replay speed on the canonical trace (budget 256): numpy policies vs the card transcriptions.
 
-Run: ``python benchmarks/replay.py [--repeats 7] [--json]``
+Run: ``python benchmarks/replay.py [--repeats 7] [--json] [--only banks] [--model]
+[--markdown PATH]`` — the last lines are issue 11's targets table (before, measured, target,
+met), which ``--markdown`` also writes as Markdown, with the command; ``--model`` adds the
+closed-loop row (it loads SmolLM2-135M: a minute or two more).
 
 For each policy it measures, in one run (the machine is shared and noisy, so the figures to quote
 are the medians and the ratios, not absolute times):
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -46,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from h2o import H2O, analysis, canonical_trace, make_bank, replay, replay_bank
+from h2o import H2O, Scissorhands, analysis, canonical_trace, make_bank, replay, replay_bank
 from h2o.analysis import describe, make_policy
 from h2o.reference import CARD_POLICIES, CardH2O
 
@@ -178,14 +182,22 @@ SWEEP = range(0, 193, 8)  # 25 windows
 STEADY = (512, 1536)  # the steps a bank step is timed on (every lane long past its budget)
 
 
+#: CPU seconds of the last :func:`interleaved` call, by key (this process only: less sensitive
+#: to other processes on a shared machine than wall time, which the targets are stated in).
+CPU: dict[str, list[float]] = {}
+
+
 def interleaved(fs: dict[str, object], repeats: int) -> dict[str, list[float]]:
-    """Seconds of each callable, run in turn ``repeats`` times."""
+    """Wall seconds of each callable, run in turn ``repeats`` times (CPU seconds in ``CPU``)."""
     out: dict[str, list[float]] = {k: [] for k in fs}
+    CPU.clear()
+    CPU.update({k: [] for k in fs})
     for _ in range(repeats):
         for k, f in fs.items():
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             f()
             out[k].append(time.perf_counter() - t0)
+            CPU[k].append(time.process_time() - c0)
     return out
 
 
@@ -253,6 +265,16 @@ def measure_banks(trace, repeats: int) -> dict:
     out["one_replay_s"] = statistics.median(runs["replay"])
     out["sweep_s"] = statistics.median(runs["sweep"])
     out["sweep_over_replay"] = ratio(runs["sweep"], runs["replay"])
+    out["sweep_over_replay_cpu"] = ratio(CPU["sweep"], CPU["replay"])
+    runs = interleaved(  # the explorer's other sweep
+        {
+            "replay": lambda: replay(Scissorhands(budget, 64), trace, record=False),
+            "sweep": lambda: analysis.sweep_windows(trace, "scissorhands", SWEEP, budget),
+        },
+        repeats,
+    )
+    out["sh_sweep_over_replay"] = ratio(runs["sweep"], runs["replay"])
+    out["sh_sweep_over_replay_cpu"] = ratio(CPU["sweep"], CPU["replay"])
     runs = interleaved(  # the same sweep as it ran before banks: one replay per window
         {
             "replay": lambda: replay(H2O(budget, 64), trace, record=False),
@@ -281,6 +303,10 @@ def measure_banks(trace, repeats: int) -> dict:
     out["card_us_per_instance_step"] = statistics.median(per["card"])
     out["bank_vs_numpy"] = ratio(per["numpy"], per["bank"])
     out["bank_vs_card"] = ratio(per["card"], per["bank"])
+    out["bank_us_per_instance_step_cpu"] = statistics.median(
+        x / steps / len(SWEEP) * 1e6 for x in CPU["bank"]
+    )
+    out["bank_vs_card_cpu"] = ratio(CPU["card"], CPU["bank"])
 
     print("measuring a bank of one lane against its instance ...", file=sys.stderr)
     lane = list(SWEEP).index(64)
@@ -308,14 +334,14 @@ def measure_explorer(repeats: int) -> dict:
     windows = sorted({*range(0, 3 * BUDGET // 4 + 1, BUDGET // 32), 32, band})
     refs = [("streaming-llm", {"sinks": 4}), ("sliding-window", {})]
 
-    def analysis_calls() -> tuple[float, float]:
-        t0 = time.perf_counter()
+    def analysis_calls() -> tuple[float, float, float]:
+        c0, t0 = time.process_time(), time.perf_counter()
         trace = canonical_trace()
         t1 = time.perf_counter()
         for name in ("h2o", "scissorhands"):
             analysis.sweep_windows(trace, name, windows, BUDGET, 32)
         analysis.bench(trace, BUDGET, 32, lineup=refs)
-        return t1 - t0, time.perf_counter() - t0
+        return t1 - t0, time.perf_counter() - t0, time.process_time() - c0
 
     print("measuring the explorer's analysis, cold ...", file=sys.stderr)
     runs = [analysis_calls() for _ in range(repeats)]
@@ -323,6 +349,7 @@ def measure_explorer(repeats: int) -> dict:
         "windows": len(windows),
         "trace_build_s": statistics.median(r[0] for r in runs),
         "analysis_s": statistics.median(r[1] for r in runs),
+        "analysis_cpu_s": statistics.median(r[2] for r in runs),
     }
     try:
         import streamlit as st
@@ -346,6 +373,133 @@ def measure_explorer(repeats: int) -> dict:
             raise SystemExit(f"the app raised: {[e.value for e in at.exception]}")
     out["page_s"] = statistics.median(walls)
     return out
+
+
+def measure_model(repeats: int, budget: int = 256, tokens: int = 2048) -> dict:
+    """The closed loop: ``perplexity_under_eviction`` with H2O (each layer's heads one bank)
+    against the full cache, interleaved, at T = ``tokens`` — as ``benchmarks/model.py`` times it."""
+    from h2o.model import SmolLM, perplexity_under_eviction, policy_factory
+
+    print("loading the model for the closed loop ...", file=sys.stderr)
+    model = SmolLM.load()
+    texts = Path(__file__).resolve().parents[1] / "traces" / "texts"
+    ids = [
+        i
+        for f in ("lighthouse.txt", "library.txt")
+        for i in model.encode((texts / f).read_text("utf-8"))
+    ]
+    ids = ids[:tokens]
+    h2o = policy_factory("h2o", budget)
+    print(f"measuring closed-loop H2O at T = {len(ids)} ...", file=sys.stderr)
+    runs = interleaved(
+        {
+            "full": lambda: perplexity_under_eviction(model, ids, None),
+            "h2o": lambda: perplexity_under_eviction(model, ids, h2o),
+        },
+        repeats,
+    )
+    return {
+        "tokens": len(ids),
+        "full_s": statistics.median(runs["full"]),
+        "h2o_s": statistics.median(runs["h2o"]),
+        "h2o_over_full": ratio(runs["h2o"], runs["full"]),
+        "h2o_over_full_cpu": ratio(CPU["h2o"], CPU["full"]),
+    }
+
+
+#: The issue's targets (issue 11) and the figures before this work (the issue's "today", then
+#: the last session's measurement), for the table.
+TARGETS = [
+    ("H2O sweep, 25 windows, canonical trace, budget 256 / one replay", "19x; 4.3x", "<= 2x"),
+    ("Scissorhands sweep, same windows / one replay (the explorer's other half)", "—", "—"),
+    (
+        "bank step, per instance in a bank of 25 (× the card transcription)",
+        "2.6 µs",
+        "<= 0.5 µs, >= 25x",
+    ),
+    ("cold recentWindow explorer, analysis calls (server time)", "2.6 s; 1.26 s", "<= 0.8 s"),
+    ("closed-loop H2O perplexity at T = 2048 / one full-cache run", "1.55x; 1.51x", "<= 1.15x"),
+]
+
+
+def target_rows(b: dict, e: dict | None, m: dict | None) -> list[tuple[str, str, str, str, str]]:
+    """``(what, before, measured, target, met)`` rows for the issue's table."""
+    rows = []
+    sweep = b["sweep_over_replay"]
+    rows.append(
+        (
+            *TARGETS[0][:2],
+            f"{sweep:.2f}x (cpu {b['sweep_over_replay_cpu']:.2f}x; "
+            f"{b['sweep_s'] * 1e3:.0f} ms vs {b['one_replay_s'] * 1e3:.0f} ms)",
+            TARGETS[0][2],
+            "yes" if sweep <= 2 else "no",
+        )
+    )
+    rows.append(
+        (
+            *TARGETS[1][:2],
+            f"{b['sh_sweep_over_replay']:.2f}x (cpu {b['sh_sweep_over_replay_cpu']:.2f}x)",
+            TARGETS[1][2],
+            "",
+        )
+    )
+    us = b["bank_us_per_instance_step"]
+    rows.append(
+        (
+            *TARGETS[2][:2],
+            f"{us:.2f} µs, {b['bank_vs_card']:.1f}x the card (cpu "
+            f"{b['bank_us_per_instance_step_cpu']:.2f} µs, {b['bank_vs_card_cpu']:.1f}x)",
+            TARGETS[2][2],
+            "yes" if us <= 0.5 and b["bank_vs_card"] >= 25 else "no",
+        )
+    )
+    if e:
+        page = f"; page in streamlit.testing {e['page_s']:.2f} s" if "page_s" in e else ""
+        rows.append(
+            (
+                *TARGETS[3][:2],
+                f"{e['analysis_s']:.2f} s (cpu {e['analysis_cpu_s']:.2f} s; trace build "
+                f"{e['trace_build_s']:.2f} s){page}",
+                TARGETS[3][2],
+                "yes" if e["analysis_s"] <= 0.8 else "no",
+            )
+        )
+    if m:
+        r = m["h2o_over_full"]
+        rows.append(
+            (
+                *TARGETS[4][:2],
+                f"{r:.2f}x (cpu {m['h2o_over_full_cpu']:.2f}x; {m['h2o_s']:.2f} s vs "
+                f"{m['full_s']:.2f} s)",
+                TARGETS[4][2],
+                "yes" if r <= 1.15 else "no",
+            )
+        )
+    else:
+        rows.append((*TARGETS[4][:2], "not run (--model)", TARGETS[4][2], ""))
+    return rows
+
+
+def print_targets(rows, header: str) -> None:
+    print(f"\nissue 11 targets — {header}")
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    heads = ("what", "before", "measured (medians, ratios within one run)", "target", "met")
+    widths = [max(w, len(h)) for w, h in zip(widths, heads, strict=True)]
+    for r in (heads, *rows):
+        print("  " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+
+
+def write_markdown(path: str, rows, header: str, command: str) -> None:
+    lines = [
+        f"Measured with `{command}` ({header}):",
+        "",
+        "| what | before | measured | target | met |",
+        "|---|---|---|---|---|",
+        *(f"| {' | '.join(r)} |" for r in rows),
+        "",
+    ]
+    Path(path).write_text("\n".join(lines), encoding="utf-8")
+    print(f"\nwrote {path}", file=sys.stderr)
 
 
 def print_banks(b: dict, e: dict | None) -> None:
@@ -384,7 +538,12 @@ def main() -> int:
     ap.add_argument(
         "--only", choices=["policies", "banks"], help="just the per-policy tables, or the banks"
     )
+    ap.add_argument(
+        "--model", action="store_true", help="also time the closed loop (loads SmolLM2, slow)"
+    )
+    ap.add_argument("--markdown", metavar="PATH", help="write the targets table as Markdown")
     args = ap.parse_args()
+    command = "python benchmarks/replay.py " + " ".join(sys.argv[1:])
 
     t0 = time.perf_counter()
     trace = canonical_trace()
@@ -393,15 +552,27 @@ def main() -> int:
     rows_py = [trace.row(t).tolist() for t in range(trace.steps)]
     topk_py = [[int(p) for p in r if p >= 0] for r in trace.top_k(32)]
 
-    banks = explorer = None
+    banks = explorer = model = None
+    header = ""
     if args.only != "policies":
+        load = os.getloadavg()[0]
         banks = measure_banks(trace, args.repeats)
         explorer = measure_explorer(max(3, args.repeats // 2))
+        if args.model:
+            model = measure_model(max(3, args.repeats // 3))
+        header = (
+            f"{args.repeats} repeats, load average {load:.1f} → {os.getloadavg()[0]:.1f} on "
+            f"{os.cpu_count()} cores"
+        )
+        targets = target_rows(banks, explorer, model)
+        if args.markdown:
+            write_markdown(args.markdown, targets, header, command)
     if args.only == "banks":
         if args.json:
-            print(json.dumps({"banks": banks, "explorer": explorer}, indent=2))
+            print(json.dumps({"banks": banks, "explorer": explorer, "model": model}, indent=2))
         else:
             print_banks(banks, explorer)
+            print_targets(targets, header)
         return 0
 
     rows = []
@@ -417,7 +588,7 @@ def main() -> int:
 
     if args.json:
         out = {"steps": trace.steps, "trace_build_s": gen, "rows": rows, "h2o_scaling": scaling}
-        out |= {"banks": banks, "explorer": explorer} if banks else {}
+        out |= {"banks": banks, "explorer": explorer, "model": model} if banks else {}
         print(json.dumps(out, indent=2))
         return 0
 
@@ -449,6 +620,7 @@ def main() -> int:
         print(f"{r['budget']:8d}" + "".join(f"{cell(r, k, f):>10s}" for _, k, f in cols[:6]))
     if banks:
         print_banks(banks, explorer)
+        print_targets(targets, header)
     return 0
 
 

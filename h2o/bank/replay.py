@@ -31,7 +31,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from h2o.policies import Scissorhands
+from h2o.policies import H2O, TOVA, Scissorhands
 from h2o.replay import Replay, check_top_k, replay, result
 from h2o.trace import Trace
 
@@ -62,7 +62,8 @@ def replay_bank(
     f64, f32, total = np.float64, np.float32, np.add.reduce
     reads, weights = bank.reads_attention, trace.weights  # row t starts at t(t-1)/2
     steady = _steady_from(bank, trace)
-    for t in range(steps):
+    start = _fill_shared(bank, weights, steps, mass, fill, progress)
+    for t in range(start, steps):
         if progress is not None and t % PROGRESS_EVERY == 0:
             progress(t, steps)
         if t == steady and bank._fill == bank._budget:
@@ -169,6 +170,9 @@ def _victims(went: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]]) -> tu
 _EXACT: weakref.WeakKeyDictionary[Trace, bool] = weakref.WeakKeyDictionary()
 _TINY = 2.0**-29
 _VOTE = 2.0**32
+#: Classes whose rule reads only the step's weights (so lanes that keep the same positions and
+#: see the same row stay equal).
+_SHARED_FILL = (H2O, Scissorhands, TOVA)
 
 
 def _exact_sums(trace: Trace) -> bool:
@@ -185,6 +189,46 @@ def _exact_sums(trace: Trace) -> bool:
             ok = bool(np.add.reduceat(w, starts, dtype=np.float64).max() < 1.5)
         _EXACT[trace] = ok
     return ok
+
+
+def _fill_shared(
+    bank: PolicyBank,
+    weights: np.ndarray,
+    steps: int,
+    mass: np.ndarray,
+    fill: np.ndarray,
+    progress: StepProgress | None,
+) -> int:
+    """Until the first eviction every lane of a scored bank whose lanes share a budget keeps
+    ``0..t-1`` and sees the same row: run those steps on lane 0's row alone — the single
+    replay's arithmetic, on 1-D arrays — and copy it to every row. Returns the next step (0 if
+    the bank does not qualify)."""
+    if not (
+        isinstance(bank, ScoredBank)
+        and type(bank._lanes[0]) in _SHARED_FILL
+        and bank._budget >= 1
+        and bank.reads_attention
+        and not bank._own_checks
+    ):
+        return 0
+    stop = min(bank._budget, steps)  # step t admits t + 1 <= budget positions: none evicted
+    pos, score, rule = bank._pos[0], bank._score[0], bank._rule
+    f64, f32, total = np.float64, np.float32, np.add.reduce
+    for t in range(stop):
+        if progress is not None and t % PROGRESS_EVERY == 0:
+            progress(t, steps)
+        if t:
+            o = t * (t - 1) // 2
+            row = weights[o : o + t]
+            m = total(row, dtype=f64)
+            mass[t] = m
+            rule(score[:t], row / f32(m) if m > 0 else row)
+        pos[t], score[t] = t, 0.0
+        fill[t] = t + 1
+    bank._pos[1:, :stop] = pos[:stop]
+    bank._score[1:, :stop] = score[:stop]
+    bank._fill, bank._last_pos, bank._stale = stop, stop - 1, True
+    return stop
 
 
 def _steady_from(bank: PolicyBank, trace: Trace) -> int:
