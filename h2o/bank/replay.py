@@ -17,10 +17,14 @@ slot; the victim's slot takes ``t - w`` if the pool loses one. Nothing shifts: t
 the instances' (each slot is added to in step order, whatever its column), the victim is the
 first minimum in position order (the pool's minimum, ties to its lowest position, against
 ``t - w``, which loses ties: it is the newest evictable), and the masses are the same sums in
-another order — exact, hence equal, when every weight of the trace is 0 or at least 2**-29 and
-every row sums below 1.5 (:func:`_exact_sums`: float64 then holds every partial sum exactly).
-Traces that do not qualify, random eviction and lanes with different budgets keep the
-per-step path. At the end the lanes are written back in kept order.
+another order — exact, hence equal, when every weight of the trace is 0 or at least 2**-29
+(rows sum to 1 within 2e-3, as every trace is checked): float64 then holds every partial sum
+exactly (:func:`_exact_sums`). Traces that do not qualify, random eviction and lanes with
+different budgets keep the per-step path. At the end the lanes are written back in kept order.
+
+Before the first eviction the lanes of such a bank are all alike: those steps run once, on one
+row (:func:`_fill_shared`). A ring bank (StreamingLLM, the sliding window) reads no attention,
+so on such a trace its whole replay is closed-form (:func:`_rings_closed`).
 """
 
 from __future__ import annotations
@@ -33,9 +37,10 @@ import numpy as np
 
 from h2o.policies import H2O, TOVA, Scissorhands
 from h2o.replay import Replay, check_top_k, replay, result
-from h2o.trace import Trace
+from h2o.trace import ROW_SUM_TOLERANCE, Trace
 
 from .base import PolicyBank
+from .ring import RingBank
 from .scored import ScoredBank
 
 _minimum, _any = np.minimum.reduce, np.logical_or.reduce
@@ -63,6 +68,8 @@ def replay_bank(
     reads, weights = bank.reads_attention, trace.weights  # row t starts at t(t-1)/2
     steady = _steady_from(bank, trace)
     start = _fill_shared(bank, weights, steps, mass, fill, progress)
+    if _rings_closed(bank, trace, mass, fill, n_kept, went):
+        start = steps  # nothing left to step
     for t in range(start, steps):
         if progress is not None and t % PROGRESS_EVERY == 0:
             progress(t, steps)
@@ -153,7 +160,11 @@ def _victims(went: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]]) -> tu
         return tuple(np.zeros(0, dtype=np.int32) for _ in range(3))
     steps, lanes, pos = [], [], []
     for ts, ls, vs in went:
-        if ls is None:
+        if ls is not None and ts.shape[0] == ls.shape[0]:  # one victim each, steps and lanes
+            steps.append(ts)
+            lanes.append(ls)
+            pos.append(vs)
+        elif ls is None:
             n = vs.shape[1]
             steps.append(np.repeat(ts, n))
             lanes.append(np.tile(np.arange(n), ts.shape[0]))
@@ -176,17 +187,15 @@ _SHARED_FILL = (H2O, Scissorhands, TOVA)
 
 
 def _exact_sums(trace: Trace) -> bool:
-    """Whether every weight is 0 or at least 2**-29 and every row sums below 1.5: then every
-    partial sum of a row's weights is a multiple of 2**-52 below 2, which float64 holds
-    exactly, so the sum of any subset is the same in any order. Computed once per trace."""
+    """Whether every weight is 0 or at least 2**-29 (rows sum to about 1): then every partial
+    sum of a row's weights is a multiple of 2**-52 below 2, which float64 holds exactly, so the
+    sum of any subset is the same in any order. Computed once per trace."""
     ok = _EXACT.get(trace)
     if ok is None:
+        # Rows sum to 1 within ROW_SUM_TOLERANCE: every Trace is checked when it is built.
         w = trace.weights
         tiny = w < _TINY
-        ok = not (tiny.any() and (w[tiny] != 0).any())
-        if ok:
-            starts = np.arange(1, trace.steps) * np.arange(trace.steps - 1) // 2
-            ok = bool(np.add.reduceat(w, starts, dtype=np.float64).max() < 1.5)
+        ok = ROW_SUM_TOLERANCE < 0.5 and not (tiny.any() and (w[tiny] != 0).any())
         _EXACT[trace] = ok
     return ok
 
@@ -229,6 +238,64 @@ def _fill_shared(
     bank._score[1:, :stop] = score[:stop]
     bank._fill, bank._last_pos, bank._stale = stop, stop - 1, True
     return stop
+
+
+def _rings_closed(
+    bank: PolicyBank,
+    trace: Trace,
+    mass: np.ndarray,
+    fill: np.ndarray,
+    n_kept: np.ndarray,
+    went: list,
+) -> bool:
+    """A ring bank's whole replay in closed form, on a trace whose sums are exact in any order
+    (:func:`_exact_sums`). StreamingLLM (and the sliding window, ``sinks = 0``) reads no
+    attention, so what a lane keeps is known in advance: before step ``t`` it holds ``0..t-1``
+    while ``t <= budget``, then its ``s`` sinks and the ``budget - s`` positions before ``t``;
+    step ``t >= budget`` evicts ``t - (budget - s)``. Each mass is the sum of two runs of the
+    packed weights (one ``reduceat`` a lane). Fills ``mass``, ``n_kept`` and ``went`` and leaves
+    the lanes as the steps would; False (nothing touched) if the bank does not qualify."""
+    if not isinstance(bank, RingBank) or not _exact_sums(trace):
+        return False
+    steps, w = trace.steps, trace.weights
+    t = np.arange(1, steps, dtype=np.intp)
+    o = t * (t - 1) // 2  # row t is w[o : o + t]
+    fills = []
+    for i, lane in enumerate(bank._lanes):
+        b, s = lane.budget, lane.sinks
+        r = b - s  # ring slots
+        full = t > b
+        sink_end = o + np.where(full, s, t)  # t <= budget: one run, the whole row
+        sinks = _runs(w, o, sink_end)
+        ring = _runs(w, np.where(full, o + t - r, sink_end), o + t)
+        mass[1:, i] = sinks + ring
+        n_kept[:, i] = np.minimum(np.arange(1, steps + 1), b + 1)
+        ts = np.arange(b, steps)
+        went.append((ts, np.full(ts.shape[0], i), ts - r))
+        n = min(steps, b)
+        kept = np.arange(n) if steps <= b else np.r_[np.arange(s), np.arange(steps - r, steps)]
+        bank._pos[i, :n] = kept
+        fills.append(n)
+    bank._set_fills(np.array(fills, dtype=np.int64))
+    bank._last_pos, bank._stale = steps - 1, True
+    fill[:] = -1  # n_kept holds every lane's fill
+    return True
+
+
+def _runs(w: np.ndarray, a: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """float64 sums of ``w[a[j] : e[j]]`` (0 when empty): the runs gathered back to back, then
+    one ``reduceat`` over them (exact in any order on the traces this is used for)."""
+    n = np.maximum(e - a, 0)
+    out = np.zeros(a.shape[0])
+    some = n > 0
+    if not some.any():
+        return out
+    a, n = a[some], n[some]
+    starts = np.zeros(n.shape[0], dtype=np.intp)
+    np.cumsum(n[:-1], out=starts[1:])
+    idx = np.arange(int(starts[-1] + n[-1]), dtype=np.intp) + np.repeat(a - starts, n)
+    out[some] = np.add.reduceat(w.take(idx), starts, dtype=np.float64)
+    return out
 
 
 def _steady_from(bank: PolicyBank, trace: Trace) -> int:
