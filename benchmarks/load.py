@@ -189,6 +189,7 @@ async def drive(url: str, n: int, full: int, ramp: float) -> dict:
     from playwright.async_api import async_playwright
 
     out = {
+        "by_page": {},
         "open": [],
         "open_light": [],
         "plots": [],
