@@ -126,3 +126,41 @@ def test_the_real_model_chapter_shows_the_answers_computed_ahead():
     names = [tr["name"] for tr in spec["data"]]
     assert "H2O (recent_window=32)" not in names and "H2O" in names  # labels, one per policy
     assert len(names) == 6
+
+
+def test_the_real_model_chapter_recomputes_one_budget_on_a_click(monkeypatch):
+    """The button runs the shipped file's runs (full cache + six policies, defaults, 8 tokens,
+    no stop strings) through the model queue, and its row replaces the shipped one."""
+    from app import data
+
+    calls = []
+
+    def fake(name, mtime, policy, budget, params, max_new, stops, _index=1, _total=1):
+        calls.append((name, policy, budget, params, max_new, stops, _index, _total))
+        return {"text": " brass owl." if policy in (None, "h2o") else " door."}
+
+    monkeypatch.setattr(data, "generation_run", fake)
+    monkeypatch.setattr(data, "model_path", lambda: Path("/dev/null"))
+    at = open_lesson(presenter=1, chapter=7)
+    assert calls == []
+    at.selectbox(key="lesson_recompute_budget").set_value(256).run()
+    at.button(key="lesson_recompute").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [c[1] for c in calls] == [
+        None,
+        "h2o",
+        "streaming-llm",
+        "tova",
+        "scissorhands",
+        "sliding-window",
+        "random",
+    ]
+    assert {c[2] for c in calls[1:]} == {256} and calls[0][2] is None
+    assert all(c[0] == "lighthouse" and c[3:6] == ((), 8, ()) for c in calls)
+    table = at.dataframe[0].value
+    assert table.loc[256, "H2O"] == "brass owl." and table.loc[256, "TOVA"] == "door."
+    root = Path(__file__).resolve().parents[1]
+    shipped = json.loads((root / "traces/results/lighthouse-generate-512.json").read_text())
+    h2o_512 = next(r["text"] for r in shipped if r["label"] == "h2o@512")
+    assert table.loc[512, "H2O"] == h2o_512.strip()  # the other budgets stay as shipped
+    assert "256 recomputed on this server now" in " ".join(c.value for c in at.caption)

