@@ -32,6 +32,52 @@ def _axis_id(i: int, n: int) -> str:
     return "" if i == n - 1 else str(i + 2)
 
 
+def _panel(
+    layout: dict,
+    i: int,
+    n: int,
+    domain: tuple[float, float],
+    shape: tuple[int, int],
+    ytitle: str,
+    label: str,
+) -> str:
+    """Axes of stacked panel ``i`` of ``n`` (layers along x, heads down y, only the bottom one
+    with tick labels and the x title) and its label above it; returns the axes' suffix."""
+    ax = _axis_id(i, n)
+    n_layers, n_heads = shape
+    last = i == n - 1
+    layout[f"xaxis{ax}"] = {
+        "anchor": f"y{ax}",
+        "tickmode": "linear",
+        "dtick": 1 if n_layers <= 32 else 5,
+        "tickfont": {"size": FONT - 3},
+        "showticklabels": last,
+        "title": {"text": "layer" if last else ""},
+    }
+    layout[f"yaxis{ax}"] = {
+        "domain": list(domain),
+        "anchor": f"x{ax}",
+        "tickvals": list(range(n_heads)),
+        "tickfont": {"size": FONT - 4},
+        "title": {"text": ytitle, "font": {"size": FONT - 3}},
+        "autorange": "reversed",
+    }
+    layout.setdefault("annotations", []).append(
+        {
+            "text": label,
+            "xref": "paper",
+            "yref": "paper",
+            "x": 0,
+            "y": domain[1],
+            "yanchor": "bottom",
+            "xanchor": "left",
+            "showarrow": False,
+            "font": {"size": FONT},
+        }
+    )
+    return ax
+
+
 def head_shares(
     *,
     panels: Sequence[tuple[str, np.ndarray]],
@@ -44,11 +90,10 @@ def head_shares(
     data: list[dict] = []
     layout = _layout(title, height, "", "")
     domains = _stacked_axes(len(panels))
-    annotations = []
     for i, ((label, z), (lo, hi)) in enumerate(zip(panels, domains, strict=True)):
         z = np.asarray(z, dtype=np.float32)
         n_layers, n_heads = z.shape
-        ax = _axis_id(i, len(panels))
+        ax = _panel(layout, i, len(panels), (lo, hi), z.shape, "query head", label)
         data.append(
             {
                 "type": "heatmap",
@@ -63,42 +108,12 @@ def head_shares(
                 f"<br>{label}: %{{z:.2f}}<extra></extra>",
             }
         )
-        layout[f"xaxis{ax}"] = {
-            "anchor": f"y{ax}",
-            "tickmode": "linear",
-            "dtick": 1 if n_layers <= 32 else 5,
-            "tickfont": {"size": FONT - 3},
-            "showticklabels": i == len(panels) - 1,
-            "title": {"text": "layer" if i == len(panels) - 1 else ""},
-        }
-        layout[f"yaxis{ax}"] = {
-            "domain": [lo, hi],
-            "anchor": f"x{ax}",
-            "tickvals": list(range(n_heads)),
-            "tickfont": {"size": FONT - 4},
-            "title": {"text": "query head", "font": {"size": FONT - 2}},
-            "autorange": "reversed",
-        }
-        annotations.append(
-            {
-                "text": label,
-                "xref": "paper",
-                "yref": "paper",
-                "x": 0,
-                "y": hi,
-                "yanchor": "bottom",
-                "xanchor": "left",
-                "showarrow": False,
-                "font": {"size": FONT},
-            }
-        )
     layout["coloraxis"] = {
         "colorscale": GRID_SCALE,
         "cmin": 0,
         "cmax": 1,
         "colorbar": {"title": {"text": "share of attention", "side": "right"}, "thickness": 14},
     }
-    layout["annotations"] = annotations
     layout["margin"] = {"l": 70, "r": 20, "b": 50}
     return _figure(data, layout)
 
@@ -116,14 +131,13 @@ def allocation_grids(
     layout = _layout(title, height, "", "")
     domains = _stacked_axes(len(panels), gap=0.1)
     top = max(int(np.max(b)) for _, b, _ in panels)
-    annotations = []
     for i, ((label, budgets, kinds), (lo, hi)) in enumerate(zip(panels, domains, strict=True)):
         b = np.asarray(budgets)
         n_layers, n_heads = b.shape
         text = b.astype(str)
         if kinds is not None:
             text = np.where(np.asarray(kinds) == "retrieval", text, np.char.add(text, "s"))
-        ax = _axis_id(i, len(panels))
+        ax = _panel(layout, i, len(panels), (lo, hi), b.shape, "KV head", label)
         data.append(
             {
                 "type": "heatmap",
@@ -142,42 +156,12 @@ def allocation_grids(
                 "<extra></extra>",
             }
         )
-        layout[f"xaxis{ax}"] = {
-            "anchor": f"y{ax}",
-            "tickmode": "linear",
-            "dtick": 1 if n_layers <= 32 else 5,
-            "tickfont": {"size": FONT - 3},
-            "showticklabels": i == len(panels) - 1,
-            "title": {"text": "layer" if i == len(panels) - 1 else ""},
-        }
-        layout[f"yaxis{ax}"] = {
-            "domain": [lo, hi],
-            "anchor": f"x{ax}",
-            "tickvals": list(range(n_heads)),
-            "tickfont": {"size": FONT - 4},
-            "title": {"text": "KV head", "font": {"size": FONT - 3}},
-            "autorange": "reversed",
-        }
-        annotations.append(
-            {
-                "text": label,
-                "xref": "paper",
-                "yref": "paper",
-                "x": 0,
-                "y": hi,
-                "yanchor": "bottom",
-                "xanchor": "left",
-                "showarrow": False,
-                "font": {"size": FONT},
-            }
-        )
     layout["coloraxis"] = {
         "colorscale": GRID_SCALE,
         "cmin": 0,
         "cmax": top,
         "colorbar": {"title": {"text": "slots", "side": "right"}, "thickness": 14},
     }
-    layout["annotations"] = annotations
     layout["margin"] = {"l": 70, "r": 20, "b": 50}
     return _figure(data, layout)
 
