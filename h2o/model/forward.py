@@ -308,6 +308,8 @@ class SmolLM:
         kT = k.transpose(0, 2, 1)
         wants = [bool(getattr(pol, "reads_attention", True)) for pol in policies or ()]
         bank = isinstance(policies, PolicyBank)
+        parts = isinstance(policies, LayerParts)
+        whole = not (bank or parts) and hasattr(policies, "kept_rows")  # e.g. an adaptive layer
         for cs in range(0, n, chunk):
             ce = min(n, cs + chunk)
             c, kv = ce - cs, t0 + ce
@@ -324,6 +326,10 @@ class SmolLM:
                 for i in range(c):
                     if bank:
                         stepped = _step_bank(p, t0 + cs + i, i, policies, mask, layer)
+                    elif parts:
+                        stepped = _step_parts(p, t0 + cs + i, i, policies, mask, layer)
+                    elif whole:
+                        stepped = _step_whole(p, t0 + cs + i, i, policies, mask, layer)
                     else:
                         stepped = _step_policies(p, t0 + cs + i, i, policies, wants, mask, layer)
                     if stepped and first == c:
@@ -557,6 +563,166 @@ def _step_bank(
         _check_signals(list(sig), t, layer)  # raises, naming the head
     bank._advance_lockstep(t, sig)
     bank._evict(victims=False)
+    return evicted
+
+
+class LayerParts:
+    """One layer's KV heads as several banks: ``parts`` is ``[(heads, bank), ...]``, the heads
+    (ascending KV head indices, every head of the layer exactly once) that ``bank``'s lanes
+    are, in order — e.g. duo's retrieval heads as one bank of the user's policy and its
+    streaming heads as one StreamingLLM bank. Indexing gives head ``g``'s lane, so it reads
+    as the layer's row of policies; the model steps it by :func:`_step_parts`."""
+
+    def __init__(self, parts: Sequence[tuple[Sequence[int], PolicyBank]]) -> None:
+        self.parts = [(np.asarray(h, dtype=np.intp), b) for h, b in parts]
+        where: dict[int, tuple[PolicyBank, int]] = {}
+        for heads, b in self.parts:
+            if len(heads) != len(b) or not (np.diff(heads) > 0).all():
+                raise ValueError("each part needs one ascending head index per lane")
+            where |= {int(g): (b, j) for j, g in enumerate(heads)}
+        if sorted(where) != list(range(len(where))):
+            raise ValueError("the parts must cover heads 0..G-1, each once")
+        self._where = [where[g] for g in range(len(where))]
+        self.reads_attention = any(b.reads_attention for _, b in self.parts)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __getitem__(self, g: int):
+        b, j = self._where[g]
+        return b.lane(j)
+
+    def __iter__(self):
+        return (self[g] for g in range(len(self)))
+
+
+def _step_parts(
+    p: np.ndarray, t: int, i: int, layer_parts: LayerParts, mask: np.ndarray, layer: int = -1
+) -> bool:
+    """:func:`_step_policies` for a layer made of several banks (:class:`LayerParts`).
+
+    The same masks and the same signals as the instances' path: before any head has evicted,
+    the causal row of every head at once (:func:`_signals`' first case); when every head keeps
+    the same number, :func:`_signals` itself; otherwise each bank's lanes gathered as one
+    block — per lane the gather and :func:`_renormalised_mean` of the one-head path (a batched
+    matmul multiplies each head's block alone), and per lane one by one where a bank's own
+    lanes differ. All signals are checked before any bank moves; then each bank takes its
+    trusted step, as in :func:`_step_bank`.
+    """
+    parts = layer_parts.parts
+    fills = [b._fill for _, b in parts]
+    G = p.shape[0]
+    if all(f == t for f in fills):  # nothing evicted yet
+        mask[:, i, : t + 1] = True
+        sig = None
+        if t and layer_parts.reads_attention:
+            sig = _renormalised_mean(p[:, :, i, :t])
+            if not math.isfinite(float(_sum(sig, axis=None))):
+                _check_signals(list(sig), t, layer)
+        for heads, b in parts:
+            b._advance_lockstep(t, sig[heads] if sig is not None and b.reads_attention else None)
+            b._evict(victims=False)
+        return False
+    if fills[0] >= 0 and all(f == fills[0] for f in fills):  # equal fills: as the instances
+        kept = [layer_parts[g].kept for g in range(G)]
+        wants = [b.reads_attention for _, b in parts for _ in range(len(b))]
+        order = np.argsort(np.concatenate([h for h, _ in parts]), kind="stable")
+        wants = [wants[j] for j in order]
+        _, signals = _signals(p, t, i, kept, wants, mask)
+        if any(wants):
+            _check_signals(signals, t, layer)
+        for heads, b in parts:
+            rows = [signals[g] for g in heads.tolist()]
+            b._advance(t, None if not b.reads_attention else np.stack(rows))
+            b._evict(victims=False)
+        return True
+    mask[:, i, t] = True
+    steps: list[tuple[PolicyBank, object]] = []
+    for heads, b in parts:
+        f = b._fill
+        if f >= 0:  # the bank's lanes in lock-step: one block
+            rows = b._pos[:, :f]
+            mask[heads[:, None], i, rows] = True
+            sig = None
+            if b.reads_attention and f:
+                if len(heads) == 1:
+                    g = int(heads[0])
+                    sig = _renormalised_mean(p[g : g + 1, :, i, rows[0]])
+                else:
+                    # each head's block laid out as its own gather p[g:g+1, :, i, kk] (the
+                    # layout decides the order of the sums): (f, gs) rows, transposed
+                    blk = p[heads[:, None], :, i, rows].transpose(0, 2, 1)
+                    sig = _renormalised_mean(blk)
+                if not math.isfinite(float(_sum(sig, axis=None))):
+                    _check_part(list(sig), heads, G, t, layer)  # raises, naming the head
+            steps.append((b, sig))
+        else:  # lanes at different fills: each its own gather, as the instances
+            sigs: list[np.ndarray | None] = []
+            for j, g in enumerate(heads.tolist()):
+                kk = b.kept(j)
+                mask[g, i, kk] = True
+                sigs.append(
+                    _renormalised_mean(p[g : g + 1, :, i, kk])[0]
+                    if b.reads_attention and kk.shape[0]
+                    else (np.zeros(0, np.float32) if b.reads_attention else None)
+                )
+            if b.reads_attention:
+                _check_part(sigs, heads, G, t, layer)
+            steps.append((b, sigs))
+    for b, sig in steps:
+        if isinstance(sig, list):
+            b._advance(t, sig)
+        else:
+            b._advance_lockstep(t, sig)
+        b._evict(victims=False)
+    return True
+
+
+def _check_part(
+    sigs: Sequence[np.ndarray | None], heads: np.ndarray, G: int, t: int, layer: int
+) -> None:
+    """:func:`_check_signals` for the lanes of one part (``heads``: their KV heads)."""
+    named: list[np.ndarray | None] = [None] * G
+    for g, s in zip(heads.tolist(), sigs, strict=True):
+        named[g] = s
+    _check_signals(named, t, layer)
+
+
+def _step_whole(p: np.ndarray, t: int, i: int, group, mask: np.ndarray, layer: int = -1) -> bool:
+    """:func:`_step_policies` for a layer that steps its heads itself (an adaptive layer:
+    ``kept_rows()``, ``wants``, ``step(t, signals)``): the same masks and signals, checked
+    before anything moves, then one call for the whole layer.
+
+    Heads at equal fills go through :func:`_signals` itself. At different fills (an adaptive
+    layer's usual state) each head's signal is :func:`_signals`' one-head gather and
+    :func:`_renormalised_mean`, unrolled: the same reduction and the same matmul on the same
+    ``(gs, n)`` block, so the same float32 bits.
+    """
+    kept = group.kept_rows()
+    n0 = kept[0].shape[0]
+    if not all(kk.shape[0] == n0 for kk in kept) and all(group.wants):
+        mask[:, i, t] = True
+        inv = np.float32(1.0 / p.shape[1])
+        signals: list[np.ndarray | None] = []
+        odd = False
+        for g, kk in enumerate(kept):
+            mask[g, i, kk] = True
+            # (gs, n) laid out as the instances' gather p[g:g+1, :, i, kk] lays it out: (n, gs)
+            # rows, transposed — the layout decides the order of the sums, hence their bits
+            pk = p[g, :, i].T.take(kk, axis=0).T
+            z = _sum(pk, axis=-1)
+            if _min(z, axis=None) > 0:  # then every weight is finite: z is a finite sum
+                signals.append(np.matmul((inv / z)[None, :], pk)[0])
+            else:  # an underflowed head (or NaN): the general rule, and the check below
+                signals.append(_renormalised_mean(pk[None])[0])
+                odd = True
+        if odd:
+            _check_signals(signals, t, layer)
+        group.step(t, signals)
+        return True
+    evicted, sigs = _signals(p, t, i, kept, group.wants, mask)
+    _check_signals(sigs, t, layer)
+    group.step(t, sigs)
     return evicted
 
 
