@@ -12,7 +12,9 @@
 * allocations (issue 10): the same evaluation of ``--allocation-policy`` under each of
   ``--allocations`` at equal total memory (target <= 2x the full-cache run), the duo
   calibration (one prefill that measures every head's attention split) and SnapKV's prefill
-  with its window scores, each as a ratio to the plain full-cache run of the same repeat.
+  with its window scores, each as a ratio to the plain full-cache run of the same repeat;
+  ``--per-head`` adds adaptive and duo stepped one policy per head (``lock_step=False``, the
+  path before their fast paths: an adaptive layer stepped whole, duo's mixed layers as banks).
 
 Times are medians over ``--repeats`` runs, and each quality ratio is the median of the ratios
 measured within one repeat (the machine is shared and noisy: a ratio taken inside one run
@@ -91,6 +93,12 @@ def main() -> int:
     ap.add_argument("--allocations", default="uniform,pyramid,adaptive,duo")
     ap.add_argument("--allocation-policy", default="h2o")
     ap.add_argument("--skip-policies", action="store_true", help="only the allocations")
+    ap.add_argument(
+        "--per-head",
+        action="store_true",
+        help="also run adaptive and duo one policy per head (lock_step=False: the path before "
+        "their fast paths; the same perplexity)",
+    )
     args = ap.parse_args()
 
     t = time.perf_counter()
@@ -190,6 +198,10 @@ def _allocations(model: SmolLM, ids: list[int], args: argparse.Namespace) -> Non
         runs[f"{args.allocation_policy}/{name}"] = lambda f=f: perplexity_under_eviction(
             model, ids, f
         )
+        if args.per_head and name in ("adaptive", "duo"):
+            runs[f"{args.allocation_policy}/{name} per head"] = lambda f=f: (
+                perplexity_under_eviction(model, ids, f, lock_step=False)
+            )
     runs["duo calibration"] = lambda: head_shares(model, ids)
     runs["snapkv prefill"] = lambda: snapkv_window_attention(
         model, ids, KVCache(model.config, len(ids)), 32
