@@ -10,14 +10,16 @@ others skip plotly.js for the player (the server does the same work for them: th
 payloads are computed and sent) so that thirty browsers do not starve the server they load.
 Each student
 
-1. opens Step through on the canonical trace with a link of their own
-   (``?budget=200+i&step=1000+i``) and waits for the player, then for every plot;
+1. opens Step through on the canonical trace from the lecturer's link at a step of their own
+   (``?budget=256&step=1000+i``; ``--distinct``: ``?budget=200+i``) and waits for the player,
+   then (``--full`` students) for every plot;
 2. steps ten times with "+1" (timed inside the page, click → new step painted);
-3. changes the budget in the sidebar to ``300+i`` (timed: Enter → the player holds the new run);
+3. changes the budget in the sidebar to one of 128 / 512 / 1024 (``--distinct``: ``300+i``;
+   timed: Enter → the player holds the new run);
 4. opens every page in the menu (timed: click → the script finished), looking for tracebacks
    (``stException``) on each;
 5. returns to Step through and checks that the budget and step it sees are its own — no other
-   student's value (the cross-session leak check).
+   student's value (the cross-session leak check; the steps are unique per student).
 
 Printed: the server's CPU (seconds, and share of one core over the run), its resident memory
 before the class, at its peak and after every student has left, the percentiles of each timed
@@ -126,9 +128,20 @@ async def idle(page, timeout: float = TIMEOUT_MS / 1000) -> None:
     raise TimeoutError("the script did not finish")
 
 
-async def student(i: int, full: bool, browser, url: str, delay: float, out: dict) -> None:
+def settings(i: int, distinct: bool) -> tuple[int, int, int]:
+    """Student ``i``'s link budget, step, and the budget they change to. A class follows the
+    lecturer's link (budget 256) and tries one of three others; ``distinct``: everyone their
+    own (the worst case for the server's caches)."""
+    if distinct:
+        return 200 + i, 1000 + i, 300 + i
+    return 256, 1000 + i, (128, 512, 1024)[i % 3]
+
+
+async def student(
+    i: int, full: bool, distinct: bool, browser, url: str, delay: float, out: dict
+) -> None:
     await asyncio.sleep(delay)
-    budget, step, new_budget = 200 + i, 1000 + i, 300 + i
+    budget, step, new_budget = settings(i, distinct)
     ctx = await browser.new_context(viewport={"width": 1280, "height": 800})
     ctx.set_default_timeout(TIMEOUT_MS)
     if not full:
@@ -195,7 +208,7 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
 
 
-async def drive(url: str, n: int, full: int, ramp: float) -> dict:
+async def drive(url: str, n: int, full: int, distinct: bool, ramp: float) -> dict:
     from playwright.async_api import async_playwright
 
     out = {
@@ -215,7 +228,7 @@ async def drive(url: str, n: int, full: int, ramp: float) -> dict:
         try:
             await asyncio.gather(
                 *(
-                    student(i, i < full, browser, url, ramp * i / max(n - 1, 1), out)
+                    student(i, i < full, distinct, browser, url, ramp * i / max(n - 1, 1), out)
                     for i in range(n)
                 )
             )
@@ -227,6 +240,11 @@ async def drive(url: str, n: int, full: int, ramp: float) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=30, help="students (default: 30)")
+    ap.add_argument(
+        "--distinct",
+        action="store_true",
+        help="every student their own budgets (default: the lecturer's link, then 1 of 3)",
+    )
     ap.add_argument("--full", type=int, default=3, help="students timed in full (default: 3)")
     ap.add_argument("--ramp", type=float, default=60.0, help="arrival spread, s (default: 60)")
     ap.add_argument("--settle", type=float, default=15.0, help="wait after they leave, s")
@@ -238,7 +256,8 @@ def main() -> int:
     with serve_process() as (url, proc), Sampler(proc.pid) as s:
         time.sleep(2)
         before, cpu0, t0 = s.rss(), s.cpu(), time.monotonic()
-        out = asyncio.run(drive(url, args.sessions, min(args.full, args.sessions), args.ramp))
+        full = min(args.full, args.sessions)
+        out = asyncio.run(drive(url, args.sessions, full, args.distinct, args.ramp))
         wall, cpu = time.monotonic() - t0, s.cpu() - cpu0
         time.sleep(args.settle)  # sessions end when their websockets close
         after = s.rss()
@@ -248,6 +267,7 @@ def main() -> int:
     res = {
         "sessions": args.sessions,
         "full": min(args.full, args.sessions),
+        "distinct": args.distinct,
         "completed": out["done"],
         "menu_clicks_repeated": out["retried"],
         "failures": out["failures"],
