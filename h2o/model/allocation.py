@@ -26,7 +26,7 @@ from h2o.alloc import ALLOCATORS, Allocation, make_allocator
 from h2o.alloc.adaptive import AdaptiveLayer, ada_select, adapts, guaranteed_slots
 from h2o.alloc.duo import RETRIEVAL
 from h2o.model.forward import AttnChunk, KVCache, PolicyFactory, Progress, SmolLM
-from h2o.model.generate import GenerationResult, decode_greedy
+from h2o.model.generate import GenerationResult, check_prompt, decode_greedy
 from h2o.model.quality import (
     FULL_CACHE,
     PerplexityResult,
@@ -381,11 +381,7 @@ def snapkv_generate(
     """SnapKV: full-cache prefill, one compression per (layer, KV head) from the last
     ``window`` prompt queries (pooled, ``kernel``), then greedy decoding that admits every new
     token. A budget at or above the prompt's length is the full cache, token for token."""
-    prompt_ids = [int(i) for i in prompt_ids]
-    if not prompt_ids:
-        raise ValueError("the prompt is empty")
-    if max_new < 1:
-        raise ValueError("max_new must be >= 1")
+    prompt_ids = check_prompt(prompt_ids, max_new)
     t_start = time.perf_counter()
     cfg = model.config
     total = cfg.n_layers + max_new

@@ -41,6 +41,16 @@ class GenerationResult:
         }
 
 
+def check_prompt(prompt_ids: Sequence[int], max_new: int) -> list[int]:
+    """The prompt as a list of ints; ``ValueError`` if it is empty or ``max_new < 1``."""
+    ids = [int(i) for i in prompt_ids]
+    if not ids:
+        raise ValueError("the prompt is empty")
+    if max_new < 1:
+        raise ValueError("max_new must be >= 1")
+    return ids
+
+
 def generate(
     model: SmolLM,
     prompt_ids: Sequence[int],
@@ -59,11 +69,7 @@ def generate(
     ``<|endoftext|>``; not added to the output), or once the continuation contains one of
     ``stop_strings``.
     """
-    prompt_ids = [int(i) for i in prompt_ids]
-    if not prompt_ids:
-        raise ValueError("the prompt is empty")
-    if max_new < 1:
-        raise ValueError("max_new must be >= 1")
+    prompt_ids = check_prompt(prompt_ids, max_new)
     t_start = time.perf_counter()
     n_layers = model.config.n_layers
     total = n_layers + max_new
