@@ -190,18 +190,30 @@ def _freeze(*arrays: np.ndarray) -> None:
         a.flags.writeable = False
 
 
-def _recall(topk: np.ndarray, evicted_at: np.ndarray) -> np.ndarray:
+def _recall(trace: Trace, k: int, victim_step: np.ndarray, victim_pos: np.ndarray) -> np.ndarray:
     """Per step, the share of that row's top-k positions still held (computed after the run).
 
     Position ``p`` is held at step ``t`` (before ``t`` is admitted) iff it was not evicted at a
-    step before ``t``; every top-k position of row ``t`` is older than ``t``.
+    step before ``t``; every top-k position of row ``t`` is older than ``t``. So a row loses one
+    for each victim in its top k that went before it: read off the victims through the trace's
+    inverse top-k index, which costs what the victims' own top-k rows hold, not ``T * k``.
     """
-    steps, k = topk.shape
-    valid = topk >= 0
-    held = (evicted_at[np.where(valid, topk, 0)] >= np.arange(steps)[:, None]) & valid
+    topk = trace.top_k(k)
+    steps, width = topk.shape
+    indptr, rows = trace.top_k_rows(k)
+    a, e = indptr[victim_pos], indptr[victim_pos + 1]
+    n = e - a
+    lost = np.zeros(steps, dtype=np.int64)
+    if n.any():
+        starts = np.cumsum(n) - n  # each victim's run in the concatenation
+        idx = np.arange(int(n.sum())) + np.repeat(a - starts, n)
+        hit = rows[idx]
+        hit = hit[hit > np.repeat(victim_step, n)]  # only the rows after it went
+        lost = np.bincount(hit, minlength=steps)
     out = np.ones(steps)
     t = np.arange(1, steps)
-    out[1:] = held[1:].sum(axis=1) / np.minimum(k, t)
+    valid = np.minimum(width, t)  # row t holds min(k, t) positions (k capped at T - 1)
+    out[1:] = (valid - lost[1:]) / np.minimum(width, t)
     return out
 
 
@@ -222,7 +234,6 @@ def replay(policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True
     steps, budget = trace.steps, policy.budget
     mass = np.ones(steps)
     n_kept = np.zeros(steps, dtype=np.int32)
-    evicted_at = np.full(steps, steps, dtype=np.int64)  # step each position left the cache
     # Slots per recorded step: budget + 1 at most (admitted, not yet evicted), and never more
     # than the trace has positions — so a huge budget on a short trace costs nothing.
     cap = min(budget + 1, steps)
@@ -254,7 +265,6 @@ def replay(policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True
             kept_score[t, :n] = policy.scores
         victims = policy.evict()
         for v in victims:
-            evicted_at[v] = t
             v_step.append(t)
             v_pos.append(v)
     victim_step = np.asarray(v_step, dtype=np.int32)
@@ -271,7 +281,6 @@ def replay(policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True
         top_k,
         mass,
         n_kept,
-        evicted_at,
         victim_step,
         victim_pos,
         victim_score,
@@ -285,15 +294,14 @@ def result(
     top_k: int,
     mass: np.ndarray,
     n_kept: np.ndarray,
-    evicted_at: np.ndarray,
     victim_step: np.ndarray,
     victim_pos: np.ndarray,
     victim_score: np.ndarray | None = None,
     kept_pos: np.ndarray | None = None,
     kept_score: np.ndarray | None = None,
 ) -> Replay:
-    """The :class:`Replay` of a run, from its per-step mass and fill, the step each position
-    left the cache (for recall), the victims in step order and, if recorded, the per-step
+    """The :class:`Replay` of a run, from its per-step mass and fill, the victims in step
+    order (which also give the recall) and, if recorded, the per-step
     snapshots. Shared by :func:`replay` and the lock-step bank replay (:mod:`h2o.bank`)."""
     params = policy.params()
     out = Replay(
@@ -308,7 +316,7 @@ def result(
         sinks=int(getattr(policy, "sinks", 0)),
         score_label=policy.score_label,
         mass=mass,
-        recall=_recall(trace.top_k(top_k), evicted_at),
+        recall=_recall(trace, top_k, victim_step, victim_pos),
         oracle=trace.oracle_mass(policy.budget),
         n_kept=n_kept,
         victim_step=victim_step,

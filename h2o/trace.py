@@ -187,6 +187,25 @@ class Trace:
             cache[k] = out
         return cache[k]
 
+    def top_k_rows(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The inverse of :meth:`top_k`: ``(indptr, rows)`` with ``rows[indptr[p]:indptr[p + 1]]``
+        the rows (ascending) whose top ``k`` hold position ``p`` — so the recall of a run is
+        read off its victims alone (:func:`h2o.replay._recall`)."""
+        topk = self.top_k(k)
+        cache = self._cache.setdefault("top_k_rows", {})
+        if topk.shape[1] not in cache:
+            rows = np.broadcast_to(np.arange(self.steps, dtype=np.int32)[:, None], topk.shape)
+            valid = topk >= 0
+            pos, row = topk[valid], rows[valid]
+            order = np.argsort(pos, kind="stable")  # rows stay ascending within a position
+            indptr = np.zeros(self.steps + 1, dtype=np.int64)
+            np.cumsum(np.bincount(pos, minlength=self.steps), out=indptr[1:])
+            out = (indptr, row[order])
+            for a in out:
+                a.flags.writeable = False
+            cache[topk.shape[1]] = out
+        return cache[topk.shape[1]]
+
     def oracle_mass(self, budget: int) -> np.ndarray:
         """``(T,)``: per step, the largest mass any ``budget`` positions could hold.
 

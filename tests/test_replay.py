@@ -160,3 +160,26 @@ def test_zero_mass_rows_are_passed_through_unnormalised():
 
 def test_policy_is_the_public_base():
     assert issubclass(H2O, Policy)
+
+
+@pytest.mark.parametrize("top_k", [1, 7, 32, 10_000])
+@pytest.mark.parametrize(
+    "make", [lambda: H2O(40, 4), lambda: StreamingLLM(25, sinks=3), lambda: H2O(500, 0)]
+)
+def test_recall_is_the_share_of_each_rows_top_k_still_kept(top_k, make):
+    """Recall by its definition — row t's top-k positions held before t is admitted, over
+    min(k, t) — on a trace long enough for positions to sit in many rows' top k."""
+    from h2o import canonical_trace
+
+    trace = canonical_trace(steps=300)
+    r = replay(make(), trace, top_k=top_k)
+    p = make()
+    for t in range(trace.steps):
+        if t:
+            top = trace.top_k(top_k)[t]
+            top = top[top >= 0]
+            assert r.recall[t] == np.isin(top, p.kept).sum() / min(top_k, t, trace.steps - 1)
+        w = trace.row(t)[p.kept]
+        m = w.sum(dtype=np.float64)
+        p.on_decode_step(t, w / np.float32(m) if m > 0 else w)
+        p.evict()

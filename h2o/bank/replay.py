@@ -118,8 +118,6 @@ def replay_bank(
     lock = fill >= 0
     n_kept[lock] = fill[lock, None]
     step, lane, pos = _victims(went)
-    evicted_at = np.full((size, steps), steps, dtype=np.int64)  # step each position left
-    evicted_at[lane, pos] = step
     order = np.argsort(lane, kind="stable")  # by lane, keeping step order
     bounds = np.searchsorted(lane[order], np.arange(size + 1))
     return [
@@ -129,7 +127,6 @@ def replay_bank(
             top_k,
             mass[:, i].copy(),
             n_kept[:, i].copy(),
-            evicted_at[i],
             step[order[a:b]],
             pos[order[a:b]],
         )
@@ -357,24 +354,29 @@ def _steady(
     spare = np.arange(flat, flat + size, dtype=np.intp)
     ring_at = np.where(window > 0, base + pool + ts[:, None] % np.maximum(window, 1), spare)
     leaving = ts[:, None] - window  # what leaves each window at t (t itself when w = 0)
-    w32 = np.empty((size, n), dtype=np.float32)
+    w32, w64 = np.empty((size, n), dtype=np.float32), np.empty((size, n))
+    ones = np.ones(n)
     tmp = np.empty((size, n))
     tmp_flat = tmp.reshape(-1)
-    at = np.empty(size, dtype=np.intp)
+    at, at2 = np.empty(size, dtype=np.intp), np.empty(size, dtype=np.intp)
     tie, goes = np.empty(size, dtype=bool), np.empty(size, dtype=bool)
-    rule, score_t, w32_t = bank._rule, score.T, w32.T
-    f64, f32, total, inf = np.float64, np.float32, np.add.reduce, np.inf
+    rule, score_t, w64_t = bank._rule, score.T, w64.T
+    f32, inf = np.float32, np.inf
     for k, t in enumerate(range(t0, steps)):
         if progress is not None and k and t % PROGRESS_EVERY == 0:
             progress(t, steps)
         o = t * (t - 1) // 2
         weights[o : o + t].take(pos, out=w32, mode="wrap")  # every index is in range
-        m = total(w32, axis=1, dtype=f64, out=mass[t])
+        # Each lane's mass: one matrix-vector product of the widened block — exact in any
+        # order on these traces, so the same float64 as replay()'s pairwise sum.
+        np.copyto(w64, w32)
+        m = np.dot(w64, ones, out=mass[t])
         d = m.astype(f32)
         if not _minimum(m) > 0:
             d[~(m > 0)] = 1  # an all-zero row goes through unnormalised
-        np.divide(w32, d[:, None], out=w32)
-        rule(score_t, w32_t)
+        np.divide(w32, d[:, None], out=w32)  # float32, as replay() divides
+        np.copyto(w64, w32)  # widened (exact): float64 adds run faster than mixed ones
+        rule(score_t, w64_t)
         ring = ring_at[k]
         out_score = score_x.take(ring)  # the score of t - w, leaving its window now
         if votes:
@@ -386,8 +388,11 @@ def _steady(
             np.add(score, penalty, out=tmp)
             np.add(tmp.argmin(axis=1), base, out=at)
             low = tmp_flat.take(at)
-            tmp_flat[at] = inf  # a second minimum equal to the first: a tie, settled by position
-            if _any(np.equal(_minimum(tmp, axis=1), low, out=tie)):
+            # A second minimum equal to the first is a tie, settled by position (an argmin is
+            # cheaper than a minimum along the rows).
+            tmp_flat[at] = inf
+            np.add(tmp.argmin(axis=1), base, out=at2)
+            if _any(np.equal(tmp_flat.take(at2), low, out=tie)):
                 _ties(tmp, low, pos, base, at)
         out = np.less(out_score, low, out=goes)  # t - w goes (ties: the pool's lower one goes)
         step_out = leaving[k]
