@@ -135,6 +135,11 @@ def test_a_bank_is_its_lanes_stepped_separately(spec, steps):
     for kind, seed, evict_to in steps:
         rng = np.random.default_rng(seed)
         rows = [weights(rng, len(p)) for p in policies]
+        cast = rng.random()
+        if cast < 0.25:  # float64 weights take the compiled loops too; integers do not
+            rows = [r.astype(np.float64) for r in rows]
+        elif cast < 0.35 and kind != "bad":  # (a spoiled row needs floats: NaN, inf)
+            rows = [(r > 0.3).astype(np.int64) for r in rows]
         if kind == "none":
             rows = [None] * len(policies)
         elif kind == "rows":  # per-lane rows, some lanes told nothing

@@ -315,7 +315,9 @@ def test_kv_cache_incremental_equals_prefill(model) -> None:
     cache = KVCache(model.config, 30)
     parts = [model.forward(ids[:17], cache=cache)]
     parts += [model.forward([i], cache=cache) for i in ids[17:]]
-    np.testing.assert_allclose(np.concatenate(parts), full, atol=1e-5)
+    # Prefixes of 17 and 30 rows take different GEMM blockings (by BLAS kernel and CPU): equal
+    # to float32 rounding, as the chunked run above.
+    np.testing.assert_allclose(np.concatenate(parts), full, atol=1e-4, rtol=1e-4)
     assert cache.length == 30
 
 

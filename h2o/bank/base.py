@@ -28,7 +28,7 @@ _MAX = getattr(base, "MAX_WEIGHT", math.inf)
 #: lane keeps ``n`` positions (row ``i`` is lane ``i``'s), or one 1-D array or ``None`` per lane.
 BankAttn = np.ndarray | Sequence[np.ndarray | None] | None
 
-_minimum, _maximum = np.minimum.reduce, np.maximum.reduce
+_minimum, _maximum, _sum = np.minimum.reduce, np.maximum.reduce, np.add.reduce
 _NONE = (np.zeros(0, np.intp), np.zeros(0, np.int64))  # no victims: (lanes, positions)
 
 
@@ -150,8 +150,13 @@ class PolicyBank:
         pos = self._check_pos(pos)
         if attn is None:
             self._advance(pos, None)
-        elif isinstance(attn, np.ndarray) and attn.ndim == 2 and self._block_ok(attn):
-            self._advance_lockstep(pos, attn)
+        elif (
+            isinstance(attn, np.ndarray)
+            and attn.ndim == 2
+            and self._block_fits(attn)
+            and self._advance_block(pos, attn)
+        ):
+            pass
         else:
             self._step_lanes(pos, self._check_rows(attn))
 
@@ -175,6 +180,16 @@ class PolicyBank:
         for i, v in zip(lanes.tolist(), victims.tolist(), strict=True):
             out[i].append(v)
         return out
+
+    def _step_trusted(self, pos: int, attn: np.ndarray | None) -> bool:
+        """One trusted step of lanes in lock-step (``attn``: ``(N, fill)`` or None), then the
+        eviction down to the budgets, victims unread: the model's closed loop, once per token
+        and layer. False, and nothing changed, if a weight is not finite."""
+        if attn is not None and attn.size and not math.isfinite(float(_sum(attn, axis=None))):
+            return False
+        self._advance_lockstep(pos, attn)
+        self._evict(victims=False)
+        return True
 
     def _synced_lanes(self):
         self._sync()
@@ -207,16 +222,25 @@ class PolicyBank:
         """``Policy.on_decode_step``'s position rules, for the bank's shared position."""
         return base.check_pos(pos, self._last_pos)
 
-    def _block_ok(self, a: np.ndarray) -> bool:
-        """Whether every row of an ``(N, n)`` block passes ``Policy._check_attn`` (1-D, numeric,
-        ``n`` long, no weight below 0 or above the largest a softmax gives) — decided with two
-        reductions for all rows; any doubt goes to the lanes' own checks (:meth:`_check_rows`),
-        which raise the first refusal with its lane's own message."""
-        if self._fill < 0 or a.shape != (self.size, self._fill) or a.dtype.kind not in "fiu":
+    def _block_fits(self, a: np.ndarray) -> bool:
+        """Whether ``a`` is an ``(N, n)`` numeric block for lanes that each keep ``n``, of a
+        class without checks of its own — a block the bank may judge as a whole."""
+        return (
+            self._fill >= 0
+            and a.shape == (self.size, self._fill)
+            and a.dtype.kind in "fiu"
+            and not self._own_checks
+        )
+
+    def _advance_block(self, pos: int, a: np.ndarray) -> bool:
+        """Step every lane with a block that fits, if every row passes ``Policy._check_attn``
+        (no weight below 0 or above the largest a softmax gives, no NaN) — decided with two
+        reductions for all rows. False, nothing changed, at any doubt: then the lanes' own
+        checks (:meth:`_check_rows`) raise the first refusal with its lane's own message."""
+        if a.size and not (_minimum(a, axis=None) >= 0 and _maximum(a, axis=None) <= _MAX):
             return False
-        if self._own_checks:
-            return False  # a class with its own refusals: let it judge each row
-        return not a.size or bool(_minimum(a, axis=None) >= 0 and _maximum(a, axis=None) <= _MAX)
+        self._advance_lockstep(pos, a)
+        return True
 
     def _rows(self, attn: object) -> list:
         """``attn`` as one entry per lane, or ``ValueError`` if it is not of that form."""

@@ -9,18 +9,13 @@ Fills that differ (lanes with different budgets) go lane by lane; a bank of one 
 :func:`h2o.replay` itself.
 
 The steady state of a scored bank (:func:`_steady`): once every lane is full, each step admits
-one position and evicts one, and a lane's protected window is exactly the ``w`` positions
-before ``t`` (each was protected since it came). So a lane's slots are split into a *pool* (the
-evictable positions, in any order) and a *ring* of ``w`` slots where position ``p`` sits at
-``p mod w``: step ``t`` moves ``t - w`` out of the ring into the contest and puts ``t`` in its
-slot; the victim's slot takes ``t - w`` if the pool loses one. Nothing shifts: the scores are
-the instances' (each slot is added to in step order, whatever its column), the victim is the
-first minimum in position order (the pool's minimum, ties to its lowest position, against
-``t - w``, which loses ties: it is the newest evictable), and the masses are the same sums in
-another order — exact, hence equal, when every weight of the trace is 0 or at least 2**-29
-(rows sum to 1 within 2e-3, as every trace is checked): float64 then holds every partial sum
-exactly (:func:`_exact_sums`). Traces that do not qualify, random eviction and lanes with
-different budgets keep the per-step path. At the end the lanes are written back in kept order.
+one position and evicts one. Those steps run in a compiled loop (:mod:`h2o.bank.kernels`), the
+card's pseudocode on each lane's row: the same kept order, float64 scores added in step order,
+the first minimum of the evictable prefix, so the instances' results by construction. Its masses
+are sums in order rather than numpy's pairwise order — exact, hence equal, when every weight of
+the trace is 0 or at least 2**-29 (rows sum to 1 within 2e-3, as every trace is checked): float64
+then holds every partial sum exactly (:func:`_exact_sums`). Traces that do not qualify, random
+eviction and lanes with different budgets keep the per-step numpy path.
 
 Before the first eviction the lanes of such a bank are all alike: those steps run once, on one
 row (:func:`_fill_shared`). A ring bank (StreamingLLM, the sliding window) reads no attention,
@@ -40,10 +35,11 @@ from h2o.replay import Replay, check_top_k, replay, result
 from h2o.trace import ROW_SUM_TOLERANCE, Trace
 
 from .base import PolicyBank
+from .kernels import RULES, replay_steady
 from .ring import RingBank
 from .scored import ScoredBank
 
-_minimum, _any = np.minimum.reduce, np.logical_or.reduce
+_minimum = np.minimum.reduce
 #: ``progress(done_steps, steps)``, called every ``PROGRESS_EVERY`` steps.
 StepProgress = Callable[[int, int], None]
 PROGRESS_EVERY = 512
@@ -177,7 +173,6 @@ def _victims(went: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]]) -> tu
 #: Traces whose float64 sums of kept weights are exact in any order (see the module docstring).
 _EXACT: weakref.WeakKeyDictionary[Trace, bool] = weakref.WeakKeyDictionary()
 _TINY = 2.0**-29
-_VOTE = 2.0**32
 #: Classes whose rule reads only the step's weights (so lanes that keep the same positions and
 #: see the same row stay equal).
 _SHARED_FILL = (H2O, Scissorhands, TOVA)
@@ -319,106 +314,19 @@ def _steady(
     progress: StepProgress | None,
 ) -> bool:
     """Steps ``t0..steps-1`` of a full scored bank whose lanes share a budget, one eviction a
-    step, with pool and ring slots (module docstring); ``mass[t]`` and ``victims[t - t0]``
-    filled in. False (nothing touched) if the lanes are not as the layout assumes."""
-    n, size = bank._budget, bank.size
-    window = bank._windows.astype(np.intp)
-    pool = n - window  # evictable slots after admitting, minus the one leaving the ring
-    kept = bank._pos[:, :n]
-    for i, w in enumerate(window.tolist()):
-        if w and not (kept[i, n - w :] == np.arange(t0 - w, t0)).all():
-            return False
-    flat = size * n
-    # One spare slot a lane past the rows: a lane with no ring takes t there (score 0), and a
-    # lane whose pool keeps its slots writes ``t - w`` there instead of into the pool.
-    pos_x = np.zeros(flat + size, dtype=np.intp)
-    score_x = np.zeros(flat + size)
-    pos, score = pos_x[:flat].reshape(size, n), score_x[:flat].reshape(size, n)
-    spare_pos = pos_x[flat:]
-    for i, (p, w) in enumerate(zip(pool.tolist(), window.tolist(), strict=True)):
-        pos[i, :p], score[i, :p] = kept[i, :p], bank._score[i, :p]
-        if w:
-            ring = p + kept[i, p:n] % w
-            pos[i, ring], score[i, ring] = kept[i, p:n], bank._score[i, p:n]
-    penalty = np.where(np.arange(n) >= pool[:, None], np.inf, 0.0)  # the rings: never chosen
-    # Vote counts (Scissorhands) tie all the time: there the argmin runs on one key per slot,
-    # votes * 2**32 + position (+inf on the rings), exact while votes < 2**20 — unique, so the
-    # first minimum is the lowest position among the lowest votes.
-    votes = type(bank._lanes[0]) is Scissorhands and steps < 2**20
-    key_x = np.zeros(flat + size)
-    key_pos = key_x[:flat].reshape(size, n)
-    np.add(pos, penalty, out=key_pos)
-    base = np.arange(size, dtype=np.intp) * n
-    ts = np.arange(t0, steps, dtype=np.intp)
-    # per step and lane: the flat slot holding t - w, which t takes (no ring: the spare slot)
-    spare = np.arange(flat, flat + size, dtype=np.intp)
-    ring_at = np.where(window > 0, base + pool + ts[:, None] % np.maximum(window, 1), spare)
-    leaving = ts[:, None] - window  # what leaves each window at t (t itself when w = 0)
-    w32, w64 = np.empty((size, n), dtype=np.float32), np.empty((size, n))
-    ones = np.ones(n)
-    tmp = np.empty((size, n))
-    tmp_flat = tmp.reshape(-1)
-    at, at2 = np.empty(size, dtype=np.intp), np.empty(size, dtype=np.intp)
-    tie, goes = np.empty(size, dtype=bool), np.empty(size, dtype=bool)
-    rule, score_t, w64_t = bank._rule, score.T, w64.T
-    f32, inf = np.float32, np.inf
-    for k, t in enumerate(range(t0, steps)):
-        if progress is not None and k and t % PROGRESS_EVERY == 0:
-            progress(t, steps)
-        o = t * (t - 1) // 2
-        weights[o : o + t].take(pos, out=w32, mode="wrap")  # every index is in range
-        # Each lane's mass: one matrix-vector product of the widened block — exact in any
-        # order on these traces, so the same float64 as replay()'s pairwise sum.
-        np.copyto(w64, w32)
-        m = np.dot(w64, ones, out=mass[t])
-        d = m.astype(f32)
-        if not _minimum(m) > 0:
-            d[~(m > 0)] = 1  # an all-zero row goes through unnormalised
-        np.divide(w32, d[:, None], out=w32)  # float32, as replay() divides
-        np.copyto(w64, w32)  # widened (exact): float64 adds run faster than mixed ones
-        rule(score_t, w64_t)
-        ring = ring_at[k]
-        out_score = score_x.take(ring)  # the score of t - w, leaving its window now
-        if votes:
-            np.multiply(score, _VOTE, out=tmp)
-            np.add(tmp, key_pos, out=tmp)
-            np.add(tmp.argmin(axis=1), base, out=at)
-            low = score_x.take(at)
-        else:
-            np.add(score, penalty, out=tmp)
-            np.add(tmp.argmin(axis=1), base, out=at)
-            low = tmp_flat.take(at)
-            # A second minimum equal to the first is a tie, settled by position (an argmin is
-            # cheaper than a minimum along the rows).
-            tmp_flat[at] = inf
-            np.add(tmp.argmin(axis=1), base, out=at2)
-            if _any(np.equal(tmp_flat.take(at2), low, out=tie)):
-                _ties(tmp, low, pos, base, at)
-        out = np.less(out_score, low, out=goes)  # t - w goes (ties: the pool's lower one goes)
-        step_out = leaving[k]
-        spare_pos[:] = step_out
-        np.copyto(at, spare, where=out)
-        pos_x.take(at, out=victims[k])
-        pos_x[at] = step_out
-        score_x[at] = out_score
-        if votes:
-            key_x[at] = step_out
-        pos_x[ring] = t
-        score_x[ring] = 0.0
-    order = np.argsort(pos, axis=1)  # back to kept (arrival) order
-    bank._pos[:, :n] = np.take_along_axis(pos, order, axis=1)
-    bank._score[:, :n] = np.take_along_axis(score, order, axis=1)
+    step, in the compiled loop (:func:`h2o.bank.kernels.replay_steady`), in runs of
+    ``PROGRESS_EVERY`` steps; ``mass[t]`` and ``victims[t - t0]`` filled in. False (nothing
+    touched) for a rule the loop does not know."""
+    rule = RULES.get(type(bank._lanes[0]))
+    if rule is None:
+        return False
+    n, windows = bank._budget, bank._windows.astype(np.int64)
+    for a in range(t0, steps, PROGRESS_EVERY):
+        if progress is not None and a > t0:
+            progress(a, steps)
+        b = min(steps, a + PROGRESS_EVERY)
+        replay_steady(
+            weights, a, b, bank._pos, bank._score, n, windows, rule, mass, victims[a - t0 :]
+        )
     bank._fill, bank._last_pos, bank._stale = n, steps - 1, True
     return True
-
-
-def _ties(
-    tmp: np.ndarray, low: np.ndarray, pos: np.ndarray, base: np.ndarray, at: np.ndarray
-) -> None:
-    """Where a lane's lowest pool score is held by several slots: the lowest position's slot.
-    ``tmp`` holds the masked scores with +inf at each lane's first choice ``at`` (flat);
-    ``low`` is each lane's minimum. Whole arrays: for vote counts (Scissorhands) ties are the
-    rule, not the exception."""
-    tmp.reshape(-1)[at] = low
-    mine = np.where(np.equal(tmp, low[:, None]), pos, np.iinfo(np.intp).max)
-    np.add(mine.argmin(axis=1), base, out=at)

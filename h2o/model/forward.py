@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from h2o.bank import PolicyBank
+from h2o.bank.kernels import gather_kept
 from h2o.model.gguf_io import GGUFModel, ModelConfig, find_gguf, read_gguf
 from h2o.model.tokenizer import BPETokenizer
 
@@ -323,6 +324,8 @@ class SmolLM:
             first = c  # first row of the chunk whose cache had lost something
             if policies is not None:
                 mask = np.zeros((G, c, kv), dtype=bool)
+                rows = np.arange(c)
+                mask[:, rows, t0 + cs + rows] = True  # each query sees itself
                 for i in range(c):
                     if bank:
                         stepped = _step_bank(p, t0 + cs + i, i, policies, mask, layer)
@@ -552,17 +555,13 @@ def _step_bank(
         mask[:, i, : t + 1] = True
         sig = _renormalised_mean(p[:, :, i, :t]) if t and bank.reads_attention else None
     else:
-        starts, heads = _starts(p.shape)
-        at = bank._pos[:, :n] + i * p.shape[3]  # each head's kept columns in row i
-        mask[:, i, t] = True
-        mask.reshape(-1)[at + starts] = True
-        sig = None
-        if bank.reads_attention:
-            sig = _renormalised_mean(p.reshape(-1).take(at[:, None, :] + heads))
-    if sig is not None and not math.isfinite(float(_sum(sig, axis=None))):
+        # each head's kept columns of row i marked (t itself is, for the chunk: _attention),
+        # and gathered: one compiled loop
+        pk = np.empty((p.shape[0], p.shape[1], n), dtype=p.dtype)
+        gather_kept(p, bank._pos, n, i, mask, pk)
+        sig = _renormalised_mean(pk) if bank.reads_attention else None
+    if not bank._step_trusted(t, sig):  # a weight is not finite: nothing moved
         _check_signals(list(sig), t, layer)  # raises, naming the head
-    bank._advance_lockstep(t, sig)
-    bank._evict(victims=False)
     return evicted
 
 
@@ -727,23 +726,6 @@ def _step_whole(p: np.ndarray, t: int, i: int, group, mask: np.ndarray, layer: i
 
 
 _sum, _min = np.add.reduce, np.minimum.reduce
-_STARTS: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
-
-
-def _starts(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """For a chunk's ``(G, gs, c, kv)`` probabilities and its ``(G, c, kv)`` mask: the flat
-    offset of each KV head's mask block ``(G, 1)`` and of each query head's probability block
-    ``(G, gs, 1)`` — plus a column of row ``i`` (``i * kv + pos``), the element to read."""
-    out = _STARTS.get(shape)
-    if out is None:
-        if len(_STARTS) > 64:
-            _STARTS.clear()
-        G, gs, c, kv = shape
-        out = _STARTS[shape] = (
-            (np.arange(G) * (c * kv))[:, None],
-            (np.arange(G * gs) * (c * kv)).reshape(G, gs, 1),
-        )
-    return out
 
 
 def _check_signals(signals: Sequence[np.ndarray | None], t: int, layer: int) -> None:

@@ -1,0 +1,191 @@
+"""Compiled loops for the scored bank: the card's step, lane by lane, with no per-call floor.
+
+A numpy call costs about a microsecond before it touches any data, and one lock-step step of a
+bank needs a dozen of them, so many lanes of 256 slots cost tens of microseconds a step however
+they are vectorised. These loops (numba, compiled once and cached on disk) run the card's
+pseudocode itself on each lane's row of the bank's arrays — the same storage, in kept order —
+so their results are the instances' by construction:
+
+* the accumulation is the class's rule, in float64, on the float32 weights: H2O adds, TOVA
+  replaces, Scissorhands adds a vote where the weight beats the float64 fair share ``1 / n``;
+* the victim is the first minimum of the evictable prefix (ties to the lower position), and
+  the survivors close the gap in arrival order;
+* a replay's weights are renormalised by a float32 division, as :func:`h2o.replay` does it.
+
+Each lane's mass is summed in order; :func:`replay_steady` is only used on traces whose sums are
+exact in any order (see :func:`h2o.bank.replay._exact_sums`), so it is the pairwise sum's value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from h2o.policies import H2O, TOVA, Scissorhands
+
+#: The rules these loops know, by policy class.
+H2O_RULE, SCISSORHANDS_RULE, TOVA_RULE = 0, 1, 2
+RULES = {H2O: H2O_RULE, Scissorhands: SCISSORHANDS_RULE, TOVA: TOVA_RULE}
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _accumulate(score, q, n, rule, fair):
+    """The class's rule on ``score[:n]`` with the float32 weights ``q`` (one loop per rule, so
+    each compiles to vector instructions; widening float32 to float64 is exact)."""
+    if rule == H2O_RULE:
+        for j in range(n):
+            score[j] += q[j]
+    elif rule == SCISSORHANDS_RULE:
+        for j in range(n):
+            if q[j] > fair:
+                score[j] += 1.0
+    else:
+        for j in range(n):
+            score[j] = q[j]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _first_min(score, e):
+    """numpy's ``argmin(score[:e])`` for scores that are never NaN (the bank's are sums of
+    checked weights): the first minimum, found on four interleaved slots at a time — four
+    comparison chains side by side — then merged by (value, slot)."""
+    v0, v1, v2, v3 = 0, 1, 2, 3
+    l0 = score[0]
+    l1 = score[1] if e > 1 else np.inf
+    l2 = score[2] if e > 2 else np.inf
+    l3 = score[3] if e > 3 else np.inf
+    e4 = e - e % 4
+    for j in range(4, e4, 4):
+        x0, x1, x2, x3 = score[j], score[j + 1], score[j + 2], score[j + 3]
+        if x0 < l0:
+            l0, v0 = x0, j
+        if x1 < l1:
+            l1, v1 = x1, j + 1
+        if x2 < l2:
+            l2, v2 = x2, j + 2
+        if x3 < l3:
+            l3, v3 = x3, j + 3
+    for j in range(max(e4, 4), e):  # the last e % 4 slots, later than every chain's own
+        if score[j] < l0:
+            l0, v0 = score[j], j
+    v, low = v0, l0
+    if l1 < low or (l1 == low and v1 < v):
+        v, low = v1, l1
+    if l2 < low or (l2 == low and v2 < v):
+        v, low = v2, l2
+    if l3 < low or (l3 == low and v3 < v):
+        v = v3
+    return v
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _evict_one(pos, score, n, evictable):
+    """Drop the first minimum of ``score[:evictable]``, shift the rest of ``0..n-1`` left;
+    return the victim's position."""
+    v = _first_min(score, evictable)
+    victim = pos[v]
+    for j in range(v, n - 1):
+        pos[j] = pos[j + 1]
+        score[j] = score[j + 1]
+    return victim
+
+
+@njit(cache=True, nogil=True)
+def replay_steady(
+    weights, t0, steps, pos, score, n, windows, rule, mass, victims
+):  # pragma: no cover
+    """Steps ``t0 .. steps - 1`` of a replay for every lane (row) of a full bank: each lane
+    keeps ``n`` (its budget) before a step, sees the row restricted to its kept positions and
+    renormalised, admits ``t`` and evicts one. Fills ``mass[t]`` and ``victims[t - t0]``."""
+    lanes = pos.shape[0]
+    w = np.empty(n, dtype=np.float32)
+    q = np.empty(n, dtype=np.float32)
+    fair = 1.0 / n
+    n4 = n - n % 4
+    for t in range(t0, steps):
+        o = t * (t - 1) // 2
+        for lane in range(lanes):
+            p, s = pos[lane], score[lane]
+            for j in range(n):
+                w[j] = weights[o + p[j]]
+            # Four running sums, not one: any order gives the same exact sum on these traces,
+            # and four chains of additions run side by side.
+            m0 = m1 = m2 = m3 = 0.0
+            for j in range(0, n4, 4):
+                m0 += w[j]
+                m1 += w[j + 1]
+                m2 += w[j + 2]
+                m3 += w[j + 3]
+            for j in range(n4, n):
+                m0 += w[j]
+            m = (m0 + m1) + (m2 + m3)
+            mass[t, lane] = m
+            if m > 0:
+                d = np.float32(m)
+                for j in range(n):
+                    q[j] = w[j] / d  # float32, as replay() divides
+                _accumulate(s, q, n, rule, fair)
+            else:  # an all-zero row goes through unnormalised
+                _accumulate(s, w, n, rule, fair)
+            p[n] = t
+            s[n] = 0.0
+            victims[t - t0, lane] = _evict_one(p, s, n + 1, n + 1 - windows[lane])
+
+
+@njit(cache=True, nogil=True)
+def advance_lanes(pos, score, n, t, attn, rule, check, max_weight):  # pragma: no cover
+    """One step of every lane (each keeps ``n``): the rule with ``attn`` (``(lanes, n)``; no
+    columns: no information), then ``t`` admitted with score 0 — unless ``check`` and a weight
+    is outside ``[0, max_weight]`` (or NaN): then nothing changes and False is returned."""
+    if check:
+        ok = True
+        for x in attn.flat:  # no early exit: a loop the compiler runs on vectors
+            ok &= (x >= 0) & (x <= max_weight)
+        if not ok:
+            return False
+    fair = 1.0 / n if n else 0.0
+    for lane in range(pos.shape[0]):
+        if attn.shape[1]:
+            _accumulate(score[lane], attn[lane], n, rule, fair)
+        pos[lane, n] = t
+        score[lane, n] = 0.0
+    return True
+
+
+@njit(cache=True, nogil=True)
+def evict_lanes(pos, score, n, windows, go, victims):  # pragma: no cover
+    """Each lane with ``go`` evicts one of its ``n``: ``victims[lane]`` is its position (-1 for
+    the others)."""
+    for lane in range(pos.shape[0]):
+        victims[lane] = _evict_one(pos[lane], score[lane], n, n - windows[lane]) if go[lane] else -1
+
+
+@njit(cache=True, nogil=True)
+def step_lanes(pos, score, n, t, attn, rule, windows):  # pragma: no cover
+    """:func:`advance_lanes`, then every lane evicts one (each was at its budget ``n``), unless
+    a weight is not finite: then nothing changes and False is returned."""
+    for x in attn.flat:
+        if not abs(x) < np.inf:
+            return False
+    fair = 1.0 / n if n else 0.0
+    for lane in range(pos.shape[0]):
+        p, s = pos[lane], score[lane]
+        if attn.shape[1]:
+            _accumulate(s, attn[lane], n, rule, fair)
+        p[n] = t
+        s[n] = 0.0
+        _evict_one(p, s, n + 1, n + 1 - windows[lane])
+    return True
+
+
+@njit(cache=True, nogil=True)
+def gather_kept(p, pos, n, i, mask, out):  # pragma: no cover
+    """The model's closed loop, row ``i`` of a chunk: each KV head ``g``'s kept positions
+    ``pos[g, :n]`` marked in ``mask[g, i]``, and every query head's probabilities there copied
+    to ``out[g, h, :n]`` — ``p[g, h, i, pos[g, :n]]``, the gather numpy would make."""
+    for g in range(p.shape[0]):
+        for j in range(n):
+            q = pos[g, j]
+            mask[g, i, q] = True
+            for h in range(p.shape[1]):
+                out[g, h, j] = p[g, h, i, q]
