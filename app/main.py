@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from pathlib import Path
 
 # `streamlit run app/main.py` puts app/ on sys.path, not the repo root that `app` lives in.
@@ -24,6 +25,7 @@ if str(ROOT) not in sys.path:
 import streamlit as st  # noqa: E402
 
 from app import jobs, state  # noqa: E402
+from h2o.bank.kernels import warm  # noqa: E402
 from h2o.custom import load_policy  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -110,7 +112,17 @@ def policy_args(argv: list[str]) -> tuple[str, ...]:
     return tuple(known.policy)
 
 
+@st.cache_resource(show_spinner=False)
+def warm_kernels() -> threading.Thread:
+    """Once per server, in the background: the banks' compiled loops built (the first start
+    after install: several seconds) or loaded from their disk cache, before a page sweeps."""
+    thread = threading.Thread(target=warm, name="h2o-warm-kernels", daemon=True)
+    thread.start()
+    return thread
+
+
 page = st.navigation(PAGES)
+warm_kernels()
 try:
     jobs.bound_blas_threads()  # once per server: a model job leaves a core to the class
 except ValueError as e:

@@ -374,3 +374,35 @@ def test_traces_with_tiny_weights_keep_the_per_step_path():
     got = replay_bank(make_bank(lanes), trace, 4)
     for a, w in zip(got, range(8), strict=True):
         same_replay(a, replay(make_policy("h2o", 8, recent_window=w), trace, 4, record=False))
+
+
+def test_warm_compiles_every_signature_the_library_passes():
+    """``kernels.warm()`` (the app runs it when it starts) leaves nothing to compile for the
+    paths a class uses: steady and per-step replays, public steps with float32 and float64
+    blocks or none, and the model's per-token step and gather."""
+    from h2o import TOVA, Scissorhands
+    from h2o.bank import kernels
+    from h2o.model import forward
+
+    names = ["replay_steady", "advance_lanes", "evict_lanes", "step_lanes", "gather_kept"]
+    kernels.warm()
+    before = {n: set(map(str, getattr(kernels, n).signatures)) for n in names}
+    trace = canonical_trace(steps=300)
+    for cls in (H2O, Scissorhands, TOVA):
+        replay_bank(make_bank([cls(64, 1), cls(64, 8)]), trace)  # one budget: the steady loop
+        replay_bank(make_bank([cls(40, 1), cls(64, 8)]), trace)  # two: step by step
+    bank = make_bank([H2O(8, 1), H2O(8, 2), H2O(8, 3)])
+    rng = np.random.default_rng(0)
+    for t in range(20):
+        n = bank.fills[0]
+        attn = None if t % 5 == 0 else rng.dirichlet(np.ones(n), size=3) if n else None
+        if attn is not None and t % 2:
+            attn = attn.astype(np.float32)
+        bank.on_decode_step(t, attn)
+        bank.evict()
+    G, gs, c, kv = 3, 3, 4, 24
+    p = rng.dirichlet(np.ones(kv), size=(G, gs, c)).astype(np.float32)
+    mask = np.zeros((G, c, kv), dtype=bool)
+    for i in range(c):
+        forward._step_bank(p, 20 + i, i, bank, mask)
+    assert {n: set(map(str, getattr(kernels, n).signatures)) for n in names} == before

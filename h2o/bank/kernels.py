@@ -189,3 +189,30 @@ def gather_kept(p, pos, n, i, mask, out):  # pragma: no cover
             mask[g, i, q] = True
             for h in range(p.shape[1]):
                 out[g, h, j] = p[g, h, i, q]
+
+
+def warm() -> None:
+    """Compile every loop (the first run after install: a second or two each) or load it from
+    the disk cache, for the argument types the library passes — so the first sweep a server
+    runs does not wait for it. The app calls it once, in the background, when it starts."""
+    pos, score = np.zeros((2, 8), dtype=np.int32), np.zeros((2, 8))
+    windows, go, out = (
+        np.zeros(2, dtype=np.int64),
+        np.ones(2, dtype=np.bool_),
+        np.empty(2, np.int64),
+    )
+    weights = np.full(64, 0.125, dtype=np.float32)
+    weights.flags.writeable = False  # a trace's weights are read-only
+    victims = np.empty((1, 2), dtype=np.intp)
+    replay_steady(weights, 4, 5, pos, score, 3, windows, H2O_RULE, np.zeros((5, 2)), victims)
+    for dtype in (np.float32, np.float64):
+        block = np.full((2, 9), 0.25, dtype=dtype)
+        for attn in (block[:, :3], np.ascontiguousarray(block[:, :3])):  # a slice and a copy
+            for check in (False, True):
+                advance_lanes(pos, score, 3, 5, attn, H2O_RULE, check, 1.0)
+    advance_lanes(pos, score, 3, 5, np.zeros((0, 0)), H2O_RULE, False, 1.0)
+    evict_lanes(pos, score, 4, windows, go, out)
+    for attn in (np.full((2, 3), 0.25, dtype=np.float32), np.zeros((0, 0))):
+        step_lanes(pos, score, 3, 5, attn, H2O_RULE, windows)
+    p = np.full((2, 3, 4, 8), 0.125, dtype=np.float32)
+    gather_kept(p, pos, 3, 0, np.zeros((2, 4, 8), dtype=np.bool_), np.empty((2, 3, 3), np.float32))
