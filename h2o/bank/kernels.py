@@ -84,9 +84,13 @@ def _evict_one(pos, score, n, evictable):
     return the victim's position."""
     v = _first_min(score, evictable)
     victim = pos[v]
-    for j in range(v, n - 1):
-        pos[j] = pos[j + 1]
-        score[j] = score[j + 1]
+    # Over views from v, indices counted from 0 (known non-negative, so no wraparound test),
+    # one array a loop: plain copies, run on vectors.
+    p, s = pos[v:n], score[v:n]
+    for j in range(n - 1 - v):
+        p[j] = p[j + 1]
+    for j in range(n - 1 - v):
+        s[j] = s[j + 1]
     return victim
 
 
@@ -139,8 +143,10 @@ def advance_lanes(pos, score, n, t, attn, rule, check, max_weight):  # pragma: n
     is outside ``[0, max_weight]`` (or NaN): then nothing changes and False is returned."""
     if check:
         ok = True
-        for x in attn.flat:  # no early exit: a loop the compiler runs on vectors
-            ok &= (x >= 0) & (x <= max_weight)
+        for lane in range(attn.shape[0]):
+            a = attn[lane]
+            for j in range(attn.shape[1]):  # no early exit: a loop run on vectors
+                ok &= (a[j] >= 0) & (a[j] <= max_weight)
         if not ok:
             return False
     fair = 1.0 / n if n else 0.0
@@ -164,9 +170,13 @@ def evict_lanes(pos, score, n, windows, go, victims):  # pragma: no cover
 def step_lanes(pos, score, n, t, attn, rule, windows):  # pragma: no cover
     """:func:`advance_lanes`, then every lane evicts one (each was at its budget ``n``), unless
     a weight is not finite: then nothing changes and False is returned."""
-    for x in attn.flat:
-        if not abs(x) < np.inf:
-            return False
+    ok = True
+    for lane in range(attn.shape[0]):
+        a = attn[lane]
+        for j in range(attn.shape[1]):
+            ok &= abs(a[j]) < np.inf
+    if not ok:
+        return False
     fair = 1.0 / n if n else 0.0
     for lane in range(pos.shape[0]):
         p, s = pos[lane], score[lane]
