@@ -102,5 +102,9 @@ def blas_threads_wanted(env: str | None, cores: int | None) -> int:
 def bound_blas_threads() -> int:
     """Cap the process's BLAS threads once (see the module's docstring); returns the cap."""
     n = blas_threads_wanted(os.environ.get("H2O_BLAS_THREADS"), os.cpu_count())
-    threadpool_limits(limits=n, user_api="blas")
+    # From a thread of its own: threadpoolctl keeps the thread that set OpenBLAS's limit
+    # forever, and a script thread carries its session (state, uploads, replays) with it.
+    setter = threading.Thread(target=threadpool_limits, kwargs={"limits": n, "user_api": "blas"})
+    setter.start()
+    setter.join()
     return n
