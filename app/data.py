@@ -9,6 +9,8 @@ upload — so a cache never serves a stale or a different file under the same na
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import hashlib
 import io
 import json
@@ -16,17 +18,19 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import streamlit as st
+from streamlit.runtime import Runtime
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 import h2o
 from app import jobs, playback
-from app.bytecache import ByteCache
+from app.bytecache import ByteCache, Holds
 from h2o import analysis
 from h2o.synthetic import BUILTIN
 from h2o.trace import MAX_STEPS
@@ -93,6 +97,91 @@ def _uploads_cache() -> ByteCache[h2o.Trace]:
 @st.cache_resource(show_spinner=False)
 def _replays_cache() -> ByteCache[h2o.Replay]:
     return ByteCache(REPLAY_CACHE_MB * 2**20, replay_bytes)
+
+
+@st.cache_resource(show_spinner=False)
+def _holds() -> Holds:
+    """Which sessions hold which uploads (by digest). When the last one lets go, the decoded
+    trace and every replay of it leave the caches at once (not when LRU reaches them)."""
+    uploads, replays = _uploads_cache(), _replays_cache()
+
+    def free(digest: Hashable) -> None:
+        uploads.discard(lambda key: key[0] == digest)
+        replays.discard(lambda key: key[0] == f"{UPLOAD_PREFIX}{digest}")
+
+    return Holds(free)
+
+
+class _Session:
+    """One browser session's token in the registry (its identity is the holder)."""
+
+    __slots__ = ("holds", "session_id")
+
+    def __init__(self, holds: Holds, session_id: str | None) -> None:
+        self.holds = holds
+        self.session_id = session_id
+
+
+#: Sessions that ended holding uploads, by id: closed at the TTL unless they come back.
+_ended: dict[str, _Session] = {}
+
+
+def _session_ended(token: _Session) -> None:
+    if token.holds.release(token) and token.session_id is not None:
+        _close_at_ttl(token)
+
+
+def _close_at_ttl(token: _Session) -> None:
+    """Close a disconnected session that held uploads when its TTL runs out.
+
+    Streamlit 1.67 forgets such a session only at the next write to its session storage after
+    the TTL (another tab closing), never shuts it down (its uploaded files stay in the upload
+    manager), and what it held (its uploads, the traces and replays its page drew) is in
+    reference cycles freed at some later garbage collection: minutes, or never, after the tab
+    closed. Runs on Streamlit's event loop (where it disconnects sessions), like ``close_session``.
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not in the server's event loop (AppTest): nothing to close
+        return
+    _ended[token.session_id] = token
+    ttl = float(st.get_option("server.disconnectedSessionTTL"))
+    loop.call_later(max(0.0, ttl - 1), _close_if_still_gone, token)
+
+
+def _close_if_still_gone(token: _Session) -> None:
+    sid = token.session_id
+    if _ended.get(sid) is not token:  # it came back (and maybe left again: a later close)
+        return
+    del _ended[sid]
+    if not Runtime.exists() or Runtime.instance().is_active_session(sid):
+        return
+    Runtime.instance().close_session(sid)
+    # Its state is in reference cycles, free once its script thread has wound down.
+    asyncio.get_running_loop().call_later(1.0, gc.collect)
+
+
+# Streamlit releases a session-scoped resource when the session's websocket closes (a closed
+# tab) and when it shuts down; a session that reconnects gets a new token on its next run and
+# holds its uploads again (they are decoded again if nobody else kept them).
+@st.cache_resource(scope="session", on_release=_session_ended, show_spinner=False)
+def _session() -> _Session:
+    ctx = get_script_run_ctx()
+    sid = ctx.session_id if ctx is not None else None
+    if sid is not None:
+        _ended.pop(sid, None)  # back before its TTL: keep it
+    return _Session(_holds(), sid)
+
+
+def hold_uploads(digests: Iterable[str]) -> None:
+    """This session holds exactly these uploads (by digest); call it in a script run."""
+    token = _session()
+    token.holds.hold(token, digests)
+
+
+def upload_holders(digest: str) -> int:
+    """How many live sessions hold the upload ``digest``."""
+    return _holds().holders(digest)
 
 
 def _upload(digest: str, max_steps: int, name: str, data: bytes) -> h2o.Trace:

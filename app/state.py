@@ -253,6 +253,16 @@ def uploads() -> dict[str, data.Upload]:
     return st.session_state.setdefault(UPLOADS, {})
 
 
+def hold_uploads(keep: Iterable[str] | None = None) -> None:
+    """Tell the server which uploads this session holds (what the cache keeps for them goes
+    when the last session holding them ends). ``keep``: drop the session's other uploads."""
+    pool = uploads()
+    if keep is not None:
+        for key in [k for k in pool if k not in keep]:
+            del pool[key]
+    data.hold_uploads({up.digest for up in pool.values()})
+
+
 def defaults(trace: h2o.Trace) -> dict[str, int]:
     """The trace's suggested settings, keyed like the session state.
 
@@ -300,12 +310,14 @@ def _on_trace_change() -> None:
 def _on_upload() -> None:
     ss = st.session_state
     f = ss.get(UPLOAD)
-    if f is None:  # the file was removed from the uploader: keep whatever is selected
+    if f is None:  # the file was removed from the uploader: keep only what is selected
+        hold_uploads(keep={ss.get(TRACE), ss.get(TRACE_OK)})
         return
     current = ss.get(TRACE_OK, DEFAULT_TRACE)
     try:
         key, up = data.make_upload(f.name, f.getvalue())
         open_trace(key, up)
+        hold_uploads(keep={key})  # it replaced the earlier ones (none is selected any more)
     except ValueError as e:
         ss[TRACE_ERROR] = (
             f"Could not use the upload {md(repr(f.name))}: {md(e, 300)}. Upload an .npz in the "
@@ -332,6 +344,7 @@ def _resolve(key: str) -> tuple[data.TraceRef, str | None]:
 def sidebar() -> Context:
     """Draw the shared controls in the sidebar; errors go at the top of the page."""
     ss = st.session_state
+    hold_uploads()  # again on every run: a session that reconnects holds its uploads anew
     options = data.trace_options(uploads())
     errors = [f"Ignored from the link: {p}." for p in url_problems(SHARED)]
     if ss.get(TRACE, DEFAULT_TRACE) not in options:
