@@ -174,8 +174,8 @@ class PolicyBank:
             checked = {self._refusal(i, lane._check_budget, budget) for i, lane in lanes}
             budget = checked.pop()
         lanes, victims = self._evict(budget)
-        if lanes is self._all:  # lock-step: one victim a lane
-            return [[v] for v in victims.tolist()]
+        if lanes is self._all:  # lock-step: one victim a lane, [[v0], [v1], ...]
+            return victims.reshape(-1, 1).tolist()
         out: list[list[int]] = [[] for _ in range(self.size)]
         for i, v in zip(lanes.tolist(), victims.tolist(), strict=True):
             out[i].append(v)

@@ -326,17 +326,22 @@ class SmolLM:
                 mask = np.zeros((G, c, kv), dtype=bool)
                 rows = np.arange(c)
                 mask[:, rows, t0 + cs + rows] = True  # each query sees itself
-                for i in range(c):
-                    if bank:
-                        stepped = _step_bank(p, t0 + cs + i, i, policies, mask, layer)
-                    elif parts:
-                        stepped = _step_parts(p, t0 + cs + i, i, policies, mask, layer)
-                    elif whole:
-                        stepped = _step_whole(p, t0 + cs + i, i, policies, mask, layer)
-                    else:
-                        stepped = _step_policies(p, t0 + cs + i, i, policies, wants, mask, layer)
-                    if stepped and first == c:
-                        first = i
+                # A signal that divides by a zero mass is refused and redone (_mean_unchecked):
+                # no warning for it, and one errstate for the chunk (one a row costs a µs).
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    for i in range(c):
+                        if bank:
+                            stepped = _step_bank(p, t0 + cs + i, i, policies, mask, layer)
+                        elif parts:
+                            stepped = _step_parts(p, t0 + cs + i, i, policies, mask, layer)
+                        elif whole:
+                            stepped = _step_whole(p, t0 + cs + i, i, policies, mask, layer)
+                        else:
+                            stepped = _step_policies(
+                                p, t0 + cs + i, i, policies, wants, mask, layer
+                            )
+                        if stepped and first == c:
+                            first = i
             if first == c:  # nothing evicted: the plain causal prefill, bit for bit
                 o = np.matmul(p.reshape(G, gs * c, kv), v[:, :kv])
             else:
@@ -559,7 +564,13 @@ def _step_bank(
         # and gathered: one compiled loop
         pk = np.empty((p.shape[0], p.shape[1], n), dtype=p.dtype)
         gather_kept(p, bank._pos, n, i, mask, pk)
-        sig = _renormalised_mean(pk) if bank.reads_attention else None
+        if bank.reads_attention:
+            sig = _mean_unchecked(pk)  # (its 0-division warnings are off: _attention)
+            if bank._step_trusted(t, sig):
+                return evicted
+            sig = _renormalised_mean(pk)  # a head's kept mass underflowed (or worse)
+        else:
+            sig = None
     if not bank._step_trusted(t, sig):  # a weight is not finite: nothing moved
         _check_signals(list(sig), t, layer)  # raises, naming the head
     return evicted
@@ -751,6 +762,14 @@ def _head_grid(G: int, gs: int) -> tuple[np.ndarray, np.ndarray]:
             np.arange(gs)[None, :, None],
         )
     return grid
+
+
+def _mean_unchecked(pk: np.ndarray) -> np.ndarray:
+    """:func:`_renormalised_mean` without its underflow test: the same floats whenever every
+    head's kept mass is positive, and a weight that is not finite otherwise — which the bank's
+    step refuses, changing nothing, so the caller then takes the careful path."""
+    w = (np.float32(1.0 / pk.shape[1]) / _sum(pk, axis=-1))[:, None, :]
+    return np.matmul(w, pk)[:, 0, :]
 
 
 def _renormalised_mean(pk: np.ndarray) -> np.ndarray:
