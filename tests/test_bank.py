@@ -330,7 +330,7 @@ def test_replay_bank_needs_a_fresh_bank_and_a_good_top_k():
         replay_bank(bank, toy_trace())
 
 
-# -- the steady state: pool and ring slots -----------------------------------------------------
+# -- the steady state: the compiled loop ---------------------------------------------------------
 QUANTIZED = st.tuples(
     st.integers(8, 70), st.integers(0, 2**32 - 1), st.sampled_from([4, 16, 2**20])
 )
