@@ -95,9 +95,7 @@ def _evict_one(pos, score, n, evictable):
 
 
 @njit(cache=True, nogil=True)
-def replay_steady(
-    weights, t0, steps, pos, score, n, windows, rule, mass, victims
-):  # pragma: no cover
+def replay_steady(weights, t0, steps, pos, score, n, windows, rule, mass, victims):
     """Steps ``t0 .. steps - 1`` of a replay for every lane (row) of a full bank: each lane
     keeps ``n`` (its budget) before a step, sees the row restricted to its kept positions and
     renormalised, admits ``t`` and evicts one. Fills ``mass[t]`` and ``victims[t - t0]``."""
@@ -137,7 +135,7 @@ def replay_steady(
 
 
 @njit(cache=True, nogil=True)
-def advance_lanes(pos, score, n, t, attn, rule, check, max_weight):  # pragma: no cover
+def advance_lanes(pos, score, n, t, attn, rule, check, max_weight):
     """One step of every lane (each keeps ``n``): the rule with ``attn`` (``(lanes, n)``; no
     columns: no information), then ``t`` admitted with score 0 — unless ``check`` and a weight
     is outside ``[0, max_weight]`` (or NaN): then nothing changes and False is returned."""
@@ -159,7 +157,7 @@ def advance_lanes(pos, score, n, t, attn, rule, check, max_weight):  # pragma: n
 
 
 @njit(cache=True, nogil=True)
-def evict_lanes(pos, score, n, windows, go, victims):  # pragma: no cover
+def evict_lanes(pos, score, n, windows, go, victims):
     """Each lane with ``go`` evicts one of its ``n``: ``victims[lane]`` is its position (-1 for
     the others)."""
     for lane in range(pos.shape[0]):
@@ -167,7 +165,7 @@ def evict_lanes(pos, score, n, windows, go, victims):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
-def step_lanes(pos, score, n, t, attn, rule, windows):  # pragma: no cover
+def step_lanes(pos, score, n, t, attn, rule, windows):
     """:func:`advance_lanes`, then every lane evicts one (each was at its budget ``n``), unless
     a weight is not finite: then nothing changes and False is returned."""
     ok = True
@@ -189,7 +187,7 @@ def step_lanes(pos, score, n, t, attn, rule, windows):  # pragma: no cover
 
 
 @njit(cache=True, nogil=True)
-def gather_kept(p, pos, n, i, mask, out):  # pragma: no cover
+def gather_kept(p, pos, n, i, mask, out):
     """The model's closed loop, row ``i`` of a chunk: each KV head ``g``'s kept positions
     ``pos[g, :n]`` marked in ``mask[g, i]``, and every query head's probabilities there copied
     to ``out[g, h, :n]`` — ``p[g, h, i, pos[g, :n]]``, the gather numpy would make."""
