@@ -65,7 +65,9 @@ def policy_colour(name: str) -> str:
     return EXTRA_COLOURS[i % len(EXTRA_COLOURS)]
 
 
-def _layout(title: str, height: int, xtitle: str, ytitle: str, **extra: object) -> dict:
+def _layout(
+    title: str, height: int, xtitle: str, ytitle: str, subtitle: str = "", **extra: object
+) -> dict:
     # Titles carry trace names, which come from files: Plotly renders some HTML (links too).
     layout: dict = {
         "title": {
@@ -91,6 +93,12 @@ def _layout(title: str, height: int, xtitle: str, ytitle: str, **extra: object) 
         },
         "hoverlabel": {"font": {"size": FONT}},
     }
+    if subtitle:  # a second line, so a half-width panel at 1280 px shows all of it
+        layout["title"]["text"] += (
+            f"<br><span style='font-size:{FONT - 1}px;font-weight:normal'>"
+            f"{html.escape(subtitle, quote=False)}</span>"
+        )
+        layout["title"]["automargin"] = True  # the legend goes below both lines
     layout.update(extra)
     return layout
 
@@ -242,6 +250,7 @@ def window_sweep(
     band: int | None = None,
     current: int | None = None,
     height: int = 420,
+    subtitle: str = "",
 ) -> go.Figure:
     """A metric against recent_window per policy (``series``: policy, label, values), reference
     policies (``refs``: policy or "oracle", label, value) as flat dashed lines."""
@@ -293,7 +302,7 @@ def window_sweep(
                 "showlegend": True,
             }
         )
-    layout = _layout(title, height, "recent_window (protected newest slots)", ytitle)
+    layout = _layout(title, height, "recent_window (protected newest slots)", ytitle, subtitle)
     return _figure(data, layout | {"shapes": shapes})
 
 

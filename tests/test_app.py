@@ -633,3 +633,22 @@ def test_a_window_the_budget_refuses_is_named_not_dropped(page, words):
     assert not at.exception
     warnings = " ".join(w.value for w in at.warning)
     assert "recent_window (300) is not below the budget (256)" in warnings and words in warnings
+
+
+def test_plot_titles_show_file_names_as_text_never_as_markup():
+    """A trace's name comes from a file: in a Plotly title (which renders links and tags) it is
+    escaped, in the title and in the second line alike; only the app's own line break is markup."""
+    from app import figures
+
+    name = "<a href='https://example.com'>sign in</a><img src=x>"
+    fig = figures.window_sweep(
+        windows=[0, 8],
+        series=[("h2o", "H2O", [0.1, 0.2])],
+        refs=[],
+        title=f"Mass — {name}",
+        subtitle=f"{name}, budget 64",
+        ytitle="mass",
+    )
+    text = fig.layout.title.text
+    assert "<a" not in text and "<img" not in text
+    assert text.count("&lt;a href") == 2 and "<br>" in text
