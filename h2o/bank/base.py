@@ -181,10 +181,32 @@ class PolicyBank:
             out[i].append(v)
         return out
 
-    def _step_trusted(self, pos: int, attn: np.ndarray | None) -> bool:
-        """One trusted step of lanes in lock-step (``attn``: ``(N, fill)`` or None), then the
-        eviction down to the budgets, victims unread: the model's closed loop, once per token
-        and layer. False, and nothing changed, if a weight is not finite."""
+    # -- the engine's trusted calls: the model's closed loop ------------------------------------
+    # The caller vouches for its input (positions count up, weights are finite softmax means),
+    # as a replay does: nothing is checked but what the loops check themselves.
+    @property
+    def lockstep_fill(self) -> int:
+        """How many positions every lane keeps, or -1 when the lanes' fills differ."""
+        return self._fill
+
+    @property
+    def slots(self) -> np.ndarray:
+        """The positions storage, ``(N, capacity)``: lane ``i``'s kept positions, in kept
+        order, are the first ``fills[i]`` of row ``i``. Read it; never write it."""
+        return self._pos
+
+    def advance_trusted(self, pos: int, attn: BankAttn) -> None:
+        """:meth:`on_decode_step` without its checks (``attn``: a block, rows or None)."""
+        self._advance(pos, attn)
+
+    def evict_trusted(self) -> None:
+        """:meth:`evict` to the lanes' budgets, victims unread."""
+        self._evict(victims=False)
+
+    def step_trusted(self, pos: int, attn: np.ndarray | None) -> bool:
+        """One step of lanes in lock-step (``attn``: ``(N, fill)`` or None), then the eviction
+        down to the budgets, victims unread: the model's closed loop, once per token and layer.
+        False, and nothing changed, if a weight is not finite."""
         if attn is not None and attn.size and not math.isfinite(float(_sum(attn, axis=None))):
             return False
         self._advance_lockstep(pos, attn)

@@ -109,12 +109,12 @@ class ScoredBank(PolicyBank):
         self._stale = True
         return True
 
-    def _step_trusted(self, pos: int, attn: np.ndarray | None) -> bool:
+    def step_trusted(self, pos: int, attn: np.ndarray | None) -> bool:
         # The steady state (every lane at the one budget): one compiled call steps and evicts,
         # after checking every weight is finite (else nothing moves).
         n = self._fill
         if n != self._budget or n >= self._cap or not self._compiles(attn):
-            return super()._step_trusted(pos, attn)
+            return super().step_trusted(pos, attn)
         a = _NO_ATTN if attn is None or not n else attn
         if not step_lanes(self._pos, self._score, n, pos, a, self._compiled, self._windows):
             return False

@@ -546,14 +546,14 @@ def _step_bank(
     which every policy accepts, so the bank takes the trusted step (as a replay does). In
     lock-step (every head keeps ``n``) the gathers are flat takes, no per-head list.
     """
-    n = bank._fill
+    n = bank.lockstep_fill
     if n < 0:  # heads at different fills (budgets differ): their kept sets one by one
         wants = [bank.reads_attention] * len(bank)
         evicted, signals = _signals(p, t, i, [bank.kept(g) for g in range(len(bank))], wants, mask)
         if bank.reads_attention:
             _check_signals(signals, t, layer)
-        bank._advance(t, signals)
-        bank._evict()
+        bank.advance_trusted(t, signals)
+        bank.evict_trusted()
         return evicted
     evicted = n != t
     if not evicted:
@@ -563,15 +563,15 @@ def _step_bank(
         # each head's kept columns of row i marked (t itself is, for the chunk: _attention),
         # and gathered: one compiled loop
         pk = np.empty((p.shape[0], p.shape[1], n), dtype=p.dtype)
-        gather_kept(p, bank._pos, n, i, mask, pk)
+        gather_kept(p, bank.slots, n, i, mask, pk)
         if bank.reads_attention:
             sig = _mean_unchecked(pk)  # (its 0-division warnings are off: _attention)
-            if bank._step_trusted(t, sig):
+            if bank.step_trusted(t, sig):
                 return evicted
             sig = _renormalised_mean(pk)  # a head's kept mass underflowed (or worse)
         else:
             sig = None
-    if not bank._step_trusted(t, sig):  # a weight is not finite: nothing moved
+    if not bank.step_trusted(t, sig):  # a weight is not finite: nothing moved
         _check_signals(list(sig), t, layer)  # raises, naming the head
     return evicted
 
@@ -620,7 +620,7 @@ def _step_parts(
     trusted step, as in :func:`_step_bank`.
     """
     parts = layer_parts.parts
-    fills = [b._fill for _, b in parts]
+    fills = [b.lockstep_fill for _, b in parts]
     G = p.shape[0]
     if all(f == t for f in fills):  # nothing evicted yet
         mask[:, i, : t + 1] = True
@@ -630,8 +630,8 @@ def _step_parts(
             if not math.isfinite(float(_sum(sig, axis=None))):
                 _check_signals(list(sig), t, layer)
         for heads, b in parts:
-            b._advance_lockstep(t, sig[heads] if sig is not None and b.reads_attention else None)
-            b._evict(victims=False)
+            b.advance_trusted(t, sig[heads] if sig is not None and b.reads_attention else None)
+            b.evict_trusted()
         return False
     if fills[0] >= 0 and all(f == fills[0] for f in fills):  # equal fills: as the instances
         kept = [layer_parts[g].kept for g in range(G)]
@@ -643,15 +643,15 @@ def _step_parts(
             _check_signals(signals, t, layer)
         for heads, b in parts:
             rows = [signals[g] for g in heads.tolist()]
-            b._advance(t, None if not b.reads_attention else np.stack(rows))
-            b._evict(victims=False)
+            b.advance_trusted(t, None if not b.reads_attention else np.stack(rows))
+            b.evict_trusted()
         return True
     mask[:, i, t] = True
     steps: list[tuple[PolicyBank, object]] = []
     for heads, b in parts:
-        f = b._fill
+        f = b.lockstep_fill
         if f >= 0:  # the bank's lanes in lock-step: one block
-            rows = b._pos[:, :f]
+            rows = b.slots[:, :f]
             mask[heads[:, None], i, rows] = True
             sig = None
             if b.reads_attention and f:
@@ -680,11 +680,8 @@ def _step_parts(
                 _check_part(sigs, heads, G, t, layer)
             steps.append((b, sigs))
     for b, sig in steps:
-        if isinstance(sig, list):
-            b._advance(t, sig)
-        else:
-            b._advance_lockstep(t, sig)
-        b._evict(victims=False)
+        b.advance_trusted(t, sig)
+        b.evict_trusted()
     return True
 
 
