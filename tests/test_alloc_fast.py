@@ -153,12 +153,12 @@ def test_layer_parts_step_as_the_instances(budgets, kinds) -> None:
 def model(tmp_path_factory: pytest.TempPathFactory):
     pytest.importorskip("gguf")
     pytest.importorskip("tokenizers")
-    from test_model import _write_tiny_gguf
+    from tiny_model import write_tiny_gguf
 
     from h2o.model import SmolLM
 
     path: Path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    _write_tiny_gguf(path)
+    write_tiny_gguf(path)
     return SmolLM.load(path)
 
 
@@ -173,13 +173,13 @@ def model(tmp_path_factory: pytest.TempPathFactory):
     ],
 )
 def test_fast_and_slow_paths_agree_in_the_model(model, policy, name, budget, params) -> None:
-    from test_model import _ids
+    from tiny_model import token_ids
 
     from h2o.model import perplexity_under_eviction
     from h2o.model.allocation import allocated_factory, head_shares, make_allocation
     from h2o.model.quality import make_banks
 
-    ids = _ids(90)
+    ids = token_ids(90)
     sh = head_shares(model, ids, 2, 8).kv_rest()
     a = make_allocation(model, name, budget, sh, **params)
     f, _ = allocated_factory(policy, a, recent_window=4, sinks=2)

@@ -1,5 +1,5 @@
 """Allocators and SnapKV inside the model (issue 10), on the tiny random GGUF of
-``test_model.py`` (no real model needed; a few seconds)."""
+``tiny_model.py`` (no real model needed; a few seconds)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
-from test_model import _ids, _write_tiny_gguf
+from tiny_model import token_ids, write_tiny_gguf
 
 from h2o.model import SmolLM, generate, perplexity_under_eviction, policy_factory
 from h2o.model.allocation import (
@@ -28,7 +28,7 @@ from h2o.model.allocation import (
 @pytest.fixture(scope="module")
 def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    _write_tiny_gguf(path)
+    write_tiny_gguf(path)
     return path
 
 
@@ -37,7 +37,7 @@ def model(tiny_path: Path) -> SmolLM:
     return SmolLM.load(tiny_path)
 
 
-IDS = _ids(90)
+IDS = token_ids(90)
 
 
 def _ppl(model, factory):

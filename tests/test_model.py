@@ -18,6 +18,22 @@ import pytest
 gguf = pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
+from tiny_model import (  # noqa: E402
+    EPS,
+    FF,
+    HD,
+    NH,
+    NKV,
+    NL,
+    ROPE_BASE,
+    D,
+    Q,
+    WindowStandIn,
+    token_ids,
+    vocab,
+    write_tiny_gguf,
+)
+
 from h2o.model import (  # noqa: E402
     KVCache,
     ModelNotFoundError,
@@ -32,106 +48,16 @@ from h2o.model import (  # noqa: E402
 from h2o.model import forward as fwd  # noqa: E402
 from h2o.model.gguf_io import GGUF_ENV, read_gguf  # noqa: E402
 
-Q = gguf.GGMLQuantizationType
-
-# Tiny llama: d=64, 4 query heads over 2 KV heads (GQA), head dim 16, FFN 96, 3 layers.
-D, FF, NH, NKV, HD, NL = 64, 96, 4, 2, 16, 3
-ROPE_BASE, EPS = 10000.0, 1e-5
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-MERGES = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "Ġa n", "Ġan d", "e r", "o n"]
-
-
-def _bytes_to_unicode() -> list[str]:
-    """GPT-2's printable stand-ins for the 256 byte values."""
-    bs = list(range(ord("!"), ord("~") + 1))
-    bs += list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    table = dict(zip(bs, cs, strict=True))
-    return [chr(table[b]) for b in range(256)]
-
-
-def _vocab() -> list[str]:
-    toks = SPECIALS + _bytes_to_unicode()
-    toks += ["".join(m.split(" ")) for m in MERGES]
-    return toks
-
-
-def _write_tiny_gguf(path: Path, seed: int = 0) -> dict[str, np.ndarray]:
-    """Write the tiny model; return the weights as the file will dequantize them."""
-    rng = np.random.default_rng(seed)
-    vocab = _vocab()
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_name("tiny-test-llama")
-    w.add_block_count(NL)
-    w.add_context_length(512)
-    w.add_embedding_length(D)
-    w.add_feed_forward_length(FF)
-    w.add_head_count(NH)
-    w.add_head_count_kv(NKV)
-    w.add_rope_freq_base(ROPE_BASE)
-    w.add_layer_norm_rms_eps(EPS)
-    w.add_rope_dimension_count(HD)
-    w.add_vocab_size(len(vocab))
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
-    w.add_token_list(vocab)
-    w.add_token_types([3] * len(SPECIALS) + [1] * (len(vocab) - len(SPECIALS)))
-    w.add_token_merges(MERGES)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_add_bos_token(False)
-
-    expected: dict[str, np.ndarray] = {}
-
-    def add(name: str, arr: np.ndarray, qtype: gguf.GGMLQuantizationType) -> None:
-        arr = arr.astype(np.float32)
-        if qtype == Q.F32:
-            w.add_tensor(name, arr)
-            expected[name] = arr
-        else:
-            q = gguf.quants.quantize(arr, qtype)
-            w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qtype)
-            expected[name] = gguf.quants.dequantize(q, qtype)
-
-    add("token_embd.weight", rng.normal(0, 1.0, (len(vocab), D)), Q.Q8_0)
-    for i in range(NL):
-        p = f"blk.{i}."
-        add(p + "attn_norm.weight", 1 + 0.1 * rng.normal(size=D), Q.F32)
-        add(p + "attn_q.weight", rng.normal(0, 0.35, (NH * HD, D)), Q.Q4_1)
-        add(p + "attn_k.weight", rng.normal(0, 0.35, (NKV * HD, D)), Q.Q4_1)
-        add(p + "attn_v.weight", rng.normal(0, 0.2, (NKV * HD, D)), Q.Q4_1)
-        add(p + "attn_output.weight", rng.normal(0, 0.1, (D, NH * HD)), Q.Q4_1)
-        add(p + "ffn_norm.weight", 1 + 0.1 * rng.normal(size=D), Q.F32)
-        add(p + "ffn_gate.weight", rng.normal(0, 0.15, (FF, D)), Q.Q4_1)
-        add(p + "ffn_up.weight", rng.normal(0, 0.15, (FF, D)), Q.Q4_1)
-        add(p + "ffn_down.weight", rng.normal(0, 0.1, (D, FF)), Q.Q4_1)
-    add("output_norm.weight", 1 + 0.1 * rng.normal(size=D), Q.F32)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return expected
-
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.ndarray]]:
     path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    return path, _write_tiny_gguf(path)
+    return path, write_tiny_gguf(path)
 
 
 @pytest.fixture(scope="module")
 def model(tiny: tuple[Path, dict[str, np.ndarray]]) -> SmolLM:
     return SmolLM.load(tiny[0])
-
-
-def _ids(n: int, seed: int = 1) -> list[int]:
-    # ordinary (non-special) tokens
-    return [int(i) for i in np.random.default_rng(seed).integers(3, len(_vocab()), n)]
 
 
 # -- reference implementation ------------------------------------------------------------------
@@ -277,16 +203,16 @@ def test_tokenizer_from_gguf_tables(model) -> None:
     text = "the cat and the 2024 river <|im_start|>user\nhé<|im_end|>"
     ids = tok.encode(text)
     assert tok.decode(ids) == text
-    vocab = _vocab()
-    assert vocab.index("Ġthe") in ids and vocab.index("<|im_start|>") in ids
-    digits = [vocab[i] for i in tok.encode("2024")]
+    words = vocab()
+    assert words.index("Ġthe") in ids and words.index("<|im_start|>") in ids
+    digits = [words[i] for i in tok.encode("2024")]
     assert digits == ["2", "0", "2", "4"]  # smollm pre-tokenizer: one digit per token
     assert tok.token_strings(tok.encode(" the")) == [" the"]
 
 
 # -- forward pass --------------------------------------------------------------------------------
 def test_forward_matches_reference(model, tiny) -> None:
-    ids = _ids(40)
+    ids = token_ids(40)
     ref_logits, _ = _ref_forward(tiny[1], ids)
     logits = model.logits(model.forward(ids))
     np.testing.assert_allclose(logits, ref_logits, atol=2e-3, rtol=1e-3)
@@ -302,7 +228,7 @@ def test_rope_is_adjacent_pairs_not_rotate_half() -> None:
 
 
 def test_chunked_attention_equals_unchunked(model, monkeypatch) -> None:
-    ids = _ids(50)
+    ids = token_ids(50)
     whole = model.forward(ids)
     monkeypatch.setattr(fwd, "CHUNK_ELEMENTS", NH * 50 * 7)
     assert fwd._chunk_rows(50, 50, NH) == 16  # 4 chunks (16 rows is the floor)
@@ -310,7 +236,7 @@ def test_chunked_attention_equals_unchunked(model, monkeypatch) -> None:
 
 
 def test_kv_cache_incremental_equals_prefill(model) -> None:
-    ids = _ids(30)
+    ids = token_ids(30)
     full = model.forward(ids)
     cache = KVCache(model.config, 30)
     parts = [model.forward(ids[:17], cache=cache)]
@@ -322,7 +248,7 @@ def test_kv_cache_incremental_equals_prefill(model) -> None:
 
 
 def test_capture_rows_are_softmax_over_previous_positions(model, tiny) -> None:
-    ids = _ids(24)
+    ids = token_ids(24)
     _, probs = _ref_forward(tiny[1], ids)
     for head in ("mean", 3):
         dense, meta, tokens = capture_attention(model, ids, 1, head, text="s", licence="l")
@@ -344,7 +270,7 @@ def test_capture_wraps_into_a_trace(model, tmp_path) -> None:
     trace_mod = pytest.importorskip("h2o.trace")
     from h2o.model.capture import save_capture, to_trace
 
-    dense, meta, tokens = capture_attention(model, _ids(20), 0, "mean")
+    dense, meta, tokens = capture_attention(model, token_ids(20), 0, "mean")
     tr = to_trace("tiny", dense, meta, tokens)
     np.testing.assert_allclose(tr.row(7), dense[7, :7], atol=1e-6)
     save_capture(tmp_path / "t.npz", "tiny", dense, meta, tokens)
@@ -354,7 +280,7 @@ def test_capture_wraps_into_a_trace(model, tmp_path) -> None:
 
 
 def test_layer_shares_sum_to_one(model) -> None:
-    ls = layer_attention_shares(model, _ids(90), n_sinks=2, n_recent=8)
+    ls = layer_attention_shares(model, token_ids(90), n_sinks=2, n_recent=8)
     total = ls.sink + ls.recent + ls.middle
     np.testing.assert_allclose(total, 1.0, atol=1e-5)
     assert ls.sink.shape == (NL,) and ls.n_queries == 90 - 11
@@ -362,39 +288,13 @@ def test_layer_shares_sum_to_one(model) -> None:
 
 
 def test_layer_shares_without_sinks(model) -> None:
-    ls = layer_attention_shares(model, _ids(90), n_sinks=0, n_recent=8)
+    ls = layer_attention_shares(model, token_ids(90), n_sinks=0, n_recent=8)
     np.testing.assert_array_equal(ls.sink, 0.0)
     assert (ls.middle > 0).all() and (ls.recent > 0).all()
     np.testing.assert_allclose(ls.recent + ls.middle, 1.0, atol=1e-5)
 
 
 # -- closed loop ---------------------------------------------------------------------------------
-class WindowStandIn:
-    """A minimal sliding-window policy that also checks the ``attn`` contract."""
-
-    reads_attention = True
-
-    def __init__(self, budget: int) -> None:
-        self.budget, self._kept, self.calls = budget, [], 0
-
-    @property
-    def kept(self) -> np.ndarray:
-        return np.asarray(self._kept, dtype=np.int32)
-
-    def on_decode_step(self, pos: int, attn: np.ndarray | None) -> None:
-        assert attn is not None and attn.dtype == np.float32 and attn.ndim == 1
-        assert attn.shape[0] == len(self._kept) and (attn >= 0).all()
-        if self._kept:
-            assert abs(float(attn.sum()) - 1.0) < 1e-5  # softmax over the kept keys
-        self._kept.append(pos)
-        self.calls += 1
-
-    def evict(self) -> list[int]:
-        k = max(0, len(self._kept) - self.budget)
-        victims, self._kept = self._kept[:k], self._kept[k:]
-        return victims
-
-
 class RecordingStandIn:
     """Keeps everything; records its steps and refuses bad input like ``h2o.policies.Policy``
     (``ValueError``, changing nothing). ``future_at=n``: once it holds ``n`` positions, its
@@ -440,7 +340,7 @@ def test_a_step_is_checked_before_any_head_is_stepped(model) -> None:
 
     policies = _standins()
     with pytest.raises(ValueError, match="layer 1, KV head 1: the attention signal of step 7"):
-        model.forward(_ids(20), policies=policies, attn_hook=poison)
+        model.forward(token_ids(20), policies=policies, attn_hook=poison)
     assert all(p.steps == list(range(20)) for p in policies[0])  # layer 0 completed
     assert all(p.steps == list(range(7)) for p in policies[1])  # nobody stepped at 7
     assert all(p.steps == [] for p in policies[2])
@@ -452,12 +352,12 @@ def test_a_kept_position_outside_the_past_is_refused_before_stepping(model) -> N
     policies = _standins(L0H1=RecordingStandIn(future_at=5))
     refusal = r"layer 0, KV head 1: at step 5 the policy keeps positions 0\.\.7, outside 0\.\.4"
     with pytest.raises(ValueError, match=refusal):
-        model.forward(_ids(20), policies=policies)
+        model.forward(token_ids(20), policies=policies)
     assert [p.steps for p in policies[0]] == [list(range(5))] * NKV
 
 
 def test_policies_are_checked_before_the_first_layer(model) -> None:
-    ids = _ids(12)
+    ids = token_ids(12)
     cache = KVCache(model.config, 40)
     ahead = _standins(L2H1=RecordingStandIn(last_pos=3))
     with pytest.raises(ValueError, match=r"layer 2, KV head 1: .*already seen position 3"):
@@ -479,10 +379,10 @@ def test_reused_real_policies_are_refused_and_left_as_they_were(model) -> None:
     from h2o.model import make_policies
 
     pols = make_policies(model, policy_factory("h2o", 8, recent_window=2))
-    model.forward(_ids(15), policies=pols)
+    model.forward(token_ids(15), policies=pols)
     before = [(p.kept.copy(), p.scores.copy(), p.last_pos) for row in pols for p in row]
     with pytest.raises(ValueError, match="already seen position 14"):
-        model.forward(_ids(15), policies=pols)  # a second run must use fresh policies
+        model.forward(token_ids(15), policies=pols)  # a second run must use fresh policies
     after = [(p.kept, p.scores, p.last_pos) for row in pols for p in row]
     for (k0, s0, l0), (k1, s1, l1) in zip(before, after, strict=True):
         np.testing.assert_array_equal(k0, k1)
@@ -491,7 +391,7 @@ def test_reused_real_policies_are_refused_and_left_as_they_were(model) -> None:
 
 
 def test_closed_loop_with_stand_in_matches_reference_decoding(model, tiny) -> None:
-    ids = _ids(36)
+    ids = token_ids(36)
     made: list[WindowStandIn] = []
 
     def factory(layer: int, head: int) -> WindowStandIn:
@@ -518,7 +418,7 @@ def test_closed_loop_with_stand_in_matches_reference_decoding(model, tiny) -> No
 )
 def test_closed_loop_matches_reference_decoding(model, tiny, name, budget, params) -> None:
     pytest.importorskip("h2o.policies")
-    ids = _ids(40, seed=5)
+    ids = token_ids(40, seed=5)
     res = perplexity_under_eviction(model, ids, policy_factory(name, budget, **params))
     ref = _ref_decode_with_eviction(tiny[1], ids[:-1], policy_factory(name, budget, **params))
     np.testing.assert_allclose(res.nll, -_logprobs(ref, ids[1:]), atol=2e-4)
@@ -526,7 +426,7 @@ def test_closed_loop_matches_reference_decoding(model, tiny, name, budget, param
 
 def test_budget_at_least_T_reproduces_full_cache_exactly(model) -> None:
     pytest.importorskip("h2o.policies")
-    ids = _ids(60)
+    ids = token_ids(60)
     full = perplexity_under_eviction(model, ids, None)
     assert full.perplexity == pytest.approx(model.perplexity(ids), rel=1e-12)
     for name in ("h2o", "streaming-llm", "tova"):
@@ -537,7 +437,7 @@ def test_budget_at_least_T_reproduces_full_cache_exactly(model) -> None:
 
 def test_eviction_changes_perplexity(model) -> None:
     pytest.importorskip("h2o.policies")
-    ids = _ids(60)
+    ids = token_ids(60)
     full = perplexity_under_eviction(model, ids, None)
     small = perplexity_under_eviction(model, ids, policy_factory("sliding-window", 6))
     assert small.perplexity != full.perplexity
@@ -545,7 +445,7 @@ def test_eviction_changes_perplexity(model) -> None:
 
 def test_generate_under_eviction_matches_reference(model, tiny) -> None:
     pytest.importorskip("h2o.policies")
-    prompt = _ids(25, seed=3)
+    prompt = token_ids(25, seed=3)
     seen: list[tuple[int, int]] = []
     factory = policy_factory("h2o", 10, recent_window=3)
     res = generate(model, prompt, 6, factory, lambda d, n: seen.append((d, n)), stop_at_eos=False)
@@ -591,20 +491,20 @@ def test_generate_stops_at_an_end_id_only(model, monkeypatch, forced, stops) -> 
         return out
 
     monkeypatch.setattr(model, "logits", logits)
-    res = generate(model, _ids(10), 6)
+    res = generate(model, token_ids(10), 6)
     if stops:
         assert res.stopped == "eos" and len(res.new_ids) == 2
     else:  # <|im_start|>: special, but no end of sequence
         assert res.stopped == "max_new" and len(res.new_ids) == 6 and res.new_ids[2] == forced
     calls.clear()
-    assert generate(model, _ids(10), 6, stop_at_eos=False).new_ids[2] == forced
+    assert generate(model, token_ids(10), 6, stop_at_eos=False).new_ids[2] == forced
 
 
 def test_quality_table_is_perplexity_under_eviction_per_run(model, monkeypatch) -> None:
     pytest.importorskip("h2o.policies")
     from h2o.model import quality_table
 
-    ids = _ids(40, seed=2)
+    ids = token_ids(40, seed=2)
     seen: list[tuple[str, int, int]] = []
     rows = quality_table(
         model, ids, ["h2o", "sliding-window"], [8, 12], lambda *a: seen.append(a), recent_window=2

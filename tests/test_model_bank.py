@@ -3,7 +3,7 @@
 "Before" is computed here from the per-instance path (``model.forward`` with
 ``make_policies``: one policy object per layer and KV head, each stepped on its own), "after"
 from :func:`perplexity_under_eviction`, which runs each layer's heads as one bank. On the tiny
-random GGUF of ``test_model.py`` (every policy, several budgets, heads at different fills,
+random GGUF of ``tiny_model.py`` (every policy, several budgets, heads at different fills,
 refusals) and, with ``-m model``, on the real SmolLM2.
 """
 
@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
-from test_model import NKV, NL, _ids, _write_tiny_gguf
+from tiny_model import NKV, NL, token_ids, write_tiny_gguf
 
 from h2o import H2O
 from h2o.bank import PolicyBank
@@ -35,7 +35,7 @@ from h2o.model.quality import make_banks
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> SmolLM:
     path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    _write_tiny_gguf(path)
+    write_tiny_gguf(path)
     return SmolLM.load(path)
 
 
@@ -63,7 +63,7 @@ RUNS = [
 
 @pytest.mark.parametrize(("name", "budget", "params"), RUNS)
 def test_banked_closed_loop_is_the_per_instance_one_bit_for_bit(model, name, budget, params):
-    ids = _ids(48, seed=3)
+    ids = token_ids(48, seed=3)
     factory = policy_factory(name, budget, seed=5, **params)
     assert all(isinstance(b, PolicyBank) for b in make_banks(model, factory))
     got = perplexity_under_eviction(model, ids, factory)
@@ -84,7 +84,7 @@ def test_heads_at_different_fills_share_a_bank(model):
     def factory(layer: int, head: int):
         return policy_factory("h2o", 6 + 3 * head + layer, recent_window=1 + head)(layer, head)
 
-    ids = _ids(40, seed=4)
+    ids = token_ids(40, seed=4)
     banks = make_banks(model, factory)
     assert [b.budgets.tolist() for b in banks] == [[6 + li, 9 + li] for li in range(NL)]
     got = perplexity_under_eviction(model, ids, factory)
@@ -98,7 +98,7 @@ def test_a_step_with_a_bad_signal_moves_no_head_of_a_bank(model):
 
     banks = make_banks(model, policy_factory("h2o", 5, recent_window=1))
     with pytest.raises(ValueError, match="layer 1, KV head 1: the attention signal of step 7"):
-        model.forward(_ids(20), policies=banks, attn_hook=poison)
+        model.forward(token_ids(20), policies=banks, attn_hook=poison)
     assert [banks[li].last_pos for li in range(NL)] == [19, 6, -1]
     assert all(banks[1].lane(g).last_pos == 6 for g in range(NKV))
 
@@ -110,7 +110,7 @@ def test_generation_on_banks_is_generation_one_instance_at_a_time(model):
     def plain(layer: int, head: int):
         return Unbanked(8, recent_window=2)
 
-    prompt = _ids(30, seed=7)
+    prompt = token_ids(30, seed=7)
     assert isinstance(make_banks(model, policy_factory("h2o", 8, recent_window=2))[0], PolicyBank)
     assert not isinstance(make_banks(model, plain)[0], PolicyBank)
     banked = generate(
@@ -120,7 +120,7 @@ def test_generation_on_banks_is_generation_one_instance_at_a_time(model):
 
 
 def test_stand_ins_and_mixed_kinds_are_not_banked(model):
-    from test_model import WindowStandIn
+    from tiny_model import WindowStandIn
 
     made = make_banks(model, lambda li, g: WindowStandIn(9))
     assert all(isinstance(p, WindowStandIn) for row in made for p in row)
@@ -131,7 +131,7 @@ def test_stand_ins_and_mixed_kinds_are_not_banked(model):
 
     banks = make_banks(model, mixed)
     assert [isinstance(b, PolicyBank) for b in banks] == [True, False, True]
-    ids = _ids(30, seed=6)
+    ids = token_ids(30, seed=6)
     got = perplexity_under_eviction(model, ids, mixed)
     assert got.nll.tobytes() == per_instance_nll(model, ids, mixed).tobytes()
 

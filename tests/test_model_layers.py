@@ -1,6 +1,6 @@
 """``h2o.model.layers``: every layer's trace from one forward, region shares, per-layer replays.
 
-Mostly on the tiny random-weight GGUF of ``test_model.py`` (no model file needed); one test
+Mostly on the tiny random-weight GGUF of ``tiny_model.py`` (no model file needed); one test
 (``-m model``) checks the real SmolLM2 against the shipped lighthouse trace of layer 8.
 """
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 # The tiny GGUF writer (skips this module, as that one, without gguf/tokenizers).
-from test_model import NH, NL, _ids, _write_tiny_gguf
+from tiny_model import NH, NL, token_ids, write_tiny_gguf
 
 import h2o
 from h2o import analysis
@@ -32,13 +32,13 @@ LINEUP = [("h2o", {"recent_window": 2}), ("streaming-llm", {"sinks": 1})]
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> SmolLM:
     path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    _write_tiny_gguf(path)
+    write_tiny_gguf(path)
     return SmolLM.load(path)
 
 
 @pytest.mark.parametrize("head", ["mean", 3])
 def test_capture_layers_equals_one_capture_per_layer(model, head) -> None:
-    ids = _ids(40)
+    ids = token_ids(40)
     seen = []
     traces = capture_layers(
         model, ids, head, progress=lambda d, n: seen.append((d, n)), source_name="x"
@@ -56,14 +56,14 @@ def test_capture_layers_equals_one_capture_per_layer(model, head) -> None:
 
 def test_capture_layers_refuses_bad_input(model) -> None:
     with pytest.raises(ValueError, match="head"):
-        capture_layers(model, _ids(10), head=99)
+        capture_layers(model, token_ids(10), head=99)
     with pytest.raises(ValueError, match="2 tokens"):
-        capture_layers(model, _ids(1))
+        capture_layers(model, token_ids(1))
 
 
 def test_layer_shares_equal_the_per_head_statistic(model) -> None:
     # Shares are linear in the row: those of the head-mean trace are the mean of each head's.
-    ids = _ids(90)
+    ids = token_ids(90)
     shares = layer_attention_shares(model, ids, n_sinks=2, n_recent=8)
     per_head = [layer_shares(capture_layers(model, ids, h), 2, 8) for h in range(NH)]
     for region in ("sink", "recent", "middle"):
@@ -76,7 +76,7 @@ def test_layer_shares_equal_the_per_head_statistic(model) -> None:
 @pytest.mark.parametrize(("n_sinks", "n_recent"), [(0, 8), (2, 0), (0, 0)])
 def test_layer_attention_shares_with_an_empty_region(model, n_sinks, n_recent) -> None:
     # n_sinks=0 once made the sink share the whole row (and the middle negative).
-    ids = _ids(60)
+    ids = token_ids(60)
     shares = layer_attention_shares(model, ids, n_sinks=n_sinks, n_recent=n_recent)
     traces = capture_layers(model, ids)
     first = n_sinks + n_recent + 1
@@ -97,9 +97,9 @@ def test_layer_attention_shares_with_an_empty_region(model, n_sinks, n_recent) -
 def test_layer_attention_shares_refuses_before_the_forward(model, monkeypatch) -> None:
     monkeypatch.setattr(model, "forward", lambda *a, **k: pytest.fail("forward ran"))
     with pytest.raises(ValueError, match="more than 11"):
-        layer_attention_shares(model, _ids(11), n_sinks=2, n_recent=8)
+        layer_attention_shares(model, token_ids(11), n_sinks=2, n_recent=8)
     with pytest.raises(ValueError, match=">= 0"):
-        layer_attention_shares(model, _ids(40), n_sinks=-1)
+        layer_attention_shares(model, token_ids(40), n_sinks=-1)
 
 
 def test_region_shares_by_brute_force() -> None:
@@ -131,7 +131,7 @@ def test_region_shares_exact_on_a_small_trace() -> None:
 
 
 def test_compare_layers_is_bench_on_each_layer(model) -> None:
-    traces = capture_layers(model, _ids(48))
+    traces = capture_layers(model, token_ids(48))
     calls = []
     rows = compare_layers(traces, LINEUP, 8, top_k=4, progress=lambda *a: calls.append(a))
     assert [r["layer"] for r in rows] == [0, 0, 1, 1, 2, 2]
@@ -148,7 +148,7 @@ def test_compare_layers_is_bench_on_each_layer(model) -> None:
 
 
 def test_compare_layers_refuses_before_replaying(model) -> None:
-    traces = capture_layers(model, _ids(20))
+    traces = capture_layers(model, token_ids(20))
     with pytest.raises(ValueError, match="recent_window"):
         compare_layers(traces, [("h2o", {"recent_window": 8})], 8)
     with pytest.raises(ValueError, match="not below the trace length"):

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from model_marks import INSTALL, have_model
 
 from h2o.model import (
-    ModelNotFoundError,
     SmolLM,
     generate,
     perplexity_under_eviction,
     policy_factory,
 )
 
-pytestmark = pytest.mark.model
+pytestmark = [
+    pytest.mark.model,
+    pytest.mark.skipif(not have_model(), reason=f"SmolLM2 GGUF not installed: {INSTALL}"),
+]
 
 PARAGRAPH = (
     "The town library opens at nine in the morning and closes at six in the evening. On "
@@ -32,10 +35,7 @@ PARAGRAPH = (
 
 @pytest.fixture(scope="module")
 def model() -> SmolLM:
-    try:
-        return SmolLM.load()
-    except ModelNotFoundError as e:
-        pytest.skip(f"SmolLM2 GGUF not available: {e}")
+    return SmolLM.load()
 
 
 @pytest.fixture(scope="module")
