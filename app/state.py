@@ -362,7 +362,7 @@ def sidebar() -> Context:
             help="canonical: the benchmark trace of the policy card (sinks, a 64-wide recency "
             "band, heavy hitters per 512-step epoch). stale-spike: the card's H2O-vs-"
             "Scissorhands lesson. toy: small enough to follow cell by cell. Files in traces/ "
-            "and your uploads follow.",
+            "and your upload follow (one at a time: a new upload replaces the last).",
         )
         st.file_uploader(
             "Upload a trace (.npz)",
