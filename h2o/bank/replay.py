@@ -35,7 +35,7 @@ from h2o.replay import Replay, check_top_k, replay, result
 from h2o.trace import ROW_SUM_TOLERANCE, Trace
 
 from .base import PolicyBank
-from .kernels import RULES, replay_steady
+from .kernels import replay_steady
 from .ring import RingBank
 from .scored import ScoredBank
 
@@ -71,10 +71,10 @@ def replay_bank(
             progress(t, steps)
         if t == steady and bank._fill == bank._budget:
             victims = np.empty((steps - t, size), dtype=np.intp)
-            if _steady(bank, weights, t, steps, mass, victims, progress):
-                fill[t:] = bank._budget + 1  # each step admits one before evicting one
-                went.append((np.arange(t, steps), None, victims))
-                break
+            _steady(bank, weights, t, steps, mass, victims, progress)
+            fill[t:] = bank._budget + 1  # each step admits one before evicting one
+            went.append((np.arange(t, steps), None, victims))
+            break
         o = t * (t - 1) // 2
         row = weights[o : o + t]
         n = bank._fill
@@ -294,7 +294,7 @@ def _steady_from(bank: PolicyBank, trace: Trace) -> int:
     """The step from which :func:`_steady` runs this bank over this trace (-1: never)."""
     if not (
         isinstance(bank, ScoredBank)
-        and bank._by_argmin
+        and bank._compiled >= 0  # a rule the compiled loop knows (not random eviction)
         and bank.reads_attention
         and 0 <= bank._budget < trace.steps
         and not bank._own_checks
@@ -312,21 +312,25 @@ def _steady(
     mass: np.ndarray,
     victims: np.ndarray,
     progress: StepProgress | None,
-) -> bool:
+) -> None:
     """Steps ``t0..steps-1`` of a full scored bank whose lanes share a budget, one eviction a
     step, in the compiled loop (:func:`h2o.bank.kernels.replay_steady`), in runs of
-    ``PROGRESS_EVERY`` steps; ``mass[t]`` and ``victims[t - t0]`` filled in. False (nothing
-    touched) for a rule the loop does not know."""
-    rule = RULES.get(type(bank._lanes[0]))
-    if rule is None:
-        return False
-    n, windows = bank._budget, bank._windows.astype(np.int64)
+    ``PROGRESS_EVERY`` steps; ``mass[t]`` and ``victims[t - t0]`` filled in."""
+    n = bank._budget
     for a in range(t0, steps, PROGRESS_EVERY):
         if progress is not None and a > t0:
             progress(a, steps)
         b = min(steps, a + PROGRESS_EVERY)
         replay_steady(
-            weights, a, b, bank._pos, bank._score, n, windows, rule, mass, victims[a - t0 :]
+            weights,
+            a,
+            b,
+            bank._pos,
+            bank._score,
+            n,
+            bank._windows,
+            bank._compiled,
+            mass,
+            victims[a - t0 :],
         )
     bank._fill, bank._last_pos, bank._stale = n, steps - 1, True
-    return True

@@ -51,7 +51,6 @@ class ScoredBank(PolicyBank):
     def _setup(self) -> None:
         lane = self._lanes[0]
         self._windows = np.array([lane.recent_window for lane in self._lanes], dtype=np.int64)
-        self._window = int(self._windows[0]) if (self._windows == self._windows[0]).all() else -1
         # The class's scoring rule for the numpy path: given (n, N) views, a rule written for
         # one lane's (n,) arrays (elementwise, attn.shape[0] = kept count) is the same rule.
         self._rule = lane._accumulate
@@ -129,23 +128,22 @@ class ScoredBank(PolicyBank):
             return None
         n = self._fill
         one = self._go if isinstance(k, int) else k == 1
+        lanes = self._all if isinstance(k, int) else np.flatnonzero(one)
         if self._by_argmin:
             evict_lanes(self._pos, self._score, n, self._windows, one, self._out)
             gone = self._out
         else:  # random: each lane draws from its own generator
             evictable = n - self._windows
             v = np.full(self.size, n)
-            for i in np.flatnonzero(one):
+            for i in lanes:
                 v[i] = self._lanes[i]._select(1, int(evictable[i]))[0]
-            lanes = np.flatnonzero(one)
             gone = np.full(self.size, -1, dtype=np.int64)
             gone[lanes] = self._pos[lanes, v[lanes]]
             self._shift(v, n)
         if isinstance(k, int):
             self._fill = n - 1
-            return (self._all, gone.copy()) if victims else _NONE
+            return (lanes, gone.copy()) if victims else _NONE
         self._set_fills(n - one)
-        lanes = np.flatnonzero(one)
         return (lanes, gone[lanes]) if victims else _NONE
 
     def _shift(self, v: np.ndarray, n: int) -> None:

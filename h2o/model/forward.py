@@ -761,11 +761,12 @@ def _head_grid(G: int, gs: int) -> tuple[np.ndarray, np.ndarray]:
     return grid
 
 
-def _mean_unchecked(pk: np.ndarray) -> np.ndarray:
-    """:func:`_renormalised_mean` without its underflow test: the same floats whenever every
-    head's kept mass is positive, and a weight that is not finite otherwise — which the bank's
-    step refuses, changing nothing, so the caller then takes the careful path."""
-    w = (np.float32(1.0 / pk.shape[1]) / _sum(pk, axis=-1))[:, None, :]
+def _mean_unchecked(pk: np.ndarray, z: np.ndarray | None = None) -> np.ndarray:
+    """:func:`_renormalised_mean` without its underflow test (``z``: each head's kept mass, if
+    summed already): the same floats whenever every head's kept mass is positive, and a weight
+    that is not finite otherwise — which the bank's step refuses, changing nothing, so the
+    caller then takes the careful path."""
+    w = (np.float32(1.0 / pk.shape[1]) / (_sum(pk, axis=-1) if z is None else z))[:, None, :]
     return np.matmul(w, pk)[:, 0, :]
 
 
@@ -777,8 +778,7 @@ def _renormalised_mean(pk: np.ndarray) -> np.ndarray:
         # give that head a uniform row rather than 0/0.
         pk = np.where((z <= 0)[..., None], np.float32(1.0), pk)
         z = _sum(pk, axis=-1)
-    w = (np.float32(1.0 / pk.shape[1]) / z)[:, None, :]  # (G, 1, gs): renormalise, then mean
-    return np.matmul(w, pk)[:, 0, :]
+    return _mean_unchecked(pk, z)  # (G, 1, gs) weights: renormalise, then mean
 
 
 def _masked_output(
