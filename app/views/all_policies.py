@@ -6,15 +6,20 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import data, figures, state
+from app import claims, data, figures, state
 from h2o import analysis
 
 st.title("All policies")
 st.markdown(
     "Every policy replayed on the sidebar's trace — the table of `python -m h2o bench`. "
     "H2O and Scissorhands appear at recent_window 32 and 64 (and at the sidebar's value); "
-    "StreamingLLM and the sliding window never read attention; random eviction is the floor "
-    "any attention-aware policy must clear."
+    "StreamingLLM and the sliding window never read attention; random eviction evicts any "
+    "unprotected position with equal chance. **Retained mass** is the share of each step's "
+    "attention that falls on positions still in the cache, **top-k recall** the share of the "
+    "step's k most-attended positions still kept, both averaged over the steps t ≥ budget; the "
+    "**oracle bound** keeps the best `budget` positions of every step in hindsight (it may "
+    "re-admit what it dropped, so no policy reaches it). The sentences under the chart are "
+    "computed from its bars."
 )
 
 ctx = state.sidebar()
@@ -60,6 +65,8 @@ fig = figures.policy_bars(
     title=f"Retained mass and top-{ctx.top_k} recall — {ctx.trace.name}, budget {ctx.budget}",
 )
 st.plotly_chart(fig, width="stretch", key="policy_bars", config={"displaylogo": False})
+verdict = claims.bench_verdict([{**r, "label": state.md(r["label"], 80)} for r in rows], ctx.top_k)
+st.markdown(" ".join(verdict), help="Computed from the bars above; three decimals tie.")
 table = pd.DataFrame(
     {
         "policy": [r["label"] for r in rows],

@@ -1,0 +1,106 @@
+"""Sentences built from the numbers a figure plots: who leads, how close to the oracle bound,
+who falls below random eviction, which policies coincide.
+
+Every number, ranking or "who wins" a student reads next to a policy table comes from here, from
+the same rows the chart draws, so the sentence changes when the setting does (tests drive these
+at every value of the views' controls). Pure functions: no streamlit, so they are cheap to test.
+
+Labels are used as given: a caller that shows them as markdown escapes them first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: Two values "tie" when they agree to the three decimals the sentences print.
+TIE = 5e-4
+
+Row = Mapping[str, Any]
+
+
+def join(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    items = list(items)
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def leaders(rows: Sequence[Row], metric: str) -> list[Row]:
+    """The rows within :data:`TIE` of the highest ``metric``, in their order."""
+    best = max(r[metric] for r in rows)
+    return [r for r in rows if best - r[metric] < TIE]
+
+
+def ties(rows: Sequence[Row], metric: str) -> list[list[Row]]:
+    """Groups of two or more rows whose ``metric`` agree to three decimals (each group within
+    :data:`TIE` of its first member, rows taken from the highest down)."""
+    ordered = sorted(rows, key=lambda r: -r[metric])
+    groups: list[list[Row]] = []
+    for r in ordered:
+        if groups and groups[-1][0][metric] - r[metric] < TIE:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return [g for g in groups if len(g) > 1]
+
+
+def _verb(group: Sequence[Row], one: str, many: str) -> str:
+    return one if len(group) == 1 else many
+
+
+def bench_verdict(rows: Sequence[Row], top_k: int) -> list[str]:
+    """What a policy table shows, sentence by sentence (markdown).
+
+    ``rows`` are :func:`h2o.analysis.bench` rows (``label``, ``policy``, ``retained_mass``,
+    ``top_k_recall``, ``oracle_mass``): who keeps the most mass and its share of the oracle bound;
+    where random eviction stands (below whom, above whom); which other policies coincide; who
+    leads on top-k recall when that is someone else.
+    """
+    if not rows:
+        return []
+    out = []
+    oracle = float(rows[0]["oracle_mass"])
+    top = leaders(rows, "retained_mass")
+    m = max(float(r["retained_mass"]) for r in top)
+    share = f", {m / oracle:.0%} of the oracle bound ({oracle:.3f})" if oracle > 0 else ""
+    out.append(
+        f"**{join([r['label'] for r in top])}** "
+        f"{_verb(top, 'keeps', 'keep')} the most attention mass: {m:.3f}{share}."
+        + (" They tie to three decimals." if len(top) > 1 else "")
+    )
+    rand = next((r for r in rows if r["policy"] == "random"), None)
+    if rand is not None:
+        rm = float(rand["retained_mass"])
+        others = [r for r in rows if r is not rand]
+        below = [r for r in others if r["retained_mass"] < rm - TIE]
+        level = [r for r in others if abs(r["retained_mass"] - rm) < TIE]
+        if below:
+            who = join([f"{r['label']} ({r['retained_mass']:.3f})" for r in below])
+            out.append(
+                f"Random eviction keeps {rm:.3f}, and {who} "
+                f"{_verb(below, 'keeps', 'keep')} *less*: at this setting random is no floor."
+            )
+        elif level:
+            out.append(
+                f"Random eviction keeps {rm:.3f}, level with "
+                f"{join([r['label'] for r in level])}; every other policy keeps more."
+            )
+        else:
+            out.append(f"Random eviction keeps {rm:.3f}, the least: every other policy beats it.")
+    for group in ties(rows, "retained_mass"):
+        if group[0] in top:
+            continue
+        if rand is not None and rand in group:
+            continue  # said above
+        out.append(
+            f"{join([r['label'] for r in group])} coincide at {group[0]['retained_mass']:.3f}."
+        )
+    rtop = leaders(rows, "top_k_recall")
+    if {id(r) for r in rtop} != {id(r) for r in top}:
+        out.append(
+            f"On top-{top_k} recall the lead is {join([r['label'] for r in rtop])}'s: "
+            f"{max(r['top_k_recall'] for r in rtop):.3f}."
+        )
+    return out
