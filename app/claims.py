@@ -104,3 +104,50 @@ def bench_verdict(rows: Sequence[Row], top_k: int) -> list[str]:
             f"{max(r['top_k_recall'] for r in rtop):.3f}."
         )
     return out
+
+
+def window_headline(
+    rows: Sequence[Row], band: int, ref_mass: float, ref_recall: float, ref_label: str, top_k: int
+) -> str:
+    """The recentWindow explorer's headline (markdown), from H2O's sweep ``rows`` (one per
+    ``recent_window``, ascending, windows 32 and ``band`` among them) and the reference policy's
+    mass and recall: below or above the reference at 32; at the band, on which metrics it beats
+    the reference; past the band, whether a wider window still gains, holds or loses."""
+    by_w = {r["recent_window"]: r for r in rows}
+    at32, atband = by_w[32], by_w[band]
+    m32, mb, rb = at32["retained_mass"], atband["retained_mass"], atband["top_k_recall"]
+    out = [
+        f"**At 32** H2O retains {m32:.4f} of the attention mass — "
+        f"{'less' if m32 < ref_mass else 'more'} than {ref_label}'s {ref_mass:.4f}."
+    ]
+    wins = [name for name, ok in (("mass", mb > ref_mass), ("recall", rb > ref_recall)) if ok]
+    versus = {
+        2: f"above {ref_label} on both metrics",
+        1: f"above {ref_label} on {wins[0] if wins else ''} only",
+        0: f"below {ref_label} on both metrics",
+    }[len(wins)]
+    out.append(
+        f"**At {band}** (the band) it retains {mb:.4f} with top-{top_k} recall {rb:.4f}: {versus}."
+    )
+    after = [r for r in rows if r["recent_window"] > band]
+    if after:
+        hi = max(after, key=lambda r: r["retained_mass"])
+        lo = min(after, key=lambda r: r["retained_mass"])
+        last = after[-1]["recent_window"]
+        if hi["retained_mass"] - mb >= TIE:
+            out.append(
+                f"**Past {band}** the mass still rises, to {hi['retained_mass']:.4f} at "
+                f"{hi['recent_window']}: on this trace the gain does not stop at the band width."
+            )
+        elif mb - lo["retained_mass"] >= TIE:
+            out.append(
+                f"**Past {band}** no window keeps more, and wider ones keep less (down to "
+                f"{lo['retained_mass']:.4f} at {lo['recent_window']}): the gain stops at the band "
+                "width, and a window that eats the budget takes slots from the heavy hitters."
+            )
+        else:
+            out.append(
+                f"**From {band} to {last}** the mass stays within {TIE} of {mb:.4f}: the gain "
+                "stops at the band width."
+            )
+    return " ".join(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import data, figures, state
+from app import claims, data, figures, state
 from h2o import analysis
 
 st.title("recentWindow explorer")
@@ -64,22 +64,12 @@ for col, w in zip(cols[:2], [32, band], strict=True):
 cols[2].metric(f"{ref_label['streaming-llm']} mass", f"{sl_mass:.4f}")
 cols[3].metric(f"Oracle bound (best {ctx.budget})", f"{oracle:.4f}")
 if band is not None and band in by_w and 32 in by_w:
-    at32, atband = by_w[32], by_w[band]
-    after = [r for r in h2o_rows if r["recent_window"] >= band]
-    spread = max(r["retained_mass"] for r in after) - min(r["retained_mass"] for r in after)
-    below = at32["retained_mass"] < sl_mass
-    above = atband["retained_mass"] > sl_mass and atband["top_k_recall"] > sl_recall
     share = data.band_share(ctx.ref.ident, ctx.trace, band)
     st.markdown(
         f"This trace puts **{share:.2f}** of its attention on the most recent {band} positions. "
-        f"**At 32** H2O retains {at32['retained_mass']:.4f} of the attention mass — "
-        f"{'less' if below else 'more'} than StreamingLLM's {sl_mass:.4f}. "
-        f"**At {band}** (the band) it retains {atband['retained_mass']:.4f} with top-{ctx.top_k} "
-        f"recall {atband['top_k_recall']:.4f}: "
-        f"{'above' if above else 'not above'} StreamingLLM on both metrics. "
-        f"**From {band} to {after[-1]['recent_window']}** the mass "
-        + (f"moves by at most {spread:.4f}" if spread >= 5e-5 else "does not move (to 4 places)")
-        + ": the gain saturates at the band width."
+        + claims.window_headline(
+            h2o_rows, band, sl_mass, sl_recall, state.md(ref_label["streaming-llm"]), ctx.top_k
+        )
     )
 
 left, right = st.columns(2, gap="medium")
