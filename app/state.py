@@ -495,7 +495,8 @@ def policy_choice(name: str, label: str, default: str, container: Any = st) -> s
         **mirror(name, default),
         help="h2o: cumulative attention · streaming-llm: sinks + ring buffer · scissorhands: "
         "votes · tova: last step's attention (with its own recent_window of 1) · "
-        "sliding-window: newest only · random: floor.",
+        "sliding-window: newest only · random: any unprotected position, with equal chance (a "
+        "baseline, not a floor: a policy with too narrow a window can fall below it).",
     )
     ss[name] = chosen
     return chosen
