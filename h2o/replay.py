@@ -231,6 +231,23 @@ def replay(policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True
     if len(policy) or policy.last_pos >= 0:
         raise ValueError("replay needs a fresh policy (this one has already taken steps)")
     top_k = check_top_k(top_k)
+    from .bank.lane import replay_compiled  # the engine is built on this module
+
+    compiled = replay_compiled(policy, trace, top_k, record)
+    if compiled is not None:  # the library's own classes: every step in one compiled call
+        return compiled
+    return replay_stepwise(policy, trace, top_k, record=record)
+
+
+def replay_stepwise(
+    policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True
+) -> Replay:
+    """:func:`replay` one Python step at a time, through the policy's own methods: any policy
+    (random eviction, a subclass, your own), and the reference the compiled replay of the
+    library's classes (:mod:`h2o.bank.lane`) is tested against, bit for bit."""
+    if len(policy) or policy.last_pos >= 0:
+        raise ValueError("replay needs a fresh policy (this one has already taken steps)")
+    top_k = check_top_k(top_k)
     steps, budget = trace.steps, policy.budget
     mass = np.ones(steps)
     n_kept = np.zeros(steps, dtype=np.int32)
@@ -299,6 +316,7 @@ def result(
     victim_score: np.ndarray | None = None,
     kept_pos: np.ndarray | None = None,
     kept_score: np.ndarray | None = None,
+    recall: np.ndarray | None = None,
 ) -> Replay:
     """The :class:`Replay` of a run, from its per-step mass and fill, the victims in step
     order (which also give the recall) and, if recorded, the per-step
@@ -316,7 +334,7 @@ def result(
         sinks=int(getattr(policy, "sinks", 0)),
         score_label=policy.score_label,
         mass=mass,
-        recall=_recall(trace, top_k, victim_step, victim_pos),
+        recall=_recall(trace, top_k, victim_step, victim_pos) if recall is None else recall,
         oracle=trace.oracle_mass(policy.budget),
         n_kept=n_kept,
         victim_step=victim_step,

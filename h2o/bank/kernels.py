@@ -224,3 +224,6 @@ def warm() -> None:
         step_lanes(pos, score, 3, 5, attn, H2O_RULE, windows)
     p = np.full((2, 3, 4, 8), 0.125, dtype=np.float32)
     gather_kept(p, pos, 3, 0, np.zeros((2, 4, 8), dtype=np.bool_), np.empty((2, 3, 3), np.float32))
+    from .lane import warm as warm_lane  # one replay's compiled loop (it builds on this module)
+
+    warm_lane()

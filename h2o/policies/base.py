@@ -139,6 +139,20 @@ class Policy:
         k = len(self) - budget
         return self._evict(k) if k > 0 else []
 
+    def resume(self, kept: np.ndarray, scores: np.ndarray, last_pos: int) -> None:
+        """Take the state of steps an engine ran for this fresh policy elsewhere (a compiled
+        replay): the kept positions in arrival order, their float64 scores, the last position
+        admitted. For engines that ran this policy's own rules; nothing here re-checks them."""
+        if len(self) or self._last_pos >= 0:
+            raise ValueError("resume needs a fresh policy (this one has already taken steps)")
+        if len(kept) != len(scores) or (len(kept) and int(kept[-1]) > last_pos):
+            raise ValueError("resume: kept and scores must align, and end at or before last_pos")
+        self._resume(np.asarray(kept, dtype=np.int32), np.asarray(scores, dtype=np.float64))
+        self._last_pos = int(last_pos)
+
+    def _resume(self, kept: np.ndarray, scores: np.ndarray) -> None:
+        raise NotImplementedError
+
     # -- validation ----------------------------------------------------------------------------
     def _check_budget(self, budget: int) -> int:
         return _check_budget_value(budget)
@@ -275,6 +289,14 @@ class ScoredPolicy(Policy):
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         """Fold one step's validated, index-aligned weights into ``score`` in place."""
         raise NotImplementedError
+
+    def _resume(self, kept: np.ndarray, scores: np.ndarray) -> None:
+        n = kept.shape[0]
+        if n > self._pos.shape[0]:
+            self._pos, self._score, self._scratch = (
+                np.zeros(n, dtype=a.dtype) for a in (self._pos, self._score, self._scratch)
+            )
+        self._pos[:n], self._score[:n], self._n = kept, scores, n
 
     def _select(self, k: int, evictable: int) -> list[int]:
         """Indices (into kept order) of the ``k`` victims among the first ``evictable`` slots.

@@ -80,6 +80,14 @@ class StreamingLLM(Policy):
         self._ring[(self._head + self._count) % cap] = pos
         self._count += 1
 
+    def _resume(self, kept: np.ndarray, scores: np.ndarray) -> None:
+        ns = min(self.sinks, kept.shape[0])
+        self._sink[:ns], self._ns = kept[:ns], ns
+        ring = kept[ns:]
+        if ring.shape[0] > self._ring.shape[0]:
+            self._ring = np.zeros(ring.shape[0], dtype=np.int32)
+        self._ring[: ring.shape[0]], self._head, self._count = ring, 0, ring.shape[0]
+
     def _evict(self, k: int) -> list[int]:
         cap, h = self._ring.shape[0], self._head
         victims = [int(self._ring[(h + j) % cap]) for j in range(k)]
