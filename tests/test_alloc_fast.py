@@ -21,7 +21,7 @@ import pytest
 
 from h2o.alloc import AdaptiveLayer
 from h2o.bank import make_bank
-from h2o.model.forward import (
+from h2o.model.closed_loop import (
     LayerParts,
     _renormalised_mean,
     _step_parts,

@@ -382,7 +382,7 @@ def test_warm_compiles_every_signature_the_library_passes():
     blocks or none, and the model's per-token step and gather."""
     from h2o import TOVA, Scissorhands
     from h2o.bank import kernels
-    from h2o.model import forward
+    from h2o.model import closed_loop
 
     names = ["replay_steady", "advance_lanes", "evict_lanes", "step_lanes", "gather_kept"]
     kernels.warm()
@@ -404,5 +404,5 @@ def test_warm_compiles_every_signature_the_library_passes():
     p = rng.dirichlet(np.ones(kv), size=(G, gs, c)).astype(np.float32)
     mask = np.zeros((G, c, kv), dtype=bool)
     for i in range(c):
-        forward._step_bank(p, 20 + i, i, bank, mask)
+        closed_loop._step_bank(p, 20 + i, i, bank, mask)
     assert {n: set(map(str, getattr(kernels, n).signatures)) for n in names} == before

@@ -154,8 +154,10 @@ def _allocation_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--allocation",
         default=None,
-        help="comma-separated budget allocations at equal total KV memory: uniform, pyramid, "
-        "adaptive, duo (default: none, every head gets the budget as before)",
+        help="comma-separated budget allocations at equal total KV memory: uniform, pyramid "
+        "(PyramidKV-style), adaptive (Ada-KV-style), duo (DuoAttention-style); each borrows its "
+        "paper's split of the budget, not its whole method (default: none, every head gets the "
+        "budget as before)",
     )
     p.add_argument(
         "--calibration",

@@ -24,9 +24,10 @@ from functools import partial
 
 import numpy as np
 
-from h2o.alloc.adaptive import AdaptiveHead, AdaptiveLayer
-from h2o.bank import PolicyBank, bank_key, make_bank
-from h2o.model.forward import LayerParts, PolicyFactory, Progress, SmolLM
+from h2o.alloc.adaptive import AdaptiveLayer
+from h2o.bank import PolicyBank
+from h2o.model.closed_loop import LayerParts, fastest
+from h2o.model.forward import PolicyFactory, Progress, SmolLM
 from h2o.policies import Policy
 
 FULL_CACHE = "full cache"
@@ -76,41 +77,13 @@ def make_policies(model: SmolLM, factory: PolicyFactory) -> list[list[Policy]]:
     return [[factory(li, g) for g in range(cfg.n_kv_heads)] for li in range(cfg.n_layers)]
 
 
-def make_banks(model: SmolLM, factory: PolicyFactory) -> list[PolicyBank | list[Policy]]:
+def make_banks(
+    model: SmolLM, factory: PolicyFactory
+) -> list[PolicyBank | LayerParts | AdaptiveLayer | list[Policy]]:
     """Per layer, one bank whose lanes are its KV heads (built from ``factory``'s instances:
     their parameters and generators) — or, where the factory makes something no single bank
     holds (a stand-in, two kinds of policy), that layer's instances (:func:`make_policies`)."""
-    return [_bank_or_row(row) for row in make_policies(model, factory)]
-
-
-def _bank_or_row(row: list[Policy]) -> PolicyBank | LayerParts | AdaptiveLayer | list[Policy]:
-    """The fastest exact form of one layer's row: one bank; the banks of its kinds of policy
-    (:class:`~h2o.model.forward.LayerParts`: duo's retrieval and streaming heads); the adaptive
-    layer its heads belong to, stepped whole; or the instances themselves."""
-    layer = _adaptive_layer(row)
-    if layer is not None:
-        return layer
-    try:
-        keys = [bank_key(p) for p in row]
-    except ValueError:  # not a policy a bank holds
-        return row
-    if len(set(keys)) == 1:
-        return make_bank(row)
-    groups: dict[object, list[int]] = {}
-    for g, k in enumerate(keys):
-        groups.setdefault(k, []).append(g)
-    return LayerParts([(heads, make_bank([row[g] for g in heads])) for heads in groups.values()])
-
-
-def _adaptive_layer(row: list[Policy]) -> AdaptiveLayer | None:
-    """The :class:`AdaptiveLayer` whose heads ``row`` is, in order and fresh; else None."""
-    if not row or not all(isinstance(h, AdaptiveHead) for h in row):
-        return None
-    layer = row[0].layer  # type: ignore[attr-defined]
-    fresh = all(len(p) == 0 and p.last_pos < 0 for p in layer.inner)
-    if fresh and list(layer.heads) == row:
-        return layer
-    return None
+    return [fastest(row) for row in make_policies(model, factory)]
 
 
 def perplexity_under_eviction(
