@@ -10,6 +10,8 @@ import streamlit as st
 import h2o
 from app import card, data, figures, state
 from app.lesson import Chapter, open_in
+from app.real_model import claims
+from h2o.model.layers import region_shares
 
 ANSWER_BUDGETS = (256, 512, 1024)
 #: The policies of the shipped answers, in their order (`generate --policy full,…`).
@@ -20,6 +22,16 @@ REAL_MODEL = "views/real_model.py"
 
 # -- 7. a real model -------------------------------------------------------------------------------
 shipped = data.shipped_result
+#: The policies that keep the sinks without reading attention; with those that read attention they
+#: form the group whose perplexities chapter 7 compares.
+PINS_SINKS = ("streaming-llm",)
+STORY = "lighthouse"
+SINKS = 4
+
+
+def labels() -> dict[str, str]:
+    """Policy name → its label in the tables and legends."""
+    return {n: cls.label for n, cls in h2o.POLICIES.items()}
 
 
 def answer_table(runs: dict[int, list[dict]]) -> pd.DataFrame:
@@ -36,27 +48,56 @@ def answer_table(runs: dict[int, list[dict]]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("budget")
 
 
+def answer_runs() -> dict[int, list[dict]] | None:
+    """The answers table's rows: the shipped files, with what this session recomputed in place of
+    theirs; None while a budget has neither."""
+    runs = {b: shipped(f"lighthouse-generate-{b}.json") for b in ANSWER_BUDGETS}
+    runs |= st.session_state.get(FRESH_ANSWERS, {})  # recomputed here replaces what was shipped
+    return None if any(r is None for r in runs.values()) else runs
+
+
+def story_text() -> str:
+    """The prompt of the answers table (the whole story)."""
+    return (data.TEXT_DIR / f"{STORY}.txt").read_text(encoding="utf-8").rstrip()
+
+
+def perplexity_curves(quality: dict) -> dict[str, dict[int, float]]:
+    """``lighthouse-quality.json``'s curves: policy → budget → perplexity (known policies)."""
+    return {
+        name: {int(b): float(v) for b, v in row.items()}
+        for name, row in quality["perplexity"].items()
+        if name in h2o.POLICIES
+    }
+
+
+def ppl_group(curves: dict[str, dict[int, float]]) -> list[str]:
+    """The policies that pin the sinks or read attention, in the curves' order."""
+    return [n for n in curves if n in PINS_SINKS or h2o.POLICIES[n].reads_attention]
+
+
 def real_model() -> None:
     budget = 128
-    lineup = [("h2o", {"recent_window": 32}), ("streaming-llm", {"sinks": 4})]
+    lineup = [("h2o", {"recent_window": 32}), ("streaming-llm", {"sinks": SINKS})]
     layers = {8: "traces/lighthouse-L8-mean.npz", 25: "traces/lighthouse-L25-mean.npz"}
     mass: dict[str, list[float]] = {name: [] for name, _ in lineup}
-    labels: dict[str, str] = {}
-    for key in layers.values():
+    by_layer: dict[int, dict[str, float]] = {}
+    shares = {}
+    for layer, key in layers.items():
         ref = data.load(key, {})
+        # Where the attention goes, split where StreamingLLM's ring is: its sinks, its window.
+        shares[layer] = region_shares(ref.trace, SINKS, budget - SINKS)
         for row in data.bench(ref.ident, ref.trace, budget, 32, data.freeze_lineup(lineup)):
             mass[row["policy"]].append(row["retained_mass"])
-            labels[row["policy"]] = row["label"]
+            by_layer.setdefault(layer, {})[row["policy"]] = row["retained_mass"]
+    names = labels()
     st.markdown(
-        "Everything so far replayed traces. These come from a real model: **SmolLM2-135M**, run "
-        "in numpy inside this server, reading an original short story. In **layer 8** attention "
-        "reaches far back to particular tokens — H2O's case. In **layer 25** it is almost all "
-        "sinks and the last few tokens, and StreamingLLM's ring is enough."
+        "Everything so far replayed traces. Now a real model, **SmolLM2-135M**, run in numpy in "
+        f"this server, reads an original short story: two of its 30 layers at budget {budget}."
     )
     st.plotly_chart(
         figures.grouped_bars(
             categories=[f"layer {n}" for n in layers],
-            series=[(labels[name], figures.policy_colour(name), mass[name]) for name, _ in lineup],
+            series=[(names[name], figures.policy_colour(name), mass[name]) for name, _ in lineup],
             title=f"Retained attention mass at budget {budget}, SmolLM2-135M on lighthouse.txt",
             xtitle="layer (mean over its 9 query heads)",
             ytitle="retained mass (mean over t ≥ budget)",
@@ -65,21 +106,23 @@ def real_model() -> None:
         key="lesson_layers",
         config={"displaylogo": False},
     )
-    runs = {b: shipped(f"lighthouse-generate-{b}.json") for b in ANSWER_BUDGETS}
-    fresh = st.session_state.setdefault(FRESH_ANSWERS, {})
-    runs |= fresh  # what this session recomputed replaces what was shipped
-    if any(r is None for r in runs.values()):
+    st.markdown(claims.layers_sentence(by_layer, shares, SINKS, budget - SINKS, names))
+    runs = answer_runs()
+    fresh = st.session_state.get(FRESH_ANSWERS, {})
+    graded = None if runs is None else claims.grade(runs)
+    if runs is None:
         st.info(
             "The brass-owl answers are computed ahead by the commands in traces/results/README.md "
             "and are not in this copy: the Real model page computes them on request."
         )
     else:
         st.markdown(
-            "The story states once, near token 120 of 2,110, that the spare key is *inside the "
-            "brass owl*, and ends by asking where it is. The model's next eight tokens, with the "
-            "cache of every layer and KV head capped at each budget:"
+            "The story says once, early, where the spare key is hidden, and ends by asking. The "
+            "model's next eight tokens, with the cache of every layer and KV head capped at each "
+            "budget:"
         )
         st.dataframe(answer_table(runs), key="lesson_answers")
+        st.markdown(claims.answers_sentence(graded, names, story_text()))
         st.caption(
             "Computed ahead with `python -m h2o generate --prompt-file traces/texts/lighthouse.txt "
             "--policy full,h2o,streaming-llm,tova,scissorhands,sliding-window,random --budget B "
@@ -89,18 +132,16 @@ def real_model() -> None:
                 if fresh
                 else "."
             )
+            + " An answer counts as right when it contains the full cache's (up to its first "
+            "punctuation)."
         )
     recompute_answers()
     quality = shipped("lighthouse-quality.json")
     if quality is not None:
-        curves = [
-            (name, h2o.POLICIES[name].label, [int(b) for b in row], list(row.values()))
-            for name, row in quality["perplexity"].items()
-            if name in h2o.POLICIES
-        ]
+        curves = perplexity_curves(quality)
         st.plotly_chart(
             figures.perplexity_curves(
-                curves=curves,
+                curves=[(n, names[n], list(c), list(c.values())) for n, c in curves.items()],
                 full=quality["full_cache"],
                 title=f"Perplexity vs cache budget — lighthouse.txt, {quality['n_tokens']:,} "
                 "tokens (lower is better)",
@@ -109,12 +150,18 @@ def real_model() -> None:
             key="lesson_ppl",
             config={"displaylogo": False},
         )
-        st.markdown(
-            "On perplexity the policies that keep the sinks and those that score are close: the "
-            "text's next token rarely depends on one old fact. The question above does — that is "
-            "where they part."
-        )
+        st.markdown(ppl_text(curves, float(quality["full_cache"]), graded))
     open_in("Open the Real model page (and recompute)", REAL_MODEL, {}, key="lesson_open_7")
+
+
+def ppl_text(curves: dict[str, dict[int, float]], full: float, graded: list | None) -> str:
+    """The sentence under the perplexity curves: how close the sink-keeping and scoring policies
+    are, and whether the brass-owl answers (if shown) separate them."""
+    group, names = ppl_group(curves), labels()
+    text = claims.perplexity_sentence(
+        curves, full, group, names, what="the policies that pin the sinks or read attention"
+    )
+    return text if graded is None else f"{text} {claims.parting_sentence(graded, group, names)}"
 
 
 def recompute_answers() -> None:
@@ -146,16 +193,28 @@ def recompute_answers() -> None:
         b = None if policy is None else budget
         r = data.generation_run(name, mtime, policy, b, (), 8, (), _index=i, _total=len(plan))
         out.append(
-            {"label": "full cache" if policy is None else f"{policy}@{budget}", "text": r["text"]}
+            {
+                "label": "full cache" if policy is None else f"{policy}@{budget}",
+                "text": r["text"],
+                "prompt_tokens": r.get("prompt_tokens"),
+            }
         )
     st.session_state[FRESH_ANSWERS] = {**st.session_state.get(FRESH_ANSWERS, {}), budget: out}
     st.rerun()
 
 
 # -- 8. when (not) to use H2O ----------------------------------------------------------------------
-#: Each of the card's points and the chapter that showed it.
-WHEN_SHOWN = (2, 1, 6, 6)
+#: Each of the card's points and the chapter that showed it. "A fact stated once" points at
+#: chapter 7's brass owl, with what it shows (:func:`fact_note`), whichever way that goes.
+WHEN_SHOWN = (7, 1, 6, 6)
 WHEN_NOT_SHOWN = (4, 1, 5, 2)
+
+
+def fact_note(runs: dict[int, list[dict]] | None) -> str:
+    """Chapter 8's note on the card's "a fact stated once": what chapter 7's answers show."""
+    if runs is None:
+        return "the brass-owl answers are not in this copy"
+    return claims.recall_note(claims.grade(runs), labels()["h2o"])
 
 
 def when() -> None:
@@ -170,8 +229,9 @@ def when() -> None:
     left, right = st.columns(2, gap="medium")
     with left:
         st.subheader("Use it")
-        for item, n in zip(card.WHEN, WHEN_SHOWN, strict=True):
-            st.markdown(f"- *{item}* — {seen(n)}")
+        for i, (item, n) in enumerate(zip(card.WHEN, WHEN_SHOWN, strict=True)):
+            note = f": {fact_note(answer_runs())}" if i == 0 else ""
+            st.markdown(f"- *{item}* — {seen(n)}{note}")
     with right:
         st.subheader("Don't")
         for item, n in zip(card.WHEN_NOT, WHEN_NOT_SHOWN, strict=True):

@@ -3,12 +3,11 @@ the full cache and under each policy."""
 
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 import streamlit as st
 
 from app import data, state
+from app.real_model.claims import answer_key, esc, is_right
 from app.real_model.common import GEN_TEXT, POLICY_NAMES, Settings, go, ss
 
 GEN_BUDGET, GEN_POLICIES = "rm_gen_budget", "rm_gen_policies"
@@ -17,12 +16,6 @@ GEN_RESULTS, GEN_GO = "_rm_gen_results", "_rm_gen_go"
 GEN_BUDGETS = (256, 512, 768, 1024)
 GEN_MAX_NEW = 8
 GEN_STOPS = (".", ",", ";", "!", "?", "\n")
-
-
-def answer_key(text: str) -> str:
-    """The gist of an answer: up to its first punctuation or line break (' brass owl.' →
-    'brass owl')."""
-    return re.split(r"[.,;:!?\n]", text.strip(), maxsplit=1)[0].strip()
 
 
 def answer_place(story_end: str, gen_ref: tuple, expected: str) -> dict[str, int] | None:
@@ -98,7 +91,7 @@ def draw(texts: list[str], cfg: Settings) -> None:
         expected = answer_key(gens[0]["text"])
         rows = []
         for g in gens:
-            ok = bool(expected) and expected.lower() in g["text"].lower()
+            ok = is_right(expected, g["text"])
             rows.append(
                 {
                     "cache": g["label"],
@@ -114,19 +107,24 @@ def draw(texts: list[str], cfg: Settings) -> None:
             pos, count, n_ids = place["pos"], place["count"], place["n_ids"]
             times = {1: "once", 2: "twice"}.get(count, f"{count} times")
             st.markdown(
-                f"With the full cache the model answers **“{expected}”** — stated {times} in the "
-                f"story, {'first ' if count > 1 else ''}around token {pos:,} of {n_ids:,}: "
-                f"{n_ids - pos:,} tokens before the question, far outside any recent window. A "
-                "policy that evicted it from a head's cache has taken it away from that head."
+                f"With the full cache the model answers **“{esc(expected)}”** — stated {times} in "
+                f"the story, {'first ' if count > 1 else ''}around token {pos:,} of {n_ids:,}: "
+                f"{n_ids - pos:,} tokens before the question"
+                + (
+                    f", more than the largest budget here ({max(GEN_BUDGETS):,})"
+                    if n_ids - pos > max(GEN_BUDGETS)
+                    else ""
+                )
+                + ". A policy that evicted it from a head's cache has taken it away from that head."
             )
         else:
             st.markdown(
-                f"With the full cache the model answers **“{expected or gens[0]['text']}”**."
+                f"With the full cache the model answers **“{esc(expected or gens[0]['text'])}”**."
             )
         for r in rows[1:]:
             verdict = "✓ the same answer" if r["_ok"] else "✗ a different answer"
             (st.success if r["_ok"] else st.error)(
-                f"{r['cache']}: “{r['answer']}” — {verdict}",
+                f"{esc(r['cache'])}: “{esc(r['answer'])}” — {verdict}",
                 icon=":material/check_circle:" if r["_ok"] else ":material/cancel:",
             )
         st.dataframe(

@@ -2,12 +2,14 @@
 
 Every other page gives every layer and KV head the same budget, and every policy decides while
 decoding. Here: where each head's attention goes (per layer and query head), four ways to split
-one total of KV memory between the 90 heads (uniform, PyramidKV, Ada-KV, DuoAttention — the
-rules in ``h2o/alloc/``), and what each costs in perplexity and in the brass-owl answer, next to
+one total of KV memory between the 90 heads (uniform, and PyramidKV-, Ada-KV- and
+DuoAttention-style rules: each borrows its paper's split of the budget, not its whole method —
+``h2o/alloc/``), and what each costs in perplexity and in the brass-owl answer, next to
 SnapKV, which compresses once after reading the whole prompt, question included.
 
 The page opens on results computed ahead (``traces/results/allocation-*.json``); a button
-recomputes them on this server through the model queue.
+recomputes them on this server through the model queue. Every sentence that states a number or
+a winner is built by :mod:`app.real_model.budget_claims` from the numbers shown beside it.
 """
 
 from __future__ import annotations
@@ -19,27 +21,27 @@ import streamlit as st
 import h2o
 from app import budget_data as bd
 from app import data, figures_budget, state
+from app.real_model import budget_claims as claims
+from app.real_model.claims import answer_key, is_right, stated
+from h2o.alloc import ALLOCATORS
 
 ss = st.session_state
 BUDGET, TOKENS = "wb_budget", "wb_tokens"
 FRESH_PPL, FRESH_ANS = "_wb_fresh_ppl", "_wb_fresh_answers"
 PPL_GO, ANS_GO = "_wb_ppl_go", "_wb_ans_go"
-ALLOC_LABELS = {
-    "uniform": "uniform",
-    "pyramid": "pyramid (PyramidKV)",
-    "adaptive": "adaptive (Ada-KV)",
-    "duo": "head classes (DuoAttention)",
-}
+ALLOC_LABELS = claims.ALLOC_LABELS
+_PYR, _ADA, _DUO = (ALLOCATORS[n]().params() for n in ("pyramid", "adaptive", "duo"))
 RULES = {
     "uniform": "every head the same budget — what every other page does.",
-    "pyramid": "budgets shrink linearly with depth (β = 20): early layers, which spread their "
-    "attention widely, get the most; every head keeps the 32-slot window.",
-    "adaptive": "inside each layer, each head first keeps its own top 20 % by the policy's "
-    "score; the rest of the layer's budget goes to the best scores of all three heads "
+    "pyramid": f"budgets shrink linearly with depth (β = {_PYR['beta']:g}): early layers, which "
+    f"spread their attention widely, get the most; every head keeps the {_PYR['window']}-slot "
+    "window.",
+    "adaptive": f"inside each layer, each head first keeps its own top {_ADA['alpha']:.0%} by the "
+    "policy's score; the rest of the layer's budget goes to the best scores of all three heads "
     "together, so a head that needs more takes it from one that needs less, step by step.",
     "duo": "heads are ranked on another text (library.txt) by the share of attention they send "
     "outside the sinks and the recent window; “retrieval” heads get a large budget, "
-    "“streaming” heads (marked s) only 4 sinks + 32 recent slots.",
+    f"“streaming” heads (marked s) only {_DUO['sinks']} sinks + {_DUO['window']} recent slots.",
 }
 POLICY_LABELS = {"full": "full cache", "snapkv": "SnapKV (after the prompt)"}
 
@@ -84,20 +86,7 @@ cal_kv_rest = cal_rest.reshape(n_layers, n_heads // group, group).mean(axis=2)
 
 # -- 1. where each head looks ----------------------------------------------------------------------
 st.subheader("1 · Where each head looks", divider="gray")
-far = rest > 0.5
-by_layer = rest.mean(axis=1)
-hungry = np.argsort(-by_layer)[:3]
-st.markdown(
-    f"One full-cache pass over {quality['n_tokens']:,} tokens of `lighthouse.txt`. For every "
-    f"query head of every layer, the share of its attention on the first "
-    f"{split['n_sinks']} positions (the sinks), on the {split['n_recent']} before it (the recent "
-    "window), and on everything else — the part only a policy that reads attention can keep. "
-    f"**{int(far.sum())} of {far.size}** query heads send more than half of their attention "
-    f"outside sinks + window; by layer the most in layers "
-    f"{', '.join(str(int(i)) for i in sorted(hungry))}, the least in layer "
-    f"{int(np.argmin(by_layer))} ({by_layer.min():.2f}). Heads of one layer differ too: a "
-    "uniform budget treats them all alike."
-)
+st.markdown(claims.heads_sentence(rest, quality["n_tokens"], split["n_sinks"], split["n_recent"]))
 st.plotly_chart(
     figures_budget.head_shares(
         panels=[
@@ -131,8 +120,11 @@ st.markdown(
     f"keys and values (256 bytes a slot), against {mib(quality['full_cache_kv_bytes'])} for the "
     f"full cache of {quality['n_tokens']:,} tokens."
 )
+rule_notes = claims.rule_notes(allocs, quality["n_tokens"])
 for name in bd.ALLOCATIONS:
-    st.markdown(f"- **{ALLOC_LABELS[name]}** — {RULES[name]}")
+    unlike = ALLOCATORS[name].unlike_paper
+    parts = [RULES[name], rule_notes[name], f"*Not the paper's method:* {unlike}" if unlike else ""]
+    st.markdown(f"- **{ALLOC_LABELS[name]}** — " + " ".join(p for p in parts if p))
 runs = [r for r in quality["runs"] if r.get("budget_per_head") == budget]
 final = next(
     (r["final_slots"] for r in runs if r["allocation"] == "adaptive" and "final_slots" in r), None
@@ -155,8 +147,9 @@ st.plotly_chart(
 duo = allocs["duo"]
 n_ret = int((duo.kinds == "retrieval").sum()) if duo.kinds is not None else 0
 st.caption(
-    f"Duo: {n_ret} of {duo.budgets.size} KV heads ranked “retrieval” on library.txt. Adaptive "
-    "sets only each layer's total; its heads trade slots while the model reads."
+    f"DuoAttention-style: {n_ret} of {duo.budgets.size} KV heads ranked “retrieval” on "
+    "library.txt. Ada-KV-style sets only each layer's total; its heads trade slots while the "
+    "model reads."
 )
 
 # -- 3. at equal memory ---------------------------------------------------------------------------
@@ -180,21 +173,10 @@ st.plotly_chart(
     key="wb_ppl",
     config={"displaylogo": False},
 )
-verdicts = []
-for _, label, vals in series:
-    got = {a: v for a, v in zip(bd.ALLOCATIONS, vals, strict=True) if v is not None}
-    if "uniform" in got and len(got) > 1:
-        best = min(got, key=got.get)
-        better = [ALLOC_LABELS[a] for a in got if got[a] < got["uniform"] - 1e-9]
-        verdicts.append(
-            f"**{label}**: best is {ALLOC_LABELS[best]} ({got[best]:.2f}); "
-            + (
-                f"{', '.join(better)} beat{'s' if len(better) == 1 else ''} uniform "
-                f"({got['uniform']:.2f})."
-                if better
-                else f"nothing beats uniform ({got['uniform']:.2f}) on this model and text."
-            )
-        )
+verdicts = claims.verdict_lines(
+    [(label, dict(zip(bd.ALLOCATIONS, vals, strict=True))) for _, label, vals in series],
+    ALLOC_LABELS,
+)
 for v in verdicts:
     st.markdown(f"- {v}")
 notes = sorted({n for r in runs for n in r.get("notes", [])})
@@ -210,7 +192,7 @@ if answers is None:
     )
 else:
     full_text = next((str(a.get("text", "")) for a in answers if a.get("policy") == "full"), "")
-    expected = full_text.strip().split(".")[0].strip().lower()
+    expected = answer_key(full_text)
     grid: dict[str, dict[str, str]] = {}
     right: dict[str, list[str]] = {}
     for a in answers:
@@ -218,34 +200,27 @@ else:
         if name == "full" or alloc not in ALLOC_LABELS:
             continue
         text = str(a.get("text", "")).strip()
-        ok = bool(expected) and expected in text.lower()
+        ok = is_right(expected, text)
         grid.setdefault(plabel(name), {})[ALLOC_LABELS[alloc]] = (
             f"{'✓' if ok else '✗'} {text or '(nothing)'}"
         )
         if ok:
             right.setdefault(plabel(name), []).append(ALLOC_LABELS[alloc])
+    n_prompt = next((a.get("prompt_tokens") for a in answers if a.get("prompt_tokens")), None)
+    story = (data.TEXT_DIR / "lighthouse.txt").read_text(encoding="utf-8")
     st.markdown(
-        "The brass-owl question: the story of `lighthouse.txt` (about 2,100 tokens) says once, "
-        "early, where a key is hidden, and asks at its end. With the full cache the model "
-        f"answers “{state.md(full_text.strip(), 80)}”. At {budget} slots per head (✓: the "
-        "same answer):"
+        "The brass-owl question: the story of `lighthouse.txt`"
+        + (f" ({n_prompt:,} tokens)" if n_prompt else "")
+        + f" says {stated(story, expected)} where a key is hidden, and asks at its end. "
+        f"With the full cache the model answers “{state.md(full_text.strip(), 80)}”. At "
+        f"{budget} slots per head (✓: contains “{state.md(expected, 40)}”):"
     )
     st.dataframe(
         pd.DataFrame(grid).T.reindex(columns=[ALLOC_LABELS[a] for a in bd.ALLOCATIONS]),
         width="stretch",
         key="wb_answers",
     )
-    said = [f"**{who}** under {', '.join(allocs_ok)}" for who, allocs_ok in right.items()] or [
-        "no policy under any allocation"
-    ]
-    st.markdown(
-        f"Still answering at {budget} slots per head: {'; '.join(said)}. SnapKV scores the "
-        "prompt by the attention of its last 32 queries — the question itself — so it keeps "
-        "what the question asks for; H2O and StreamingLLM decided while reading, before the "
-        "question came."
-        if any("SnapKV" in w for w in right)
-        else f"Still answering at {budget} slots per head: {'; '.join(said)}."
-    )
+    st.markdown(claims.answers_sentence(budget, right, list(grid), plabel("snapkv")))
 
 # -- 4. recompute ----------------------------------------------------------------------------------
 with st.expander("Recompute on this server", icon=":material/refresh:"):

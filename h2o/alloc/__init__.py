@@ -4,9 +4,14 @@ One file per allocator, its paper and rule in the docstring; the shared mechanic
 exact rounding, bytes) in :mod:`h2o.alloc.base`:
 
 * ``uniform`` — the same budget everywhere (the behaviour before allocators);
-* ``pyramid`` — PyramidKV: budgets shrinking linearly with depth;
-* ``adaptive`` — Ada-KV: each layer's heads compete for the layer's slots by score;
-* ``duo`` — DuoAttention: retrieval heads get a large budget, streaming heads sinks + window.
+* ``pyramid`` — PyramidKV-style: budgets shrinking linearly with depth;
+* ``adaptive`` — Ada-KV-style: each layer's heads compete for the layer's slots by score;
+* ``duo`` — DuoAttention-style: retrieval heads get a large budget, streaming heads sinks +
+  window.
+
+"-style": each borrows its paper's split of the budget, not its whole method (the papers select
+once after the prompt, or learn their head classes); ``Allocator.unlike_paper`` says how each
+differs, in one sentence.
 
 ``make_allocator(name, **params)`` builds one; ``allocator.allocate(n_layers, n_kv_heads,
 budget, head_dim=..., shares=...)`` returns an :class:`Allocation` whose ``budgets`` grid sums to

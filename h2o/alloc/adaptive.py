@@ -1,5 +1,5 @@
-"""Adaptive per-head budgets (Ada-KV: Feng et al. 2024, "Ada-KV: Optimizing KV Cache Eviction
-by Adaptive Budget Allocation for Efficient LLM Inference", https://arxiv.org/abs/2407.11550).
+"""Adaptive per-head budgets, Ada-KV-style (after Feng et al. 2024, "Ada-KV: Optimizing KV
+Cache Eviction by Adaptive Budget Allocation for Efficient LLM Inference", https://arxiv.org/abs/2407.11550).
 
 Heads of one layer are not equally concentrated: one may need 20 positions, another 200.
 Ada-KV fixes each *layer's* budget and lets its heads compete for it by score. Rule here
@@ -13,6 +13,10 @@ Ada-KV fixes each *layer's* budget and lets its heads compete for it by score. R
 with ``alpha = 0.2`` (the paper's safeguard). With ``alpha = 1`` each head keeps exactly its
 own top ``B - window``: uniform eviction, slot for slot. Each layer's total is exactly ``G B``;
 which head holds how many changes as the text is read.
+
+Not Ada-KV itself: the paper selects once after the prompt (on top of SnapKV or PyramidKV),
+sharing each layer's budget by observation-window scores. Here the same cross-head top-k runs at
+every decode step, on the decode-time policy's running scores.
 
 A policy without scores (StreamingLLM, the sliding window) or with random victims gives
 nothing to compare across heads: adaptive then runs as uniform, and says so.
@@ -92,7 +96,13 @@ def adapts(policy: Policy) -> bool:
 
 class Adaptive(Allocator):
     name = "adaptive"
-    label = "adaptive per head (Ada-KV)"
+    label = "adaptive per head (Ada-KV-style)"
+    unlike_paper = (
+        "Ada-KV selects once after the prompt (on top of SnapKV or PyramidKV), sharing each "
+        "layer's budget among its heads by observation-window scores; here the same cross-head "
+        "top-k runs at every decode step, on the policy's running scores (H2O's cumulative "
+        "attention)."
+    )
 
     def __init__(self, alpha: float = DEFAULT_ALPHA) -> None:
         self.alpha = check_fraction("alpha", alpha, zero_ok=True)

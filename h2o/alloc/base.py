@@ -134,12 +134,15 @@ class Allocation:
 class Allocator:
     """Base class: checks the shape and average budget, builds the :class:`Allocation`.
 
-    Subclasses set ``name``/``label``, take their own parameters in ``__init__`` (checked
-    there: a refused parameter raises ``ValueError`` naming it) and implement :meth:`_budgets`.
+    Subclasses set ``name``/``label`` (and ``unlike_paper`` when named after a paper), take
+    their own parameters in ``__init__`` (checked there: a refused parameter raises
+    ``ValueError`` naming it) and implement :meth:`_budgets`.
     """
 
     name: ClassVar[str] = ""
     label: ClassVar[str] = ""
+    #: For a rule named after a paper ("-style"): in one sentence, how it differs from that paper.
+    unlike_paper: ClassVar[str] = ""
 
     def allocate(
         self,

@@ -1,9 +1,14 @@
-"""Head classes (DuoAttention: Xiao et al. 2024, "DuoAttention: Efficient Long-Context LLM
-Inference with Retrieval and Streaming Heads", https://arxiv.org/abs/2410.10819).
+"""Head classes, DuoAttention-style (after Xiao et al. 2024, "DuoAttention: Efficient
+Long-Context LLM Inference with Retrieval and Streaming Heads", https://arxiv.org/abs/2410.10819).
 
 Some heads retrieve: they look far back, at whatever the query needs. Most only stream: their
 attention sits on the first few tokens (sinks) and the recent window. DuoAttention gives the
 first kind a full cache and the second a StreamingLLM cache of sinks + window.
+
+Not DuoAttention itself: the paper *learns* a gate per head by optimisation on synthetic
+passkey-retrieval data and gives its retrieval heads the *full* cache (saving memory only on the
+streaming heads). Here the heads are ranked by a measured attention share, and the retrieval heads
+share what the streaming heads leave of a fixed total, so every allocation holds equal memory.
 
 Rule here: each (layer, KV head) is scored on a calibration text by the share of its attention
 that falls *outside* the sinks and the recent window (``shares``, highest = most retrieval-like;
@@ -30,7 +35,13 @@ RETRIEVAL, STREAMING = "retrieval", "streaming"
 
 class Duo(Allocator):
     name = "duo"
-    label = "head classes (DuoAttention)"
+    label = "head classes (DuoAttention-style)"
+    unlike_paper = (
+        "DuoAttention learns a gate per head on synthetic passkey-retrieval data and gives its "
+        "retrieval heads the full cache; here heads are ranked by their attention share outside "
+        "sinks + window on a calibration text, and at equal total memory a retrieval head gets "
+        "a larger but bounded budget, run by the chosen policy."
+    )
 
     def __init__(self, retrieval: float = 0.5, sinks: int = 4, window: int = 32) -> None:
         self.retrieval = check_fraction("retrieval", retrieval)

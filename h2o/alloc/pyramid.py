@@ -1,5 +1,5 @@
-"""PyramidKV (Cai et al. 2024, "PyramidKV: Dynamic KV Cache Compression based on Pyramidal
-Information Funneling", https://arxiv.org/abs/2406.02069).
+"""Budgets shrinking with depth, PyramidKV-style (after Cai et al. 2024, "PyramidKV: Dynamic KV
+Cache Compression based on Pyramidal Information Funneling", https://arxiv.org/abs/2406.02069).
 
 Lower layers spread their attention widely, upper layers focus it on a few positions, so the
 budget shrinks linearly with depth. With the protected window ``w``, the average per head
@@ -12,6 +12,10 @@ budget shrinks linearly with depth. With the protected window ``w``, the average
 The layer values average exactly ``cap`` (the arithmetic series averages ``(hi + lo) / 2 =
 cap - w``); they are rounded by largest remainder so that the total is exactly ``L * G * cap``.
 ``cap <= w`` is refused (no room above the window), as is ``beta < 1``.
+
+Not PyramidKV itself: the paper compresses once, after the prompt, keeping each layer's tokens
+by the attention of an observation window (the prompt's last queries). Only its depth schedule
+is used here; the decode-time policy evicts within each layer's budget as the text is read.
 """
 
 from __future__ import annotations
@@ -33,7 +37,12 @@ def pyramid_layer_values(n_layers: int, cap: int, window: int, beta: float) -> n
 
 class Pyramid(Allocator):
     name = "pyramid"
-    label = "pyramid (PyramidKV)"
+    label = "pyramid (PyramidKV-style)"
+    unlike_paper = (
+        "PyramidKV selects once after the prompt, by the attention of an observation window of "
+        "its last queries; here only its depth schedule is used, and a decode-time policy (H2O, "
+        "StreamingLLM, …) evicts within each layer's budget while the text is read."
+    )
 
     def __init__(self, window: int = 32, beta: float = 20.0) -> None:
         self.window = check_int("window", window, 0)
