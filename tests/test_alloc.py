@@ -12,13 +12,13 @@ import pytest
 
 from h2o.alloc import (
     ALLOCATORS,
-    AdaptiveLayer,
     ada_select,
     make_allocator,
     pyramid_layer_values,
     round_to_total,
     slot_bytes,
 )
+from h2o.bank.adaptive import AdaptiveLayer
 from h2o.policies import H2O
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from h2o.alloc import AdaptiveLayer
 from h2o.bank import make_bank
+from h2o.bank.adaptive import AdaptiveLayer
 from h2o.model.closed_loop import (
     LayerParts,
     _renormalised_mean,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from .adaptive import Adaptive, AdaptiveHead, AdaptiveLayer, ada_select
+from .adaptive import Adaptive, ada_select
 from .base import Allocation, Allocator, round_to_total, slot_bytes
 from .duo import Duo
 from .pyramid import Pyramid, pyramid_layer_values
@@ -46,8 +46,6 @@ def make_allocator(name: str, **params: Any) -> Allocator:
 __all__ = [
     "ALLOCATORS",
     "Adaptive",
-    "AdaptiveHead",
-    "AdaptiveLayer",
     "Allocation",
     "Allocator",
     "Duo",

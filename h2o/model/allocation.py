@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from h2o.alloc import ALLOCATORS, Allocation, make_allocator
-from h2o.alloc.adaptive import AdaptiveLayer, ada_select, adapts, guaranteed_slots
+from h2o.alloc.adaptive import ada_select, adapts, guaranteed_slots
 from h2o.alloc.duo import RETRIEVAL
+from h2o.bank.adaptive import AdaptiveLayer
 from h2o.model.forward import AttnChunk, KVCache, PolicyFactory, Progress, SmolLM
 from h2o.model.generate import GenerationResult, check_prompt, decode_greedy
 from h2o.model.quality import (
@@ -146,7 +147,7 @@ def allocated_factory(
 
     Every budget is checked first (a refused one raises ``ValueError`` naming the layer and
     head). Uniform is :func:`policy_factory` itself. Adaptive runs each layer's heads as one
-    :class:`h2o.alloc.AdaptiveLayer` (the factory must be called head 0 first, as
+    :class:`h2o.bank.adaptive.AdaptiveLayer` (the factory must be called head 0 first, as
     :func:`h2o.model.quality.make_policies` does); a policy without comparable scores runs
     uniform instead (a note says so). Duo's streaming heads run StreamingLLM with its sinks.
     """

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from h2o.alloc.adaptive import AdaptiveHead, AdaptiveLayer
 from h2o.bank import PolicyBank, bank_key, make_bank
+from h2o.bank.adaptive import AdaptiveHead, AdaptiveLayer
 from h2o.bank.kernels import gather_kept
 
 if TYPE_CHECKING:

@@ -24,8 +24,8 @@ from functools import partial
 
 import numpy as np
 
-from h2o.alloc.adaptive import AdaptiveLayer
 from h2o.bank import PolicyBank
+from h2o.bank.adaptive import AdaptiveLayer
 from h2o.model.closed_loop import LayerParts, fastest
 from h2o.model.forward import PolicyFactory, Progress, SmolLM
 from h2o.policies import Policy
