@@ -624,44 +624,69 @@ def perplexity_curves(
 
 
 # -- the lesson ------------------------------------------------------------------------------------
+#: The model's weights beside its KV cache (chapter 1): a hue no policy, bound or setting uses.
+WEIGHTS_COLOUR = "#EDC948"
+
+
+def gib(b: float) -> str:
+    """Bytes in binary units, as the lesson's chart labels and sentences print them."""
+    if b >= 2**30:
+        return f"{b / 2**30:.1f} GiB" if b >= 10 * 2**30 else f"{b / 2**30:.2f} GiB"
+    return f"{b / 2**20:.0f} MiB" if b >= 10 * 2**20 else f"{b / 2**20:.1f} MiB"
+
+
 def kv_memory(
-    *, models: Sequence[str], per_token: Sequence[int], context: int, budget: int, height: int = 380
+    *,
+    models: Sequence[str],
+    weights: Sequence[float],
+    full: Sequence[float],
+    capped: Sequence[float],
+    context: int,
+    budget: int,
+    batch: int,
+    height: int = 340,
 ) -> go.Figure:
-    """KV-cache memory per model: the whole context against a capped budget (log scale)."""
-    full = np.asarray(per_token, dtype=np.float64) * context
-    capped = np.asarray(per_token, dtype=np.float64) * min(budget, context)
-
-    def text(b: float) -> str:
-        return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.1f} MiB"
-
+    """Per model: the weights, the KV cache of ``batch`` sequences of ``context`` tokens, and that
+    cache capped at ``budget`` slots (bytes, log scale). The pages compute the bytes."""
+    seqs = f"{batch} × " if batch > 1 else ""
     data = [
         {
             "type": "bar",
             "x": list(models),
-            "y": values,
+            "y": np.asarray(values, dtype=np.float64),
             "name": name,
             "marker": {"color": colour},
-            "text": [text(v) for v in values],
+            "text": [gib(v) for v in values],
             "textposition": "outside",
             "hovertemplate": f"%{{x}}<br>{name}: %{{text}}<extra></extra>",
         }
         for name, values, colour in (
-            (f"full cache, {context:,} tokens", full, NEUTRAL_LINE),
-            (f"capped at {budget:,} slots", capped, POLICY_COLOURS["h2o"]),
+            ("weights (fp16)", weights, WEIGHTS_COLOUR),
+            (f"KV cache, {seqs}{context:,} tokens", full, NEUTRAL_LINE),
+            (f"KV cache capped at {min(budget, context):,} slots", capped, POLICY_COLOURS["h2o"]),
         )
     ]
+    every = [v for vs in (weights, full, capped) for v in vs if v > 0]
     layout = _layout(
-        f"KV-cache memory per sequence (fp16) — {context:,} tokens vs a budget of {budget:,}",
+        f"Memory (fp16): weights vs the KV cache of {batch} sequence{'s' if batch > 1 else ''}",
         height,
         "model",
         "bytes (log scale)",
         barmode="group",
     )
+    lo, hi = np.log10(min(every)) - 0.5, np.log10(max(every)) + 0.6
+    # Binary units on the axis too (Plotly's SI "1B" would read as one byte).
+    ticks = [(2**20 * 10**k, f"{10**k} MiB") for k in range(3)]
+    ticks += [(2**30 * 10**k, f"{10**k} GiB") for k in range(5)]
+    shown = [(v, t) for v, t in ticks if lo <= np.log10(v) <= hi]
     layout["yaxis"] |= {
         "type": "log",
-        "range": [np.log10(capped.min()) - 0.5, np.log10(full.max()) + 0.6],
+        "range": [lo, hi],
+        "tickvals": [v for v, _ in shown],
+        "ticktext": [t for _, t in shown],
     }
-    return _figure(data, layout, legend_width=900)
+    layout["margin"] = {**layout["margin"], "b": 40}
+    return _figure(data, layout, legend_width=700)
 
 
 def attention_received(
@@ -671,7 +696,7 @@ def attention_received(
     evicted_at: int,
     policy: str,
     title: str,
-    height: int = 380,
+    height: int = 320,
 ) -> go.Figure:
     """The attention one position receives per step; what it got after its eviction, shaded."""
     steps = np.arange(received.shape[0])
@@ -725,7 +750,7 @@ def decision_bars(
     victims: Sequence[int],
     score_label: str,
     title: str,
-    height: int = 360,
+    height: int = 300,
 ) -> go.Figure:
     """One eviction decision: every kept position's score, the protected ones set apart and the
     victim in the eviction colour."""

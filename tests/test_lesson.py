@@ -38,7 +38,7 @@ def test_the_lesson_is_the_first_page_and_draws_every_chapter():
     # Chapter 1 computes bytes per token from the shapes: 7B = 32 × 32 × 128 × 2 × 2.
     table = at.dataframe[0].value.set_index("model")
     assert table.loc["Llama-2-7B", "bytes per token (fp16)"] == 524_288
-    assert table.loc["Llama-3-70B", "bytes per token (fp16)"] == 327_680
+    assert table.loc["Llama-3.1-70B", "bytes per token (fp16)"] == 327_680
 
 
 @pytest.mark.parametrize("qid", sorted(QUESTIONS))
