@@ -260,7 +260,7 @@ def replay_stepwise(
     v_step: list[int] = []
     v_pos: list[int] = []
     f64, f32, total = np.float64, np.float32, np.add.reduce
-    advance = policy._advance  # trusted: see Policy._advance
+    advance = policy.advance_trusted  # trusted: see Policy.advance_trusted
     weights = trace.weights  # rows packed back to back: row t starts at t(t-1)/2
     for t in range(steps):
         o = t * (t - 1) // 2

@@ -361,7 +361,7 @@ def test_the_steady_state_is_each_lanes_replay_ties_and_final_state_included(
 
 
 def test_traces_with_tiny_weights_keep_the_per_step_path():
-    from h2o.bank.replay import _exact_sums, _steady_from
+    from h2o.bank.replay import _exact_sums
 
     rng = np.random.default_rng(5)
     dense = rng.random((40, 40)) ** 40  # weights far below 2**-29
@@ -369,8 +369,8 @@ def test_traces_with_tiny_weights_keep_the_per_step_path():
     trace = Trace.from_dense("tiny", dense, normalize=True)
     assert not _exact_sums(trace)
     lanes = [make_policy("h2o", 8, recent_window=w) for w in range(8)]
-    assert _steady_from(make_bank(lanes), trace) == -1
-    assert _steady_from(make_bank(lanes), canonical_trace(steps=300)) == 8
+    assert make_bank(lanes)._steady_from(trace) == -1
+    assert make_bank(lanes)._steady_from(canonical_trace(steps=300)) == 8
     got = replay_bank(make_bank(lanes), trace, 4)
     for a, w in zip(got, range(8), strict=True):
         same_replay(a, replay(make_policy("h2o", 8, recent_window=w), trace, 4, record=False))

@@ -90,7 +90,7 @@ def adapts(policy: Policy) -> bool:
     return (
         isinstance(policy, ScoredPolicy)
         and policy.reads_attention
-        and type(policy)._select is ScoredPolicy._select
+        and type(policy).evicts_by_argmin()
     )
 
 

@@ -49,11 +49,11 @@ class AdaptiveLayer:
         self._victims: list[list[int]] = [[] for _ in policies]
         # One row per head (the policy's own storage, rebound: the same dtypes and capacity).
         G = len(policies)
-        cap = max(p._pos.shape[0] for p in policies)
+        cap = max(p.budget + 1 for p in policies)  # a fresh scored policy's own capacity
         self._pos = np.zeros((G, cap), dtype=policies[0].POS_DTYPE)
         self._score = np.zeros((G, cap), dtype=policies[0].SCORE_DTYPE)
         for g, p in enumerate(policies):
-            p._pos, p._score = self._pos[g], self._score[g]
+            p.bind(self._pos[g], self._score[g])
         self._tmp = np.empty((G, cap))
         self._rows = np.arange(G)
         self._windows = [p.recent_window for p in policies]
@@ -73,7 +73,7 @@ class AdaptiveLayer:
     def kept_rows(self) -> list[np.ndarray]:
         """Each head's kept positions (views, valid until the next step)."""
         pos = self._pos
-        return [pos[g, : p._n] for g, p in enumerate(self.inner)]
+        return [pos[g, : len(p)] for g, p in enumerate(self.inner)]
 
     def evict(self) -> None:
         """Bring the layer back to ``total`` slots (its heads' victims go to ``_victims``)."""
@@ -84,8 +84,8 @@ class AdaptiveLayer:
         room = self.total - sum(win)
         e = [a - w for a, w in zip(n, win, strict=True)]
         keep = ada_select(
-            [p._score[:k] for p, k in zip(self.inner, e, strict=True)],
-            [p._pos[:k] for p, k in zip(self.inner, e, strict=True)],
+            [self._score[g, :k] for g, k in enumerate(e)],
+            [self._pos[g, :k] for g, k in enumerate(e)],
             room,
             max(guaranteed_slots(self.alpha, self.budget, w) for w in win),
         )
@@ -95,30 +95,30 @@ class AdaptiveLayer:
             mask = np.ones(len(p), dtype=bool)
             mask[:k] = False
             mask[kk] = True
-            self._victims[h] = p._pos[: len(p)][~mask].tolist()
+            pos, score = self._pos[h], self._score[h]
+            self._victims[h] = pos[: len(p)][~mask].tolist()
             m = int(mask.sum())
-            p._pos[:m] = p._pos[: len(p)][mask]
-            p._score[:m] = p._score[: len(p)][mask]
-            p._n = m
+            pos[:m] = pos[: len(p)][mask]
+            score[:m] = score[: len(p)][mask]
+            p.set_fill(m, p.last_pos)
 
     # -- the whole layer in one call (the model's fast path) ----------------------------------
     def step(self, pos: int, signals: Sequence[np.ndarray | None]) -> None:
         """Every head takes step ``pos`` with its signal, then the layer evicts.
 
-        Trusted, as ``Policy._advance``: ``pos`` follows the last position and each signal is
+        Trusted, as ``Policy.advance_trusted``: ``pos`` follows the last position and each signal is
         finite, non-negative and aligned with its head's kept positions (the model checks).
         The same arithmetic as each head's ``on_decode_step`` followed by :meth:`evict`.
         """
         pos_, score = self._pos, self._score
         for g, p in enumerate(self.inner):
-            n = p._n
+            n = len(p)
             a = signals[g]
             if a is not None and n:
-                p._accumulate(score[g, :n], a)
+                p.accumulate(score[g, :n], a)
             pos_[g, n] = pos
             score[g, n] = 0.0
-            p._n = n + 1
-            p._last_pos = pos
+            p.set_fill(n + 1, pos)
         self._evict_fast()
 
     def _evict_fast(self) -> None:
@@ -133,7 +133,7 @@ class AdaptiveLayer:
         one at a time: a per-row argmin, then the rule among the heads (:meth:`_pick`).
         """
         inner = self.inner
-        fills = [p._n for p in inner]
+        fills = [len(p) for p in inner]
         k = sum(fills) - self.total
         if k <= 0:
             return
@@ -167,7 +167,7 @@ class AdaptiveLayer:
                 row_p[c : n - 1] = row_p[c + 1 : n]
                 row_s[c : n - 1] = row_s[c + 1 : n]
                 n -= 1
-            inner[g]._n = n
+            inner[g].set_fill(n, inner[g].last_pos)
 
     def _pick(self, tmp: np.ndarray, k: int, quota: list[int]) -> list[list[int]]:
         """The ``k`` victims one at a time from ``tmp`` (scores, +inf past each head's

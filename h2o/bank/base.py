@@ -21,7 +21,9 @@ import numpy as np
 
 from h2o.policies import Policy, base
 
-#: The largest single weight ``Policy._check_attn`` accepts.
+from .replay import LockstepReplay
+
+#: The largest single weight ``Policy.check_attn`` accepts.
 _MAX = getattr(base, "MAX_WEIGHT", math.inf)
 
 #: A step's attention: ``None`` (no information, every lane), an ``(N, n)`` array when every
@@ -29,10 +31,10 @@ _MAX = getattr(base, "MAX_WEIGHT", math.inf)
 BankAttn = np.ndarray | Sequence[np.ndarray | None] | None
 
 _minimum, _maximum, _sum = np.minimum.reduce, np.maximum.reduce, np.add.reduce
-_NONE = (np.zeros(0, np.intp), np.zeros(0, np.int64))  # no victims: (lanes, positions)
+NO_VICTIMS = (np.zeros(0, np.intp), np.zeros(0, np.int64))  # no victims: (lanes, positions)
 
 
-class PolicyBank:
+class PolicyBank(LockstepReplay):
     """``N`` lanes of one policy kind, stepped together. Subclasses own the storage.
 
     Subclasses implement ``_kind`` (refuse policies the bank cannot hold), ``_lane`` (build a
@@ -41,6 +43,8 @@ class PolicyBank:
     """
 
     reads_attention: bool
+    #: "scored" or "ring": what the lock-step replay's closed-form and compiled paths may assume.
+    kind: str = ""
 
     def __init__(self, policies: Sequence[Policy]) -> None:
         policies = list(policies)
@@ -63,7 +67,7 @@ class PolicyBank:
         self._last_pos = -1
         self._stale = False  # lanes' own counters lag behind a lock-step call
         self._all = np.arange(self.size)
-        self._own_checks = type(self._lanes[0])._check_attn is not Policy._check_attn
+        self._own_checks = type(self._lanes[0]).check_attn is not Policy.check_attn
         self._setup()
         self._cap = 0
         self._reserve(int(self.budgets.max()) + 1)
@@ -145,7 +149,7 @@ class PolicyBank:
                 self._reserve(self._cap + 1)  # so the lane does not outgrow its row
             lane = self._lanes[0]
             lane.on_decode_step(pos, attn)
-            self._last_pos, self._fill = pos, lane._n
+            self._last_pos, self._fill = pos, len(lane)
             return
         pos = self._check_pos(pos)
         if attn is None:
@@ -167,11 +171,11 @@ class PolicyBank:
                 self._sync()
             lane = self._lanes[0]
             victims = lane.evict(budget)
-            self._fill = lane._n
+            self._fill = len(lane)
             return [victims]
         if budget is not None:
             lanes = self._synced_lanes()
-            checked = {self._refusal(i, lane._check_budget, budget) for i, lane in lanes}
+            checked = {self._refusal(i, lane.check_budget, budget) for i, lane in lanes}
             budget = checked.pop()
         lanes, victims = self._evict(budget)
         if lanes is self._all:  # lock-step: one victim a lane, [[v0], [v1], ...]
@@ -227,12 +231,12 @@ class PolicyBank:
         if self._fill >= 0 and budget is not None:
             k = self._fill - budget
             if k <= 0:
-                return _NONE
+                return NO_VICTIMS
             done = self._evict_lockstep(k, victims)
         else:
             k = self.fills - (self.budgets if budget is None else budget)
             if (k <= 0).all():
-                return _NONE
+                return NO_VICTIMS
             done = self._evict_lockstep(k, victims) if self._fill >= 0 else None
         if done is None:
             return self._evict_lanes(np.broadcast_to(k, self.size))
@@ -255,7 +259,7 @@ class PolicyBank:
         )
 
     def _advance_block(self, pos: int, a: np.ndarray) -> bool:
-        """Step every lane with a block that fits, if every row passes ``Policy._check_attn``
+        """Step every lane with a block that fits, if every row passes ``Policy.check_attn``
         (no weight below 0 or above the largest a softmax gives, no NaN) — decided with two
         reductions for all rows. False, nothing changed, at any doubt: then the lanes' own
         checks (:meth:`_check_rows`) raise the first refusal with its lane's own message."""
@@ -283,9 +287,9 @@ class PolicyBank:
         return rows
 
     def _check_rows(self, attn: object) -> list[np.ndarray | None]:
-        """One checked row (or None) per lane, each judged by its lane's ``_check_attn``."""
+        """One checked row (or None) per lane, each judged by its lane's ``check_attn``."""
         return [
-            None if a is None else self._refusal(i, lane._check_attn, a)
+            None if a is None else self._refusal(i, lane.check_attn, a)
             for (i, lane), a in zip(self._synced_lanes(), self._rows(attn), strict=True)
         ]
 
@@ -300,8 +304,7 @@ class PolicyBank:
         """Push the bank's counters into the lanes before their own code runs."""
         if self._stale:
             for lane, n in zip(self._lanes, self.fills.tolist(), strict=True):
-                lane._n = n
-                lane._last_pos = self._last_pos
+                lane.set_fill(n, self._last_pos)
             self._stale = False
 
     def _adopt(self) -> None:
@@ -316,7 +319,7 @@ class PolicyBank:
             self._fill, self._fills = -1, fills
 
     def _advance(self, pos: int, attn: np.ndarray | Sequence[np.ndarray | None] | None) -> None:
-        """One trusted step (``Policy._advance`` for the bank): whole arrays when the fills
+        """One trusted step (``Policy.advance_trusted`` for the bank): whole arrays when the fills
         agree and ``attn`` is a block or None, else each lane's own ``_advance``."""
         if self._fill >= 0 and (attn is None or isinstance(attn, np.ndarray)):
             self._advance_lockstep(pos, attn)
@@ -327,7 +330,7 @@ class PolicyBank:
         self._sync()
         self._reserve(int(self.fills.max()) + 1)  # so no lane outgrows its row
         for lane, a in zip(self._lanes, rows, strict=True):
-            lane._advance(pos, a)
+            lane.advance_trusted(pos, a)
         self._last_pos = pos
         self._adopt()
 
@@ -337,7 +340,7 @@ class PolicyBank:
         victims: list[int] = []
         for i, (lane, ki) in enumerate(zip(self._lanes, k.tolist(), strict=True)):
             if ki > 0:
-                vs = lane._evict(ki)
+                vs = lane.drop(ki)
                 lanes += [i] * len(vs)
                 victims += vs
         self._adopt()

@@ -29,7 +29,7 @@ RULES = {H2O: H2O_RULE, Scissorhands: SCISSORHANDS_RULE, TOVA: TOVA_RULE}
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _accumulate(score, q, n, rule, fair):
+def apply_rule(score, q, n, rule, fair):
     """The class's rule on ``score[:n]`` with the float32 weights ``q`` (one loop per rule, so
     each compiles to vector instructions; widening float32 to float64 is exact)."""
     if rule == H2O_RULE:
@@ -45,7 +45,7 @@ def _accumulate(score, q, n, rule, fair):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _first_min(score, e):
+def first_min(score, e):
     """numpy's ``argmin(score[:e])`` for scores that are never NaN (the bank's are sums of
     checked weights): the first minimum, found on four interleaved slots at a time — four
     comparison chains side by side — then merged by (value, slot)."""
@@ -82,7 +82,7 @@ def _first_min(score, e):
 def _evict_one(pos, score, n, evictable):
     """Drop the first minimum of ``score[:evictable]``, shift the rest of ``0..n-1`` left;
     return the victim's position."""
-    v = _first_min(score, evictable)
+    v = first_min(score, evictable)
     victim = pos[v]
     # Over views from v, indices counted from 0 (known non-negative, so no wraparound test),
     # one array a loop: plain copies, run on vectors.
@@ -126,9 +126,9 @@ def replay_steady(weights, t0, steps, pos, score, n, windows, rule, mass, victim
                 d = np.float32(m)
                 for j in range(n):
                     q[j] = w[j] / d  # float32, as replay() divides
-                _accumulate(s, q, n, rule, fair)
+                apply_rule(s, q, n, rule, fair)
             else:  # an all-zero row goes through unnormalised
-                _accumulate(s, w, n, rule, fair)
+                apply_rule(s, w, n, rule, fair)
             p[n] = t
             s[n] = 0.0
             victims[t - t0, lane] = _evict_one(p, s, n + 1, n + 1 - windows[lane])
@@ -150,7 +150,7 @@ def advance_lanes(pos, score, n, t, attn, rule, check, max_weight):
     fair = 1.0 / n if n else 0.0
     for lane in range(pos.shape[0]):
         if attn.shape[1]:
-            _accumulate(score[lane], attn[lane], n, rule, fair)
+            apply_rule(score[lane], attn[lane], n, rule, fair)
         pos[lane, n] = t
         score[lane, n] = 0.0
     return True
@@ -179,7 +179,7 @@ def step_lanes(pos, score, n, t, attn, rule, windows):
     for lane in range(pos.shape[0]):
         p, s = pos[lane], score[lane]
         if attn.shape[1]:
-            _accumulate(s, attn[lane], n, rule, fair)
+            apply_rule(s, attn[lane], n, rule, fair)
         p[n] = t
         s[n] = 0.0
         _evict_one(p, s, n + 1, n + 1 - windows[lane])

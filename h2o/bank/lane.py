@@ -9,7 +9,7 @@ in the same order, so its results are the loop's bit for bit:
 * the mass is numpy's own float64 sum of the gathered float32 row — its pairwise summation
   (eight accumulators up to 128 elements, halves above that) in chunks of numpy's 8192-element
   buffer, transcribed in :func:`_numpy_sum`;
-* the rule is the class's (:func:`h2o.bank.kernels._accumulate`: H2O adds, Scissorhands votes
+* the rule is the class's (:func:`h2o.bank.kernels.apply_rule`: H2O adds, Scissorhands votes
   above the float64 fair share ``1 / n``, TOVA replaces); StreamingLLM and the sliding window
   read nothing and drop the oldest position after their sinks;
 * the victim is the first minimum of the evictable prefix, and the survivors close the gap.
@@ -27,7 +27,7 @@ from h2o.policies import H2O, TOVA, Policy, Scissorhands, SlidingWindow, Streami
 from h2o.replay import Replay, result
 from h2o.trace import Trace
 
-from .kernels import _accumulate, _first_min
+from .kernels import apply_rule, first_min
 
 #: The rule for StreamingLLM and the sliding window: no score, the oldest after the sinks goes.
 RING_RULE = 3
@@ -153,9 +153,9 @@ def replay_lane(
                 d = np.float32(m)
                 for j in range(n):
                     q[j] = w[j] / d  # float32, as replay() divides
-                _accumulate(score, q, n, rule, fair)
+                apply_rule(score, q, n, rule, fair)
             else:  # an all-zero row goes through unnormalised
-                _accumulate(score, w, n, rule, fair)
+                apply_rule(score, w, n, rule, fair)
         pos[n] = t
         score[n] = 0.0
         n += 1
@@ -166,7 +166,7 @@ def replay_lane(
                 kept_pos[t, j] = pos[j]
                 kept_score[t, j] = score[j]
         if n > budget:  # one over: one victim (a fresh replay never holds more)
-            v = _first_min(score, n - window)
+            v = first_min(score, n - window)
             v_step[nv] = t
             v_pos[nv] = pos[v]
             v_score[nv] = score[v] if record else np.nan

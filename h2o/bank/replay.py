@@ -27,6 +27,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,10 +35,10 @@ from h2o.policies import H2O, TOVA, Scissorhands
 from h2o.replay import Replay, check_top_k, replay, result
 from h2o.trace import ROW_SUM_TOLERANCE, Trace
 
-from .base import PolicyBank
 from .kernels import replay_steady
-from .ring import RingBank
-from .scored import ScoredBank
+
+if TYPE_CHECKING:  # the bank's classes build on this module (PolicyBank mixes it in)
+    from .base import PolicyBank
 
 _minimum = np.minimum.reduce
 #: ``progress(done_steps, steps)``, called every ``PROGRESS_EVERY`` steps.
@@ -49,99 +50,232 @@ def replay_bank(
     bank: PolicyBank, trace: Trace, top_k: int = 32, progress: StepProgress | None = None
 ) -> list[Replay]:
     """``[replay(lane, trace, top_k, record=False) for each lane]``, from one lock-step run of a
-    fresh ``bank`` — the same numbers, bit for bit."""
-    if bank.last_pos >= 0 or bank.fills.any():
-        raise ValueError("replay_bank needs a fresh bank (this one has already taken steps)")
-    top_k = check_top_k(top_k)
-    if len(bank) == 1:  # one lane: the single replay's own loop is the fastest there is
-        return [_replay_one(bank, trace, top_k, progress)]
-    steps, size = trace.steps, len(bank)
-    mass = np.ones((steps, size))
-    n_kept = np.zeros((steps, size), dtype=np.int32)
-    fill = np.zeros(steps, dtype=np.int32)  # n_kept of the lock-step steps (-1: see n_kept)
-    went: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
-    f64, f32, total = np.float64, np.float32, np.add.reduce
-    reads, weights = bank.reads_attention, trace.weights  # row t starts at t(t-1)/2
-    steady = _steady_from(bank, trace)
-    start = _fill_shared(bank, weights, steps, mass, fill, progress)
-    if _rings_closed(bank, trace, mass, fill, n_kept, went):
-        start = steps  # nothing left to step
-    for t in range(start, steps):
-        if progress is not None and t % PROGRESS_EVERY == 0:
-            progress(t, steps)
-        if t == steady and bank._fill == bank._budget:
-            victims = np.empty((steps - t, size), dtype=np.intp)
-            _steady(bank, weights, t, steps, mass, victims, progress)
-            fill[t:] = bank._budget + 1  # each step admits one before evicting one
-            went.append((np.arange(t, steps), None, victims))
-            break
-        o = t * (t - 1) // 2
-        row = weights[o : o + t]
-        n = bank._fill
-        if n >= 0:  # lock-step: one block for every lane
-            # Full rows (every lane at its budget, the steady state): gather them whole, which
-            # is contiguous, and give the one slot past the fill no weight.
-            full = n == bank._cap - 1
-            w = row.take(bank._pos) if full else row.take(bank._pos[:, :n])
-            if full:
-                w[:, n] = 0
-            m = total(w[:, :n], axis=1, dtype=f64)
-            if t:
-                mass[t] = m
-            if reads:
-                d = m.astype(f32)
-                if not _minimum(m) > 0:
-                    d[~(m > 0)] = 1  # an all-zero row goes through unnormalised
-                np.divide(w, d[:, None], out=w)  # float32, as replay() divides
-            bank._advance_lockstep(t, w[:, :n] if reads else None)
-        else:  # fills differ: lane by lane, as replay() does it
-            rows = []
-            for i in range(size):
-                w = row[bank.kept(i)]
-                m = total(w, dtype=f64)
+    fresh ``bank`` — the same numbers, bit for bit (:meth:`LockstepReplay.replay`)."""
+    return bank.replay(trace, top_k, progress)
+
+
+class LockstepReplay:
+    """:meth:`replay`, the lock-step replay of a bank (mixed into :class:`~h2o.bank.PolicyBank`,
+    so it reads the bank's own state)."""
+
+    def replay(
+        self, trace: Trace, top_k: int = 32, progress: StepProgress | None = None
+    ) -> list[Replay]:
+        """``[replay(lane, trace, top_k, record=False) for each lane]``, from one lock-step run of
+        this fresh bank — the same numbers, bit for bit."""
+        if self.last_pos >= 0 or self.fills.any():
+            raise ValueError("replay_bank needs a fresh bank (this one has already taken steps)")
+        top_k = check_top_k(top_k)
+        if len(self) == 1:  # one lane: the single replay's own loop is the fastest there is
+            return [self._replay_one(trace, top_k, progress)]
+        steps, size = trace.steps, len(self)
+        mass = np.ones((steps, size))
+        n_kept = np.zeros((steps, size), dtype=np.int32)
+        fill = np.zeros(steps, dtype=np.int32)  # n_kept of the lock-step steps (-1: see n_kept)
+        went: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
+        f64, f32, total = np.float64, np.float32, np.add.reduce
+        reads, weights = self.reads_attention, trace.weights  # row t starts at t(t-1)/2
+        steady = self._steady_from(trace)
+        start = self._fill_shared(weights, steps, mass, fill, progress)
+        if self._rings_closed(trace, mass, fill, n_kept, went):
+            start = steps  # nothing left to step
+        for t in range(start, steps):
+            if progress is not None and t % PROGRESS_EVERY == 0:
+                progress(t, steps)
+            if t == steady and self._fill == self._budget:
+                victims = np.empty((steps - t, size), dtype=np.intp)
+                self._steady(weights, t, steps, mass, victims, progress)
+                fill[t:] = self._budget + 1  # each step admits one before evicting one
+                went.append((np.arange(t, steps), None, victims))
+                break
+            o = t * (t - 1) // 2
+            row = weights[o : o + t]
+            n = self._fill
+            if n >= 0:  # lock-step: one block for every lane
+                # Full rows (every lane at its budget, the steady state): gather them whole, which
+                # is contiguous, and give the one slot past the fill no weight.
+                full = n == self._cap - 1
+                w = row.take(self._pos) if full else row.take(self._pos[:, :n])
+                if full:
+                    w[:, n] = 0
+                m = total(w[:, :n], axis=1, dtype=f64)
                 if t:
-                    mass[t, i] = m
-                rows.append((w / f32(m) if m > 0 else w) if reads else None)
-            bank._advance(t, rows)
-        fill[t] = bank._fill
-        if bank._fill < 0:
-            n_kept[t] = bank._fills
-        lanes, victims = bank._evict()
-        if victims.shape[0]:
-            went.append((np.array([t]), lanes, victims))
-    if progress is not None:
-        progress(steps, steps)
-    lock = fill >= 0
-    n_kept[lock] = fill[lock, None]
-    step, lane, pos = _victims(went)
-    order = np.argsort(lane, kind="stable")  # by lane, keeping step order
-    bounds = np.searchsorted(lane[order], np.arange(size + 1))
-    return [
-        result(
-            bank.lane(i),
-            trace,
-            top_k,
-            mass[:, i].copy(),
-            n_kept[:, i].copy(),
-            step[order[a:b]],
-            pos[order[a:b]],
-        )
-        for i, (a, b) in enumerate(pairwise(bounds))
-    ]
+                    mass[t] = m
+                if reads:
+                    d = m.astype(f32)
+                    if not _minimum(m) > 0:
+                        d[~(m > 0)] = 1  # an all-zero row goes through unnormalised
+                    np.divide(w, d[:, None], out=w)  # float32, as replay() divides
+                self._advance_lockstep(t, w[:, :n] if reads else None)
+            else:  # fills differ: lane by lane, as replay() does it
+                rows = []
+                for i in range(size):
+                    w = row[self.kept(i)]
+                    m = total(w, dtype=f64)
+                    if t:
+                        mass[t, i] = m
+                    rows.append((w / f32(m) if m > 0 else w) if reads else None)
+                self._advance(t, rows)
+            fill[t] = self._fill
+            if self._fill < 0:
+                n_kept[t] = self._fills
+            lanes, victims = self._evict()
+            if victims.shape[0]:
+                went.append((np.array([t]), lanes, victims))
+        if progress is not None:
+            progress(steps, steps)
+        lock = fill >= 0
+        n_kept[lock] = fill[lock, None]
+        step, lane, pos = _victims(went)
+        order = np.argsort(lane, kind="stable")  # by lane, keeping step order
+        bounds = np.searchsorted(lane[order], np.arange(size + 1))
+        return [
+            result(
+                self.lane(i),
+                trace,
+                top_k,
+                mass[:, i].copy(),
+                n_kept[:, i].copy(),
+                step[order[a:b]],
+                pos[order[a:b]],
+            )
+            for i, (a, b) in enumerate(pairwise(bounds))
+        ]
 
+    def _replay_one(self, trace: Trace, top_k: int, progress: StepProgress | None) -> Replay:
+        if progress is not None:
+            progress(0, trace.steps)
+        lane = self.lane(0)
+        out = replay(lane, trace, top_k, record=False)
+        self._last_pos = lane.last_pos
+        self._adopt()
+        if progress is not None:
+            progress(trace.steps, trace.steps)
+        return out
 
-def _replay_one(
-    bank: PolicyBank, trace: Trace, top_k: int, progress: StepProgress | None
-) -> Replay:
-    if progress is not None:
-        progress(0, trace.steps)
-    lane = bank.lane(0)
-    out = replay(lane, trace, top_k, record=False)
-    bank._last_pos = lane.last_pos
-    bank._adopt()
-    if progress is not None:
-        progress(trace.steps, trace.steps)
-    return out
+    def _fill_shared(
+        self,
+        weights: np.ndarray,
+        steps: int,
+        mass: np.ndarray,
+        fill: np.ndarray,
+        progress: StepProgress | None,
+    ) -> int:
+        """Until the first eviction every lane of a scored bank whose lanes share a budget keeps
+        ``0..t-1`` and sees the same row: run those steps on lane 0's row alone — the single
+        replay's arithmetic, on 1-D arrays — and copy it to every row. Returns the next step (0 if
+        the bank does not qualify)."""
+        if not (
+            self.kind == "scored"
+            and type(self._lanes[0]) in _SHARED_FILL
+            and self._budget >= 1
+            and self.reads_attention
+            and not self._own_checks
+        ):
+            return 0
+        stop = min(self._budget, steps)  # step t admits t + 1 <= budget positions: none evicted
+        pos, score, rule = self._pos[0], self._score[0], self._rule
+        f64, f32, total = np.float64, np.float32, np.add.reduce
+        for t in range(stop):
+            if progress is not None and t % PROGRESS_EVERY == 0:
+                progress(t, steps)
+            if t:
+                o = t * (t - 1) // 2
+                row = weights[o : o + t]
+                m = total(row, dtype=f64)
+                mass[t] = m
+                rule(score[:t], row / f32(m) if m > 0 else row)
+            pos[t], score[t] = t, 0.0
+            fill[t] = t + 1
+        self._pos[1:, :stop] = pos[:stop]
+        self._score[1:, :stop] = score[:stop]
+        self._fill, self._last_pos, self._stale = stop, stop - 1, True
+        return stop
+
+    def _rings_closed(
+        self,
+        trace: Trace,
+        mass: np.ndarray,
+        fill: np.ndarray,
+        n_kept: np.ndarray,
+        went: list,
+    ) -> bool:
+        """A ring bank's whole replay in closed form, on a trace whose sums are exact in any order
+        (:func:`_exact_sums`). StreamingLLM (and the sliding window, ``sinks = 0``) reads no
+        attention, so what a lane keeps is known in advance: before step ``t`` it holds ``0..t-1``
+        while ``t <= budget``, then its ``s`` sinks and the ``budget - s`` positions before ``t``;
+        step ``t >= budget`` evicts ``t - (budget - s)``. Each mass is the sum of two runs of the
+        packed weights (one ``reduceat`` a lane). Fills ``mass``, ``n_kept`` and ``went`` and leaves
+        the lanes as the steps would; False (nothing touched) if the bank does not qualify."""
+        if self.kind != "ring" or not _exact_sums(trace):
+            return False
+        steps, w = trace.steps, trace.weights
+        t = np.arange(1, steps, dtype=np.intp)
+        o = t * (t - 1) // 2  # row t is w[o : o + t]
+        fills = []
+        for i, lane in enumerate(self._lanes):
+            b, s = lane.budget, lane.sinks
+            r = b - s  # ring slots
+            full = t > b
+            sink_end = o + np.where(full, s, t)  # t <= budget: one run, the whole row
+            sinks = _runs(w, o, sink_end)
+            ring = _runs(w, np.where(full, o + t - r, sink_end), o + t)
+            mass[1:, i] = sinks + ring
+            n_kept[:, i] = np.minimum(np.arange(1, steps + 1), b + 1)
+            ts = np.arange(b, steps)
+            went.append((ts, np.full(ts.shape[0], i), ts - r))
+            n = min(steps, b)
+            kept = np.arange(n) if steps <= b else np.r_[np.arange(s), np.arange(steps - r, steps)]
+            self._pos[i, :n] = kept
+            fills.append(n)
+        self._set_fills(np.array(fills, dtype=np.int64))
+        self._last_pos, self._stale = steps - 1, True
+        fill[:] = -1  # n_kept holds every lane's fill
+        return True
+
+    def _steady_from(self, trace: Trace) -> int:
+        """The step from which :func:`_steady` runs this bank over this trace (-1: never)."""
+        if not (
+            self.kind == "scored"
+            and self._compiled >= 0  # a rule the compiled loop knows (not random eviction)
+            and self.reads_attention
+            and 0 <= self._budget < trace.steps
+            and not self._own_checks
+            and _exact_sums(trace)
+        ):
+            return -1
+        return self._budget  # the first step that evicts: every lane holds 0..budget-1 before it
+
+    def _steady(
+        self,
+        weights: np.ndarray,
+        t0: int,
+        steps: int,
+        mass: np.ndarray,
+        victims: np.ndarray,
+        progress: StepProgress | None,
+    ) -> None:
+        """Steps ``t0..steps-1`` of a full scored bank whose lanes share a budget, one eviction a
+        step, in the compiled loop (:func:`h2o.self.kernels.replay_steady`), in runs of
+        ``PROGRESS_EVERY`` steps; ``mass[t]`` and ``victims[t - t0]`` filled in."""
+        n = self._budget
+        for a in range(t0, steps, PROGRESS_EVERY):
+            if progress is not None and a > t0:
+                progress(a, steps)
+            b = min(steps, a + PROGRESS_EVERY)
+            replay_steady(
+                weights,
+                a,
+                b,
+                self._pos,
+                self._score,
+                n,
+                self._windows,
+                self._compiled,
+                mass,
+                victims[a - t0 :],
+            )
+        self._fill, self._last_pos, self._stale = n, steps - 1, True
 
 
 def _victims(went: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]]) -> tuple:
@@ -192,88 +326,6 @@ def _exact_sums(trace: Trace) -> bool:
     return ok
 
 
-def _fill_shared(
-    bank: PolicyBank,
-    weights: np.ndarray,
-    steps: int,
-    mass: np.ndarray,
-    fill: np.ndarray,
-    progress: StepProgress | None,
-) -> int:
-    """Until the first eviction every lane of a scored bank whose lanes share a budget keeps
-    ``0..t-1`` and sees the same row: run those steps on lane 0's row alone — the single
-    replay's arithmetic, on 1-D arrays — and copy it to every row. Returns the next step (0 if
-    the bank does not qualify)."""
-    if not (
-        isinstance(bank, ScoredBank)
-        and type(bank._lanes[0]) in _SHARED_FILL
-        and bank._budget >= 1
-        and bank.reads_attention
-        and not bank._own_checks
-    ):
-        return 0
-    stop = min(bank._budget, steps)  # step t admits t + 1 <= budget positions: none evicted
-    pos, score, rule = bank._pos[0], bank._score[0], bank._rule
-    f64, f32, total = np.float64, np.float32, np.add.reduce
-    for t in range(stop):
-        if progress is not None and t % PROGRESS_EVERY == 0:
-            progress(t, steps)
-        if t:
-            o = t * (t - 1) // 2
-            row = weights[o : o + t]
-            m = total(row, dtype=f64)
-            mass[t] = m
-            rule(score[:t], row / f32(m) if m > 0 else row)
-        pos[t], score[t] = t, 0.0
-        fill[t] = t + 1
-    bank._pos[1:, :stop] = pos[:stop]
-    bank._score[1:, :stop] = score[:stop]
-    bank._fill, bank._last_pos, bank._stale = stop, stop - 1, True
-    return stop
-
-
-def _rings_closed(
-    bank: PolicyBank,
-    trace: Trace,
-    mass: np.ndarray,
-    fill: np.ndarray,
-    n_kept: np.ndarray,
-    went: list,
-) -> bool:
-    """A ring bank's whole replay in closed form, on a trace whose sums are exact in any order
-    (:func:`_exact_sums`). StreamingLLM (and the sliding window, ``sinks = 0``) reads no
-    attention, so what a lane keeps is known in advance: before step ``t`` it holds ``0..t-1``
-    while ``t <= budget``, then its ``s`` sinks and the ``budget - s`` positions before ``t``;
-    step ``t >= budget`` evicts ``t - (budget - s)``. Each mass is the sum of two runs of the
-    packed weights (one ``reduceat`` a lane). Fills ``mass``, ``n_kept`` and ``went`` and leaves
-    the lanes as the steps would; False (nothing touched) if the bank does not qualify."""
-    if not isinstance(bank, RingBank) or not _exact_sums(trace):
-        return False
-    steps, w = trace.steps, trace.weights
-    t = np.arange(1, steps, dtype=np.intp)
-    o = t * (t - 1) // 2  # row t is w[o : o + t]
-    fills = []
-    for i, lane in enumerate(bank._lanes):
-        b, s = lane.budget, lane.sinks
-        r = b - s  # ring slots
-        full = t > b
-        sink_end = o + np.where(full, s, t)  # t <= budget: one run, the whole row
-        sinks = _runs(w, o, sink_end)
-        ring = _runs(w, np.where(full, o + t - r, sink_end), o + t)
-        mass[1:, i] = sinks + ring
-        n_kept[:, i] = np.minimum(np.arange(1, steps + 1), b + 1)
-        ts = np.arange(b, steps)
-        went.append((ts, np.full(ts.shape[0], i), ts - r))
-        n = min(steps, b)
-        kept = np.arange(n) if steps <= b else np.r_[np.arange(s), np.arange(steps - r, steps)]
-        bank._pos[i, :n] = kept
-        fills.append(n)
-    bank._set_fills(np.array(fills, dtype=np.int64))
-    bank._last_pos, bank._stale = steps - 1, True
-    fill[:] = -1  # n_kept holds every lane's fill
-    return True
-
-
 def _runs(w: np.ndarray, a: np.ndarray, e: np.ndarray) -> np.ndarray:
     """float64 sums of ``w[a[j] : e[j]]`` (0 when empty): the runs gathered back to back, then
     one ``reduceat`` over them (exact in any order on the traces this is used for)."""
@@ -288,49 +340,3 @@ def _runs(w: np.ndarray, a: np.ndarray, e: np.ndarray) -> np.ndarray:
     idx = np.arange(int(starts[-1] + n[-1]), dtype=np.intp) + np.repeat(a - starts, n)
     out[some] = np.add.reduceat(w.take(idx), starts, dtype=np.float64)
     return out
-
-
-def _steady_from(bank: PolicyBank, trace: Trace) -> int:
-    """The step from which :func:`_steady` runs this bank over this trace (-1: never)."""
-    if not (
-        isinstance(bank, ScoredBank)
-        and bank._compiled >= 0  # a rule the compiled loop knows (not random eviction)
-        and bank.reads_attention
-        and 0 <= bank._budget < trace.steps
-        and not bank._own_checks
-        and _exact_sums(trace)
-    ):
-        return -1
-    return bank._budget  # the first step that evicts: every lane holds 0..budget-1 before it
-
-
-def _steady(
-    bank: ScoredBank,
-    weights: np.ndarray,
-    t0: int,
-    steps: int,
-    mass: np.ndarray,
-    victims: np.ndarray,
-    progress: StepProgress | None,
-) -> None:
-    """Steps ``t0..steps-1`` of a full scored bank whose lanes share a budget, one eviction a
-    step, in the compiled loop (:func:`h2o.bank.kernels.replay_steady`), in runs of
-    ``PROGRESS_EVERY`` steps; ``mass[t]`` and ``victims[t - t0]`` filled in."""
-    n = bank._budget
-    for a in range(t0, steps, PROGRESS_EVERY):
-        if progress is not None and a > t0:
-            progress(a, steps)
-        b = min(steps, a + PROGRESS_EVERY)
-        replay_steady(
-            weights,
-            a,
-            b,
-            bank._pos,
-            bank._score,
-            n,
-            bank._windows,
-            bank._compiled,
-            mass,
-            victims[a - t0 :],
-        )
-    bank._fill, bank._last_pos, bank._stale = n, steps - 1, True

@@ -12,7 +12,7 @@ import numpy as np
 
 from h2o.policies import Policy, SlidingWindow, StreamingLLM
 
-from .base import _NONE, PolicyBank
+from .base import NO_VICTIMS, PolicyBank
 
 
 class _RingRow:
@@ -36,6 +36,9 @@ class _RingRow:
 
     def __len__(self) -> int:
         return self._n
+
+    def _set_fill(self, n: int) -> None:
+        self._n = n
 
     def _step(self, pos: int, attn: np.ndarray | None) -> None:
         self._row[self._n] = pos
@@ -62,6 +65,8 @@ def _lane_class(cls: type) -> type:
 class RingBank(PolicyBank):
     """Lanes of StreamingLLM and its subclasses (the sliding window), each with its budget and
     sinks."""
+
+    kind = "ring"
 
     def _kind(self, policies: list[Policy]) -> None:
         if not all(type(p) in (StreamingLLM, SlidingWindow) for p in policies):
@@ -110,5 +115,5 @@ class RingBank(PolicyBank):
             pos[rows, s : n - k] = pos[rows, s + k : n]
         self._fill = n - k
         if not victims:
-            return _NONE
+            return NO_VICTIMS
         return (self._all if k == 1 else np.repeat(self._all, k)), gone.ravel()

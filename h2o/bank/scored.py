@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from h2o.policies import H2O, TOVA, Policy, RandomEviction, Scissorhands, ScoredPolicy
+from h2o.policies import H2O, TOVA, Policy, RandomEviction, Scissorhands
 from h2o.policies.base import MAX_WEIGHT
 
-from .base import _NONE, PolicyBank
+from .base import NO_VICTIMS, PolicyBank
 from .kernels import RULES, advance_lanes, evict_lanes, step_lanes
 
 #: The classes a scored bank holds: the library's own.
@@ -36,6 +36,8 @@ _NO_ATTN = np.zeros((0, 0))
 
 class ScoredBank(PolicyBank):
     """Lanes of one :class:`~h2o.policies.ScoredPolicy` class, each with its budget and window."""
+
+    kind = "scored"
 
     def _kind(self, policies: list[Policy]) -> None:
         cls = type(policies[0])
@@ -53,8 +55,8 @@ class ScoredBank(PolicyBank):
         self._windows = np.array([lane.recent_window for lane in self._lanes], dtype=np.int64)
         # The class's scoring rule for the numpy path: given (n, N) views, a rule written for
         # one lane's (n,) arrays (elementwise, attn.shape[0] = kept count) is the same rule.
-        self._rule = lane._accumulate
-        self._by_argmin = type(lane)._select is ScoredPolicy._select
+        self._rule = lane.accumulate
+        self._by_argmin = type(lane).evicts_by_argmin()
         self._compiled = RULES.get(type(lane), -1)  # -1: random eviction, the numpy path
         self._go = np.ones(self.size, dtype=np.bool_)
         self._out = np.empty(self.size, dtype=np.int64)
@@ -72,7 +74,7 @@ class ScoredBank(PolicyBank):
             for new, a in zip((self._pos, self._score, self._scratch), old, strict=True):
                 new[:, : self._cap] = a
         for i, lane in enumerate(self._lanes):  # each lane's storage is its row
-            lane._pos, lane._score, lane._scratch = self._pos[i], self._score[i], self._scratch[i]
+            lane.bind(self._pos[i], self._score[i], self._scratch[i])
         self._cap = cap
         self._cols = np.arange(cap)
 
@@ -136,15 +138,15 @@ class ScoredBank(PolicyBank):
             evictable = n - self._windows
             v = np.full(self.size, n)
             for i in lanes:
-                v[i] = self._lanes[i]._select(1, int(evictable[i]))[0]
+                v[i] = self._lanes[i].select(1, int(evictable[i]))[0]
             gone = np.full(self.size, -1, dtype=np.int64)
             gone[lanes] = self._pos[lanes, v[lanes]]
             self._shift(v, n)
         if isinstance(k, int):
             self._fill = n - 1
-            return (lanes, gone.copy()) if victims else _NONE
+            return (lanes, gone.copy()) if victims else NO_VICTIMS
         self._set_fills(n - one)
-        return (lanes, gone[lanes]) if victims else _NONE
+        return (lanes, gone[lanes]) if victims else NO_VICTIMS
 
     def _shift(self, v: np.ndarray, n: int) -> None:
         """Close each row's gap: slots ``v..n-2`` take ``v+1..n-1`` (``v = n``: none)."""

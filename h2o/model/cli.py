@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from h2o.model.forward import Progress, SmolLM
 from h2o.model.gguf_io import ModelNotFoundError
@@ -22,7 +23,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROJECT_VENV = PROJECT_ROOT / ".venv"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: Any) -> None:  # argparse's subparsers action (a private type)
     """Add the ``capture``, ``quality`` and ``generate`` subcommands."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(

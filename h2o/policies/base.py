@@ -30,7 +30,7 @@ MAX_BUDGET = 2**24
 MAX_WEIGHT = 1.01
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
+def check_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if value < minimum:
@@ -39,7 +39,7 @@ def _check_int(name: str, value: object, minimum: int) -> int:
 
 
 def _check_budget_value(budget: object) -> int:
-    budget = _check_int("budget", budget, 1)
+    budget = check_int("budget", budget, 1)
     if budget > MAX_BUDGET:
         raise ValueError(
             f"budget must be <= {MAX_BUDGET} (2**24), got {budget}: the cache is preallocated "
@@ -64,7 +64,7 @@ def check_pos(pos: object, last_pos: int) -> int:
     return pos
 
 
-def _check_room(name: str, value: int, budget: int, why: str) -> None:
+def check_room(name: str, value: int, budget: int, why: str) -> None:
     """Refuse ``value >= budget`` for a parameter that reserves slots (window, sinks)."""
     if value >= budget:
         raise ValueError(
@@ -119,14 +119,29 @@ class Policy:
         ``ValueError`` and changes nothing.
         """
         pos = check_pos(pos, self._last_pos)
-        self._advance(pos, None if attn is None else self._check_attn(attn))
+        self.advance_trusted(pos, None if attn is None else self.check_attn(attn))
 
-    def _advance(self, pos: int, attn: np.ndarray | None) -> None:
+    # -- for engines (a replay, a bank): the caller vouches for its input ----------------------
+    def advance_trusted(self, pos: int, attn: np.ndarray | None) -> None:
         """``on_decode_step`` past validation. The replay calls it directly: its positions count
         up from 0 and its weights come from a validated trace, renormalised, so they are finite,
         non-negative and aligned by construction."""
         self._step(pos, attn)
         self._last_pos = pos
+
+    def drop(self, k: int) -> list[int]:
+        """Evict exactly ``k > 0`` positions (``evict`` past its budget arithmetic); the victims
+        ascending."""
+        return self._evict(k)
+
+    def set_fill(self, n: int, last_pos: int) -> None:
+        """After an engine wrote this policy's storage in place (a bank lane, an adaptive
+        layer's head): it now keeps its first ``n`` slots, and ``last_pos`` was admitted last."""
+        self._set_fill(n)
+        self._last_pos = last_pos
+
+    def _set_fill(self, n: int) -> None:
+        raise NotImplementedError
 
     @property
     def last_pos(self) -> int:
@@ -135,7 +150,7 @@ class Policy:
 
     def evict(self, budget: int | None = None) -> list[int]:
         """Drop ``len(kept) - budget`` positions (none if not over); return them ascending."""
-        budget = self.budget if budget is None else self._check_budget(budget)
+        budget = self.budget if budget is None else self.check_budget(budget)
         k = len(self) - budget
         return self._evict(k) if k > 0 else []
 
@@ -154,10 +169,10 @@ class Policy:
         raise NotImplementedError
 
     # -- validation ----------------------------------------------------------------------------
-    def _check_budget(self, budget: int) -> int:
+    def check_budget(self, budget: int) -> int:
         return _check_budget_value(budget)
 
-    def _check_attn(self, attn: object) -> np.ndarray:
+    def check_attn(self, attn: object) -> np.ndarray:
         a = attn if type(attn) is np.ndarray else np.asarray(attn)
         if a.ndim != 1 or a.dtype.kind not in "fiu":
             raise ValueError(f"attn must be a 1-D array of weights, got shape {a.shape} {a.dtype}")
@@ -239,8 +254,8 @@ class ScoredPolicy(Policy):
         super().__init__(budget, rng=rng)
         if recent_window is None:
             recent_window = self.default_recent_window
-        self.recent_window = _check_int("recent_window", recent_window, 0)
-        self._check_budget(self.budget)
+        self.recent_window = check_int("recent_window", recent_window, 0)
+        self.check_budget(self.budget)
         cap = self.budget + 1
         self._pos = np.zeros(cap, dtype=self.POS_DTYPE)
         self._score = np.zeros(cap, dtype=self.SCORE_DTYPE)
@@ -267,10 +282,10 @@ class ScoredPolicy(Policy):
     def __len__(self) -> int:
         return self._n
 
-    def _check_budget(self, budget: int) -> int:
-        budget = super()._check_budget(budget)
+    def check_budget(self, budget: int) -> int:
+        budget = super().check_budget(budget)
         why = "every kept position would be protected, leaving the score nothing to choose between"
-        _check_room("recent_window", self.recent_window, budget, why)
+        check_room("recent_window", self.recent_window, budget, why)
         return budget
 
     def _step(self, pos: int, attn: np.ndarray | None) -> None:
@@ -289,6 +304,33 @@ class ScoredPolicy(Policy):
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         """Fold one step's validated, index-aligned weights into ``score`` in place."""
         raise NotImplementedError
+
+    # -- for engines that hold a scored policy's storage (banks, adaptive layers) --------------
+    def accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
+        """The class's rule (:meth:`_accumulate`) on scores an engine holds."""
+        self._accumulate(score, attn)
+
+    def select(self, k: int, evictable: int) -> list[int]:
+        """The class's choice of ``k`` victims among the first ``evictable`` slots
+        (:meth:`_select`), as indices into kept order."""
+        return self._select(k, evictable)
+
+    @classmethod
+    def evicts_by_argmin(cls) -> bool:
+        """Whether the class evicts the lowest score (the card's rule), not by a rule of its own
+        (random eviction draws): then an engine may choose its victims itself."""
+        return cls._select is ScoredPolicy._select
+
+    def bind(self, pos: np.ndarray, score: np.ndarray, scratch: np.ndarray | None = None) -> None:
+        """Keep this policy's positions and scores in an engine's arrays (one row each of a
+        bank's or an adaptive layer's storage, of the same dtypes), which must already hold its
+        state: a fresh policy holds none, and a bank copies its rows before it moves them."""
+        self._pos, self._score = pos, score
+        if scratch is not None:
+            self._scratch = scratch
+
+    def _set_fill(self, n: int) -> None:
+        self._n = n
 
     def _resume(self, kept: np.ndarray, scores: np.ndarray) -> None:
         n = kept.shape[0]

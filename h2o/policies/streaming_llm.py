@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Policy, _check_int, _check_room
+from .base import Policy, check_int, check_room
 
 
 class StreamingLLM(Policy):
@@ -31,8 +31,8 @@ class StreamingLLM(Policy):
         self, budget: int = 512, sinks: int = 4, *, rng: np.random.Generator | None = None
     ) -> None:
         super().__init__(budget, rng=rng)
-        self.sinks = _check_int("sinks", sinks, 0)
-        self._check_budget(self.budget)
+        self.sinks = check_int("sinks", sinks, 0)
+        self.check_budget(self.budget)
         self._sink = np.zeros(self.sinks, dtype=np.int32)
         self._ns = 0
         self._ring = np.zeros(self.budget - self.sinks + 1, dtype=np.int32)
@@ -63,9 +63,9 @@ class StreamingLLM(Policy):
         v.flags.writeable = False
         return v
 
-    def _check_budget(self, budget: int) -> int:
-        budget = super()._check_budget(budget)
-        _check_room("sinks", self.sinks, budget, "the ring of recent positions would have no room")
+    def check_budget(self, budget: int) -> int:
+        budget = super().check_budget(budget)
+        check_room("sinks", self.sinks, budget, "the ring of recent positions would have no room")
         return budget
 
     def _step(self, pos: int, attn: np.ndarray | None) -> None:
