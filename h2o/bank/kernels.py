@@ -45,6 +45,20 @@ def apply_rule(score, q, n, rule, fair):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def apply_rule_to_row(score, w, q, n, m, rule, fair):
+    """A replay's step of the rule: the gathered float32 row ``w[:n]`` renormalised by its
+    float64 mass ``m`` with a float32 division into ``q``, as :func:`h2o.replay` divides it (an
+    all-zero row goes through unnormalised), then :func:`apply_rule`."""
+    if m > 0:
+        d = np.float32(m)
+        for j in range(n):
+            q[j] = w[j] / d
+        apply_rule(score, q, n, rule, fair)
+    else:
+        apply_rule(score, w, n, rule, fair)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def first_min(score, e):
     """numpy's ``argmin(score[:e])`` for scores that are never NaN (the bank's are sums of
     checked weights): the first minimum, found on four interleaved slots at a time — four
@@ -122,13 +136,7 @@ def replay_steady(weights, t0, steps, pos, score, n, windows, rule, mass, victim
                 m0 += w[j]
             m = (m0 + m1) + (m2 + m3)
             mass[t, lane] = m
-            if m > 0:
-                d = np.float32(m)
-                for j in range(n):
-                    q[j] = w[j] / d  # float32, as replay() divides
-                apply_rule(s, q, n, rule, fair)
-            else:  # an all-zero row goes through unnormalised
-                apply_rule(s, w, n, rule, fair)
+            apply_rule_to_row(s, w, q, n, m, rule, fair)
             p[n] = t
             s[n] = 0.0
             victims[t - t0, lane] = _evict_one(p, s, n + 1, n + 1 - windows[lane])

@@ -27,7 +27,7 @@ from h2o.policies import H2O, TOVA, Policy, Scissorhands, SlidingWindow, Streami
 from h2o.replay import Replay, result
 from h2o.trace import Trace
 
-from .kernels import apply_rule, first_min
+from .kernels import apply_rule_to_row, first_min
 
 #: The rule for StreamingLLM and the sliding window: no score, the oldest after the sinks goes.
 RING_RULE = 3
@@ -148,14 +148,7 @@ def replay_lane(
                 nv += 1
             continue
         if n:
-            fair = 1.0 / n
-            if m > 0:
-                d = np.float32(m)
-                for j in range(n):
-                    q[j] = w[j] / d  # float32, as replay() divides
-                apply_rule(score, q, n, rule, fair)
-            else:  # an all-zero row goes through unnormalised
-                apply_rule(score, w, n, rule, fair)
+            apply_rule_to_row(score, w, q, n, m, rule, 1.0 / n)
         pos[n] = t
         score[n] = 0.0
         n += 1
