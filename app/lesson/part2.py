@@ -1,60 +1,98 @@
-"""Chapters 4–6: the window is load-bearing, the stale spike, the family."""
+"""Chapters 4–6: the window is load-bearing, the stale spike (the age bias of a cumulative sum),
+the family.
+
+Every sentence that states a number, a ranking or who wins is built by a small pure function
+below (``*_sentence``, ``*_answer``, :func:`family_sentences`) from the numbers the figure beside
+it plots; ``tests/test_claims_part2.py`` checks each against the library's own replays. The text
+before each chapter's first figure is kept to about three lines: presenter mode projects it at
+1280×720.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import streamlit as st
 
 import h2o
-from app import data, figures, state
+from app import data, figures, figures_spike, state
 from app.lesson import Chapter, open_in, predict
-from h2o import analysis, explain
+from h2o import age_bias, analysis, explain
 
 EXPLORER = "views/window_explorer.py"
+#: Two policies "tie" when their mass differs by less than this (the card: "within a hundredth").
+TIE = 0.01
+#: Bars "coincide" when their mass differs by less than this (the chart labels show 3 decimals).
+SAME = 0.0005
+CHART = {"displaylogo": False}
+CANON_BUDGET = 256
+
+
+def canonical_sweep(ref: data.TraceRef) -> tuple[list[int], dict[str, list[dict]]]:
+    """Chapter 4's recent_window sweep (H2O, Scissorhands, StreamingLLM, sliding window) at
+    budget 256, top-32, 4 sinks: computed once, shared with chapter 5."""
+    windows = data.sweep_windows_for(CANON_BUDGET, analysis.band_width(ref.trace))
+    return windows, data.window_sweep(ref.ident, ref.trace, CANON_BUDGET, 32, tuple(windows), 4)
+
+
+def _listing(items: Sequence[str]) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+# -- 4. the window is load-bearing: sentences ------------------------------------------------------
+NEW_TOKEN = (
+    "The convention matters here. This library admits a new token with score 0, as the card "
+    "writes it (`admit(pos, score = 0)`), so with no window the newcomer is always the lowest. "
+    "The H2O authors' reference code scores a new token with its own self-attention instead, so "
+    "it starts above 0 and need not lose at once: the freeze above is this convention's. The "
+    "traces here do not record a token's attention to itself, so the lesson cannot say by how "
+    "much the other convention would change it."
+)
+
+
+def window_answer(h2o_mass: dict[int, float], reference: float, asked: Sequence[int]) -> str:
+    """Which of the ``asked`` windows keep more mass than the reference (the question's options:
+    ``"recent_window W"``, ``"both"`` or ``"neither"``)."""
+    beat = [w for w in asked if h2o_mass[w] > reference]
+    if len(beat) == len(asked):
+        return "both"
+    return f"recent_window {beat[0]}" if beat else "neither"
+
+
+def window_why(h2o_mass: dict[int, float], reference: float, asked: Sequence[int]) -> str:
+    at = _listing([f"{h2o_mass[w]:.3f} at recent_window {w}" for w in asked])
+    return f"StreamingLLM keeps {reference:.3f} of the attention mass; H2O keeps {at}."
 
 
 # -- 4. the window is load-bearing -----------------------------------------------------------------
 def window() -> None:
     ref = data.load("canonical", {})
     trace = ref.trace
-    budget, top_k, sinks = 256, 32, 4
-    zero = data.recorded_replay(ref, h2o.H2O(budget, recent_window=0), top_k)
-    share = explain.frozen_share(zero)
-    kept = zero.kept_at(trace.steps - 1)[0]
-    st.markdown(
-        "> *The recent window is load-bearing, not a refinement. A token generated this step has "
-        "accumulated nothing, so without protection it would be the first thing evicted every "
-        "time and the cache would never advance.* — the card\n\n"
-        f"The library's H2O with **recent_window 0** on the canonical trace, budget {budget}: "
-        f"at **{share:.0%}** of the steps that evict, the victim is the position just admitted. "
-        f"At the last step the cache still holds positions {int(kept[0])}–{int(kept[-2])} "
-        "(and the newcomer): it filled once, then never moved."
-    )
-    windows = data.sweep_windows_for(budget, analysis.band_width(trace))
+    budget, sinks, band = CANON_BUDGET, 4, analysis.band_width(trace)
+    windows, result = canonical_sweep(ref)
+    refs = {r["policy"]: r for r in result["refs"]}
+    h2o_mass = [r["retained_mass"] for r in result["h2o"]]
+    sc_mass = [r["retained_mass"] for r in result["scissorhands"]]
+    by_w = dict(zip(windows, h2o_mass, strict=True))
+    asked, streaming = (32, band), refs["streaming-llm"]["retained_mass"]
+    toy = data.load("toy", {})
+    fit = state.defaults(toy.trace)
+    _freeze(toy, fit)
+    st.markdown("So the window is needed. How wide should it be?")
     if predict(
         "window",
-        f"at budget {budget}, which H2O keeps more attention mass than StreamingLLM?",
-        ["recent_window 32", "recent_window 64", "both", "neither"],
-        "recent_window 64",
-        "The trace puts 0.55 of its attention on the last 64 positions. At 32, positions 33 to "
-        "64 steps old must compete on cumulative score with sinks and old heavy hitters — and "
-        "lose. From 64 on the band is protected and the gain stops: the knee sits at the band "
-        "width. The library keeps 32 as its default, as the card does: *tune it to your model, "
-        "not to this table*.",
+        f"on the canonical trace at budget {budget}, which H2O keeps more attention mass than "
+        "StreamingLLM?",
+        [f"recent_window {asked[0]}", f"recent_window {asked[1]}", "both", "neither"],
+        window_answer(by_w, streaming, asked),
+        window_why(by_w, streaming, asked),
     ):
-        result = data.window_sweep(ref.ident, trace, budget, top_k, tuple(windows), sinks)
-        refs = {r["policy"]: r for r in result["refs"]}
         st.plotly_chart(
             figures.window_sweep(
                 windows=windows,
-                series=[
-                    ("h2o", "H2O", [r["retained_mass"] for r in result["h2o"]]),
-                    (
-                        "scissorhands",
-                        "Scissorhands",
-                        [r["retained_mass"] for r in result["scissorhands"]],
-                    ),
-                ],
+                series=[("h2o", "H2O", h2o_mass), ("scissorhands", "Scissorhands", sc_mass)],
                 refs=[
                     (p, refs[p]["label"], refs[p]["retained_mass"])
                     for p in ("streaming-llm", "sliding-window")
@@ -62,11 +100,31 @@ def window() -> None:
                 + [("oracle", "oracle bound", result["h2o"][0]["oracle_mass"])],
                 title=f"Retained attention mass vs recent_window — canonical, budget {budget}",
                 ytitle="retained mass (mean over t ≥ budget)",
-                band=analysis.band_width(trace),
+                band=band,
+                height=400,
             ),
             width="stretch",
             key="lesson_sweep",
-            config={"displaylogo": False},
+            config=CHART,
+        )
+        chapter3 = data.recorded_replay(
+            toy, h2o.H2O(fit[state.BUDGET], recent_window=fit[state.WINDOW]), fit["top_k"]
+        )
+        st.markdown(
+            age_bias.knee_sentence(
+                windows,
+                h2o_mass,
+                band,
+                analysis.band_share(trace, band),
+                32,
+                trace.meta.get("source") == "synthetic",
+            )
+            + " This is the age bias of a cumulative sum — in chapter 3, "
+            + age_bias.youngest_sentence(chapter3, explain.first_eviction(chapter3))
+            + ": the window exists to give newcomers time to earn a score.\n\n"
+            + age_bias.window_tie_sentence(windows, h2o_mass, sc_mass, 32)
+            + " The library keeps 32 as its default, as the card does: *tune it to your model, "
+            "not to this table*."
         )
     open_in(
         "Open the recentWindow explorer",
@@ -76,6 +134,81 @@ def window() -> None:
     )
 
 
+def _freeze(toy: data.TraceRef, fit: dict[str, int]) -> None:
+    """No window at all: chapter 3's toy trace and budget, recent_window 0."""
+    small = fit[state.BUDGET]
+    zero = data.recorded_replay(toy, h2o.H2O(small, recent_window=0), fit["top_k"])
+    t = explain.first_eviction(zero)
+    d = explain.decision(zero, t)
+    st.markdown(
+        "> *The recent window is load-bearing, not a refinement. A token generated this step has "
+        "accumulated nothing, so without protection it would be the first thing evicted every "
+        "time.* — the card\n\n"
+        f"Chapter 3's toy trace and budget ({small}) with **recent_window 0**: H2O at step {t}, "
+        "its first eviction."
+    )
+    st.plotly_chart(
+        figures.decision_bars(
+            positions=d.positions,
+            scores=d.scores,
+            window=d.window,
+            victims=[p for p, _ in d.victims],
+            score_label=zero.score_label,
+            title=f"H2O, recent_window 0, step {t}: the newcomer (position {t}) has score "
+            f"{float(d.scores[-1]):g}",
+            height=300,
+        ),
+        width="stretch",
+        key="lesson_freeze",
+        config=CHART,
+    )
+    final = zero.kept_at(toy.trace.steps - 1)[0]
+    st.markdown(
+        age_bias.freeze_sentence(explain.frozen_share(zero), final, small) + "\n\n" + NEW_TOKEN
+    )
+
+
+# -- 5. the stale spike: sentences -----------------------------------------------------------------
+def spike_answer(holds: dict[str, bool]) -> str:
+    """Which policy still holds the spike at the end (``holds``: label → held)."""
+    who = [name for name, held in holds.items() if held]
+    return who[0] if len(who) == 1 else ("both" if who else "neither")
+
+
+def spike_why(h2o_score: float | None, tie: age_bias.Tie | None) -> str:
+    """The answer's reason: H2O's sum at the end (None: evicted), Scissorhands' eviction."""
+    h = "H2O lets it go" if h2o_score is None else f"H2O's sum for it is {h2o_score:.2f} at the end"
+    if tie is None:
+        return f"{h}; Scissorhands keeps it."
+    votes = f"{tie.score:g} vote{'' if tie.score == 1 else 's'}"
+    return f"{h}; Scissorhands evicts it at step {tie.step}, on {votes}."
+
+
+def spike_row_sentence(trace: h2o.Trace, spike: int) -> str:
+    col = explain.column(trace, spike)
+    return (
+        f"Position {spike} takes {col[1]:.2f} of step 1 and {col[2]:.2f} of step 2, then "
+        f"{col[3:].mean():.3f} of each row on average."
+    )
+
+
+CARD_ON_SCISSORHANDS = (
+    "> *A cumulative sum never forgets: a position that mattered enormously once defends its "
+    "slot forever. scissorhands counts how often a position mattered instead, which decays "
+    "that advantage.* — the H2O policy card"
+)
+#: What the card's "decays" stands for, in this library and in the paper (issue 15, error 5).
+SCISSORHANDS_SOURCES = (
+    "The library's Scissorhands (`h2o/policies/scissorhands.py`) decays nothing: its score is "
+    "a lifetime count, one vote for every step a position receives more than its fair share "
+    "(1/n of the n kept positions), never taken back. What it changes is what one step can be "
+    "worth — a single vote, however large the weight — so a spike's two steps earn at most two "
+    "votes. The paper (Liu et al., 2023) counts the other way and within a limit: inside a "
+    "*history window* of recent steps, how often a position's attention was *low*, and drops "
+    "the positions low most often — there, old evidence does leave the window."
+)
+
+
 # -- 5. the stale spike ----------------------------------------------------------------------------
 def stale_spike() -> None:
     ref = data.load("stale-spike", {})
@@ -83,6 +216,7 @@ def stale_spike() -> None:
     fit = state.defaults(trace)
     budget, window, top_k = fit[state.BUDGET], fit[state.WINDOW], fit["top_k"]
     spike = int(trace.meta.get("spike", 0))
+    steady = [int(p) for p in trace.meta.get("steady", [])]
     reps = {
         name: data.recorded_replay(
             ref, analysis.make_policy(name, budget, recent_window=window), top_k
@@ -90,87 +224,257 @@ def stale_spike() -> None:
         for name in ("h2o", "scissorhands")
     }
     st.markdown(
-        "> *A cumulative sum never forgets: a position that mattered enormously once defends its "
-        "slot forever. scissorhands counts how often a position mattered instead, which decays "
-        "that advantage.* — the card\n\n"
-        f"**Scissorhands** (Liu et al., 2023) gives a position a *vote* each step it receives "
+        "**Scissorhands** (Liu et al., 2023) gives a position a *vote* each step it receives "
         "more than its fair share of attention, and evicts the fewest votes. The stale-spike "
-        f"trace: position {spike} takes almost the whole of the first two steps, then nearly "
-        "nothing; three other positions matter a little at every step."
+        f"trace has {trace.steps} steps. " + spike_row_sentence(trace, spike)
     )
+    labels = {reps[n].label: age_bias.holds_at_end(reps[n], spike) for n in reps}
+    tie = age_bias.tie_at(reps["scissorhands"], spike) if not labels["Scissorhands"] else None
+    h_pos, h_scores = reps["h2o"].kept_at(trace.steps - 1)
+    held = h_scores[h_pos == spike]
+    why = spike_why(float(held[0]) if held.size else None, tie)
     if predict(
         "spike",
         f"budget {budget}, recent_window {window}: which policy still holds position {spike} at "
         "the end?",
         ["H2O", "Scissorhands", "both", "neither"],
-        "H2O",
-        "Its sum (about 2) is the highest of any position, so H2O's argmin never reaches it; "
-        "Scissorhands sees a single vote and lets it go as soon as the cache is full.",
+        spike_answer(labels),
+        why,
     ):
-        series = []
-        for name, rep in reps.items():
-            steps = np.arange(rep.steps)
-            scores = np.full(rep.steps, np.nan)
-            for t in steps:
-                pos, sc = rep.kept_at(int(t))
-                i = np.searchsorted(pos, spike)
-                if i < len(pos) and pos[i] == spike:
-                    scores[t] = sc[i]
-            series.append((name, f"{rep.label} — {rep.score_label}", steps, scores))
-        st.plotly_chart(
-            figures.kept_score_lines(
-                curves=series,
-                title=f"Position {spike}'s score while each policy keeps it (the line ends at "
-                "its eviction)",
-            ),
-            width="stretch",
-            key="lesson_spike",
-            config={"displaylogo": False},
+        _spike_reveal(reps, spike, tie)
+    st.plotly_chart(
+        figures_spike.received_lines(
+            curves=[(f"position {p}", explain.column(trace, p)) for p in [spike, *steady]],
+            title="What the trace gives: the attention each position receives, step by step",
+        ),
+        width="stretch",
+        key="lesson_spike_trace",
+        config=CHART,
+    )
+    st.markdown(age_bias.shares_sentence(age_bias.shares(trace, steady), budget))
+    chain_section(ref, reps, window, top_k, key="lesson")
+    windows, sweep = canonical_sweep(data.load("canonical", {}))
+    st.markdown(
+        f"On the canonical trace (chapter 4's figure, budget {CANON_BUDGET}): "
+        + age_bias.window_tie_sentence(
+            windows,
+            [r["retained_mass"] for r in sweep["h2o"]],
+            [r["retained_mass"] for r in sweep["scissorhands"]],
+            32,
         )
-        mass = {n: r.summary()["retained_mass"] for n, r in reps.items()}
-        st.markdown(
-            f"The price: H2O holds a slot for a position nobody attends to, and retains "
-            f"{mass['h2o']:.3f} of the attention mass over the run against Scissorhands' "
-            f"{mass['scissorhands']:.3f}. On the canonical trace the two tie — its heavy "
-            "hitters stay heavy for a whole epoch, which both rules reward."
-        )
+    )
+    with st.expander("Scissorhands: the card, this library and the paper"):
+        st.markdown(CARD_ON_SCISSORHANDS + "\n\n" + SCISSORHANDS_SOURCES)
     open_in(
         "Open the stale-spike lesson",
         "views/stale_spike.py",
-        {state.SPIKE_STEP: budget},
+        {state.SPIKE_STEP: tie.step if tie is not None else budget},
         key="lesson_open_5",
     )
 
 
-# -- 6. the family ---------------------------------------------------------------------------------
+def _spike_reveal(reps: dict[str, h2o.Replay], spike: int, tie: age_bias.Tie | None) -> None:
+    st.plotly_chart(
+        figures.kept_score_lines(
+            curves=[
+                (
+                    n,
+                    f"{r.label} — {r.score_label}",
+                    np.arange(r.steps),
+                    age_bias.score_history(r, spike),
+                )
+                for n, r in reps.items()
+            ],
+            title=f"Position {spike}'s score while each policy keeps it (the line ends at "
+            "its eviction)",
+        ),
+        width="stretch",
+        key="lesson_spike",
+        config=CHART,
+    )
+    text = age_bias.leader_sentence(reps["h2o"], spike)
+    if tie is not None:
+        text += " " + age_bias.tie_sentence(tie, reps["scissorhands"].score_label)
+    st.markdown(text)
+
+
+def price_lead(not_the_slot: bool) -> str:
+    """The chain's lead: "not the spike's slot" only when one more window slot keeps the victim,
+    still holds the spike and retains as much as Scissorhands (within a hundredth)."""
+    if not_the_slot:
+        return (
+            "**The price is not the spike's slot: it is the age bias of a cumulative sum.** "
+            "H2O's costliest eviction, taken apart:"
+        )
+    return "**H2O's costliest eviction, taken apart:**"
+
+
+def chain_section(
+    ref: data.TraceRef, reps: dict[str, h2o.Replay], window: int, top_k: int, key: str
+) -> None:
+    """The age-bias chain (who H2O evicts at the highest cost, why, what it costs), shared by
+    chapter 5 and the Stale spike page."""
+    trace, rep = ref.trace, reps["h2o"]
+    c = age_bias.costliest_eviction(rep, trace)
+    d = explain.decision(rep, c.evicted_at)
+    wider = data.recorded_replay(ref, h2o.H2O(rep.budget, recent_window=window + 1), top_k)
+    other = reps["scissorhands"]
+    spike = int(trace.meta.get("spike", 0))
+    w_mass, o_mass = wider.summary()["retained_mass"], other.summary()["retained_mass"]
+    rescued = age_bias.holds_at_end(wider, c.position)
+    spike_too = age_bias.holds_at_end(wider, spike)
+    st.markdown(price_lead(rescued and spike_too and w_mass >= o_mass - TIE))
+    left, right = st.columns(2)
+    left.plotly_chart(
+        figures.decision_bars(
+            positions=d.positions,
+            scores=d.scores,
+            window=d.window,
+            victims=[p for p, _ in d.victims],
+            score_label=rep.score_label,
+            title=f"H2O at step {c.evicted_at}: who position {c.position} lost against",
+            height=340,
+        ),
+        width="stretch",
+        key=f"{key}_chain_decision",
+        config=CHART,
+    )
+    lost = figures.attention_received(
+        received=c.received,
+        position=c.position,
+        evicted_at=c.evicted_at,
+        policy="h2o",
+        title=f"Attention position {c.position} receives: after step {c.evicted_at}, lost",
+        height=340,
+    )
+    lost.update_xaxes(range=[c.position, trace.steps - 1])  # the whole loss, to the end
+    right.plotly_chart(lost, width="stretch", key=f"{key}_chain_lost", config=CHART)
+    st.markdown(
+        "\n".join(
+            f"- {s}"
+            for s in (
+                age_bias.who_sentence(c),
+                age_bias.why_sentence(c, rep.score_label),
+                age_bias.cost_sentence(c),
+                age_bias.rescue_sentence(
+                    c, window, window + 1, rescued, w_mass, other.label, o_mass
+                )
+                + (f" It still holds position {spike} to the end." if spike_too else ""),
+            )
+        )
+    )
+
+
+# -- 6. the family: sentences ----------------------------------------------------------------------
 FAMILY = [
     (
         "tova",
-        "**TOVA** (Oren et al., 2024): the score is only the *last* step's attention — "
-        "evict whatever the newest query cares least about. No memory, no stale spikes.",
+        "**TOVA** (Oren et al., 2024): the score is only the *last* step's attention — evict "
+        "whatever the newest query cares least about. No memory at all; it protects only the "
+        "newest position (recent_window 1).",
     ),
     (
         "sliding-window",
-        "**Sliding window**: keep the newest `budget` positions. No sinks, no "
-        "scores: the floor for recency.",
+        "**Sliding window**: keep the newest `budget` positions. No sinks, no scores.",
     ),
     (
         "random",
-        "**Random**: evict a uniformly random position outside the protected window. "
-        "Any policy that reads attention must beat it.",
+        "**Random**: evict a uniformly random position outside the protected window (its label "
+        "says how wide). It reads nothing: the baseline that shows whether reading attention "
+        "pays off.",
     ),
 ]
 
 
-def family() -> None:
-    for _, text in FAMILY:
-        st.markdown(f"- {text}")
-    ref = data.load("canonical", {})
-    budget = st.select_slider(
-        "Budget", [64, 128, 256, 512, 1024], value=256, key="lesson_family_budget"
+def coincide_groups(rows: Sequence[dict]) -> list[list[dict]]:
+    """Rows grouped by mass, highest first: a group's masses lie within :data:`SAME` of its top."""
+    ordered = sorted(rows, key=lambda r: -r["retained_mass"])
+    groups: list[list[dict]] = []
+    for r in ordered:
+        if groups and groups[-1][0]["retained_mass"] - r["retained_mass"] < SAME:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups
+
+
+def family_sentences(
+    rows: Sequence[dict], budget: int, band: int | None, asked: Sequence[int]
+) -> list[str]:
+    """Who keeps the most and how close to the oracle, which bars coincide, which fall below
+    random and why, and which asked windows did not fit the budget — from the chart's rows."""
+    groups = coincide_groups(rows)
+    top, oracle = groups[0], rows[0]["oracle_mass"]
+    best = top[0]["retained_mass"]
+    names = _listing([f"**{r['label']}**" for r in top])
+    lead = (
+        f"{names} keeps the most attention mass, {best:.3f}"
+        if len(top) == 1
+        else f"{names} coincide at the top, {best:.3f} (within {SAME} of each other)"
     )
-    lineup = analysis.standard_lineup(budget, windows=(32, 64))
-    rows = data.bench(ref.ident, ref.trace, budget, 32, data.freeze_lineup(lineup))
+    out = [
+        f"{lead}: {oracle - best:.3f} below the oracle bound ({oracle:.3f}), the most any "
+        f"{budget} positions could hold at each step, chosen in hindsight."
+    ]
+    for g in groups[1:]:
+        if len(g) > 1:
+            out.append(
+                f"{_listing([r['label'] for r in g])} coincide ({g[0]['retained_mass']:.3f})."
+            )
+    rnd = next((r for r in rows if r["policy"] == "random"), None)
+    if rnd is not None:
+        floor = rnd["retained_mass"]
+        below = [r for r in rows if r is not rnd and r["retained_mass"] < floor - SAME]
+        if not below:
+            out.append(
+                f"Every other policy keeps at least as much as random eviction ({floor:.3f})."
+            )
+        else:
+            said = _listing([f"{r['label']} at {r['retained_mass']:.3f}" for r in below])
+            text = f"Below random eviction ({floor:.3f}): {said}."
+            young = sorted(
+                {
+                    r["recent_window"]
+                    for r in below
+                    if r["reads_attention"] and band and r.get("recent_window", band) < band
+                }
+            )
+            for w in young:
+                same = " protecting the same newest positions," if rnd["recent_window"] == w else ""
+                text += (
+                    f" A window of {w} leaves positions {w + 1}–{band} steps old, inside the "
+                    f"trace's {band}-wide recency band, unprotected: the youngest evictable "
+                    "positions, with the lowest scores, they go first (the age bias of chapters "
+                    f"3–5), while random eviction,{same} keeps some of them by chance."
+                )
+            out.append(text)
+    missing = [w for w in asked if w >= budget]
+    if missing:
+        out.append(
+            f"recent_window {_listing([str(w) for w in missing])} does not fit below a budget "
+            f"of {budget}: not shown."
+        )
+    return out
+
+
+# -- 6. the family ---------------------------------------------------------------------------------
+BUDGETS = [64, 128, 256, 512, 1024]
+WINDOWS = (32, 64)
+
+
+def family_rows(ref: data.TraceRef, budget: int) -> list[dict]:
+    lineup = analysis.standard_lineup(budget, windows=WINDOWS)
+    return data.bench(ref.ident, ref.trace, budget, 32, data.freeze_lineup(lineup))
+
+
+def family() -> None:
+    ref = data.load("canonical", {})
+    st.markdown(
+        "Every policy of this lesson on the canonical trace, and three more, described below "
+        "the chart: TOVA, the sliding window and random eviction."
+    )
+    budget = st.select_slider("Budget", BUDGETS, value=256, key="lesson_family_budget")
+    rows = family_rows(ref, budget)
     st.plotly_chart(
         figures.policy_bars(
             policies=[r["policy"] for r in rows],
@@ -180,16 +484,15 @@ def family() -> None:
             oracle=rows[0]["oracle_mass"],
             top_k=32,
             title=f"Every policy on the canonical trace, budget {budget}",
+            height=400,
         ),
         width="stretch",
         key="lesson_family",
-        config={"displaylogo": False},
+        config=CHART,
     )
-    st.markdown(
-        "At a wide enough window, H2O, Scissorhands and TOVA all find the canonical heavy "
-        "hitters. StreamingLLM's sinks are worth most of the gap between the sliding window and "
-        "the rest; random eviction is the floor."
-    )
+    band = analysis.band_width(ref.trace)
+    st.markdown("\n".join(f"- {s}" for s in family_sentences(rows, budget, band, WINDOWS)))
+    st.markdown("\n".join(f"- {text}" for _, text in FAMILY))
     open_in(
         "Open All policies",
         "views/all_policies.py",
@@ -203,3 +506,21 @@ CHAPTERS = [
     Chapter(5, "The stale spike", "the-stale-spike", stale_spike),
     Chapter(6, "The family", "the-family", family),
 ]
+
+
+# -- the Stale spike page's sentences (the page is a script: they live here) ---------------------
+def spike_view_opening(start: int, parting: int | None, spike: int) -> str:
+    """Where the page's step view opens (the session's step) against where Scissorhands lets
+    the spike go (``parting``; None: it never does)."""
+    if parting is None:
+        return f"The view opens at step **{start}**; the dotted row is position {spike}."
+    if start == parting:
+        return (
+            f"The view opens at step **{start}**, where Scissorhands evicts position {spike} (the "
+            "dotted row). Step back and forth around it."
+        )
+    return (
+        f"The view opens at step **{start}** (from your link or last visit); Scissorhands "
+        f"evicts position {spike} (the dotted row) at step **{parting}**: step "
+        f"{'back' if parting < start else 'forward'} to it."
+    )

@@ -1,4 +1,6 @@
-"""Stale spike: the one workload where H2O's sum and Scissorhands' vote count disagree."""
+"""Stale spike: where H2O's sum and Scissorhands' vote count disagree, and what H2O's age bias
+costs. Every sentence with a number is built by a function of ``app/lesson/part2.py`` or
+``h2o/age_bias.py`` from the replays the figures show."""
 
 from __future__ import annotations
 
@@ -6,17 +8,16 @@ import numpy as np
 import streamlit as st
 
 from app import data, figures, playback, player, state, stepper
-from h2o import analysis
+from app.lesson import part2
+from h2o import age_bias, analysis
 
 STEP_KEY = state.SPIKE_STEP
 
 player.preload()  # plotly.js loads while the server computes the page
 st.title("Stale spike: H2O vs Scissorhands")
-st.markdown(
-    "> *A cumulative sum never forgets: a position that mattered enormously once defends its "
-    "slot forever. scissorhands counts how often a position mattered instead, which decays that "
-    "advantage.* — the H2O policy card"
-)
+st.markdown(part2.CARD_ON_SCISSORHANDS)
+with st.expander("What this library's Scissorhands and the paper's actually do"):
+    st.markdown(part2.SCISSORHANDS_SOURCES)
 
 presenter = state.presenter_toggle()
 state.report_url_problems([STEP_KEY, *state.VIEW_SETTINGS, state.PRESENTER])
@@ -34,64 +35,69 @@ reps = {
     name: data.recorded_replay(ref, analysis.make_policy(name, budget, recent_window=window), top_k)
     for name in ("h2o", "scissorhands")
 }
-
-
-def spike_fate(rep) -> tuple[int | None, float]:
-    """The step the spike is evicted at (None: never), and its score then (or at the end)."""
-    hits = np.flatnonzero(rep.victim_pos == spike)
-    if hits.size:
-        return int(rep.victim_step[hits[0]]), float(rep.victim_score[hits[0]])
-    pos, scores = rep.kept_at(rep.steps - 1)
-    return None, float(scores[np.searchsorted(pos, spike)])
-
-
-h_step, h_score = spike_fate(reps["h2o"])
-s_step, s_score = spike_fate(reps["scissorhands"])
-h2o_rep = reps["h2o"]
-background = ~np.isin(h2o_rep.kept_pos, [spike, *steady]) & (h2o_rep.kept_pos >= 0)
-best_background = float(np.nanmax(np.where(background, h2o_rep.kept_score, np.nan)))
+h_rep, s_rep = reps["h2o"], reps["scissorhands"]
+h_holds, s_holds = (age_bias.holds_at_end(r, spike) for r in (h_rep, s_rep))
+tie = None if s_holds else age_bias.tie_at(s_rep, spike)
+h_tie = None if h_holds else age_bias.tie_at(h_rep, spike)
+costly = age_bias.costliest_eviction(h_rep, trace)
 
 st.markdown(
-    f"The **stale-spike** trace ({trace.steps} steps, budget {budget}, recent_window {window}): "
-    f"position {spike} takes almost the whole of the first two steps and nearly nothing after; "
-    f"positions {', '.join(map(str, steady))} matter steadily from birth to the end."
+    f"The **stale-spike** trace ({trace.steps} steps, budget {budget}, recent_window {window}). "
+    + part2.spike_row_sentence(trace, spike)
+    + " "
+    + age_bias.shares_sentence(age_bias.shares(trace, steady), budget)
 )
+
+
+def fate(holds: bool, t: age_bias.Tie | None) -> str:
+    return "kept to the end" if holds or t is None else f"evicted at step {t.step}"
+
+
+last = trace.steps - 1
+pos, scores = h_rep.kept_at(last)
 c1, c2, c3 = st.columns(3)
 c1.metric(
     f"H2O: position {spike}",
-    "kept to the end" if h_step is None else f"evicted at step {h_step}",
-    f"cumulative attention {h_score:.3f}",
+    fate(h_holds, h_tie),
+    f"cumulative attention {float(scores[pos == spike][0]):.3f} at step {last}"
+    if h_holds
+    else f"cumulative attention {h_tie.score:.3f} when it went",
     delta_color="off",
     delta_arrow="off",
 )
 c2.metric(
-    "H2O: best score of any background position",
-    f"{best_background:.3f}",
-    f"{'below' if best_background < h_score else 'not below'} the spike's {h_score:.3f}: "
-    f"position {spike} is never the minimum",
+    "H2O: its costliest eviction",
+    f"position {costly.position} at step {costly.evicted_at}",
+    f"{costly.lost:.1f} steps' worth of attention lost; no other eviction over "
+    f"{costly.other_max:.2f}",
     delta_color="off",
     delta_arrow="off",
-    help="Background: every position but the spike and the steady ones. The steady positions "
-    "H2O still holds score higher still — they matter at every step — but only the lowest "
-    "score is evicted.",
+    help="Attention the trace gives a position after its eviction, summed over the steps: the "
+    "mass a replay loses on it. Taken apart below the step view.",
 )
 c3.metric(
     f"Scissorhands: position {spike}",
-    "kept to the end" if s_step is None else f"evicted at step {s_step}",
-    f"{s_score:.0f} vote{'s' if s_score != 1 else ''} when it went",
+    fate(s_holds, tie),
+    f"{tie.score:g} vote{'s' if tie.score != 1 else ''} when it went"
+    if tie is not None
+    else "kept to the end",
     delta_color="off",
     delta_arrow="off",
 )
+# Open at the moment Scissorhands lets the spike go (a link or a later visit wins).
+parting = tie.step if tie is not None else None
+st.session_state.setdefault(STEP_KEY, parting if parting is not None else budget)
+start = max(0, min(int(st.session_state[STEP_KEY]), last))
+said = age_bias.leader_sentence(h_rep, spike)
+if tie is not None:
+    said += " " + age_bias.tie_sentence(tie, s_rep.score_label)
 st.markdown(
     "> *a position that takes almost the whole of the first two steps and nearly nothing after "
     "has the highest score of any position here and a single vote there, so this policy defends "
     "it and that one evicts it.* — the card, on H2O and Scissorhands\n\n"
-    f"The view opens at step **{s_step if s_step is not None else budget}**, where it happens: "
-    f"the dotted row is position {spike}. Step back and forth around it."
+    f"On this trace: {said}\n\n" + part2.spike_view_opening(start, parting, spike)
 )
 
-# Open the lesson at the moment Scissorhands lets the spike go (a link or a later visit wins).
-st.session_state.setdefault(STEP_KEY, s_step if s_step is not None else budget)
 slots = [
     stepper.Slot(
         f"{'AB'[i]} · {analysis.describe(name, rep.params)}", figures.policy_colour(name), rep
@@ -107,18 +113,27 @@ stepper.render(
     title="Stale spike",
 )
 
-# -- part 2: the canonical trace does not separate them --------------------------------------------
-st.header("On the canonical trace they tie")
+st.header("What H2O pays: the age bias")
+part2.chain_section(ref, reps, window, top_k, key="spike_page")
+
+# -- part 2: the canonical trace -------------------------------------------------------------------
 canon = data.load("canonical", {})
-c_budget, c_window, c_top_k = 256, 64, 32
+windows, sweep = part2.canonical_sweep(canon)
+sweep_h2o = [r["retained_mass"] for r in sweep["h2o"]]
+sweep_sc = [r["retained_mass"] for r in sweep["scissorhands"]]
+c_budget, c_window, c_top_k = part2.CANON_BUDGET, analysis.band_width(canon.trace) or 64, 32
 lineup = [(n, {"recent_window": c_window}) for n in ("h2o", "scissorhands")]
 rows = data.bench(canon.ident, canon.trace, c_budget, c_top_k, data.freeze_lineup(lineup))
 h_row, s_row = rows
+diff = abs(h_row["retained_mass"] - s_row["retained_mass"])
+st.header(
+    f"On the canonical trace, at recent_window {c_window}: "
+    + ("they tie" if diff < part2.TIE else "they part")
+)
 c_reps = [
     data.recorded_replay(canon, analysis.make_policy(n, c_budget, **p), c_top_k) for n, p in lineup
 ]
 agree = data.shared_slots(*c_reps, canon.trace)
-diff = abs(h_row["retained_mass"] - s_row["retained_mass"])
 m1, m2, m3 = st.columns(3)
 m1.metric(f"{h_row['label']} mass", f"{h_row['retained_mass']:.4f}")
 m2.metric(
@@ -134,24 +149,30 @@ m3.metric(
     f"holding {agree['both']:.3f} of the mass; the rest ≈ {agree['only_a']:.3f} each",
     delta_color="off",
     delta_arrow="off",
-    help="Means over steps t ≥ 256. The positions only one of them keeps are background "
-    "positions worth almost nothing; the sinks, the band and the live heavy hitters are in both.",
+    help=f"Means over steps t ≥ {c_budget}. The positions only one of them keeps are the ones "
+    "the two rules rank differently.",
 )
 epoch = int(canon.trace.meta.get("epoch", 512))
+at_32 = abs(sweep_h2o[windows.index(32)] - sweep_sc[windows.index(32)]) < part2.TIE
+holds = (
+    "That holds at this window, not at every one: "
+    if diff < part2.TIE and not at_32
+    else "Across the sweep of chapter 4: "
+)
 st.markdown(
     f"Budget {c_budget}, recent_window {c_window}, top-{c_top_k} recall "
     f"{h_row['top_k_recall']:.4f} vs {s_row['top_k_recall']:.4f}: the two land "
-    f"{'within a hundredth' if diff < 0.01 else f'{diff:.4f} apart'} of each other.\n\n"
+    f"{'within a hundredth' if diff < part2.TIE else f'{diff:.4f} apart'} of each other.\n\n"
     "> *that workload's heavy hitters hold their weight for a whole 512-step epoch and so score "
     "well under either rule. The difference is real but that trace does not exercise it, which "
     "is worth knowing before reading much into the table.* — the card\n\n"
-    f"A canonical heavy hitter takes a steady share of every row for {epoch} steps, far above "
-    f"the fair share 1/{c_budget}: its sum climbs (H2O) *and* it earns a vote every step "
-    "(Scissorhands), so both rules rank it on top while it matters. Nothing in this trace "
-    "matters hugely once and then stops — the only shape that separates a sum from a count. "
-    f"They disagree on {1 - agree['share']:.0%} of the slots, but only about background positions "
-    f"(≈ {agree['only_a']:.3f} of the mass either way). Below, the two whole runs side by side "
-    "(the dotted lines are epoch boundaries): the same rows stay lit."
+    + holds
+    + age_bias.window_tie_sentence(windows, sweep_h2o, sweep_sc, 32)
+    + f" At recent_window {c_window}, a canonical heavy hitter takes a steady share of every row "
+    f"for {epoch} steps: its sum climbs (H2O) *and* it earns a vote every step (Scissorhands), "
+    f"so both rules rank it on top while it matters. The caches disagree on "
+    f"{1 - agree['share']:.0%} of the slots, holding ≈ {agree['only_a']:.3f} of the mass either "
+    "way. Below, the two whole runs side by side (the dotted lines are epoch boundaries)."
 )
 his = playback.colour_his([playback.Panel("", "", r) for r in c_reps])
 cols = st.columns(2, gap="medium")

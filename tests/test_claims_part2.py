@@ -1,0 +1,356 @@
+"""Every sentence of chapters 4–6 and the Stale spike page, checked against the library's own
+replays at every value of the view's controls.
+
+The expected numbers are computed here from ``h2o.replay`` and the trace rows directly (not from
+the app's cached tables), then looked for in the sentence each function builds; two AppTest runs
+show that the page renders exactly what the function returns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import h2o
+from app.lesson import part2
+from h2o import age_bias, analysis, explain
+
+MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
+
+
+@pytest.fixture(scope="module")
+def canonical() -> h2o.Trace:
+    return h2o.canonical_trace()
+
+
+@pytest.fixture(scope="module")
+def spike() -> h2o.Trace:
+    return h2o.stale_spike_trace()
+
+
+def mass_of(trace: h2o.Trace, name: str, budget: int, top_k: int = 32, **params) -> float:
+    rep = h2o.replay(analysis.make_policy(name, budget, **params), trace, top_k, record=False)
+    return rep.summary()["retained_mass"]
+
+
+def received(trace: h2o.Trace, pos: int) -> np.ndarray:
+    """Attention ``pos`` receives per step, read row by row (not through explain.column)."""
+    return np.array([trace.row(t)[pos] if t > pos else 0.0 for t in range(trace.steps)])
+
+
+# -- chapter 6: every budget stop ------------------------------------------------------------------
+def library_rows(trace: h2o.Trace, budget: int) -> list[dict]:
+    """The chart's rows, one plain replay per policy (not the banked bench the app uses)."""
+    rows = []
+    for name, params in analysis.standard_lineup(budget, windows=part2.WINDOWS):
+        policy = analysis.make_policy(name, budget, **params)
+        rep = h2o.replay(policy, trace, 32, record=False)
+        s = rep.summary()
+        rows.append(
+            {
+                "policy": name,
+                "label": analysis.describe(name, policy.params()),
+                "reads_attention": policy.reads_attention,
+                **{k: v for k, v in policy.params().items() if k != "budget"},
+                "retained_mass": s["retained_mass"],
+                "oracle_mass": s["oracle_mass"],
+            }
+        )
+    return rows
+
+
+@pytest.mark.parametrize("budget", part2.BUDGETS)
+def test_family_sentences_hold_at_every_budget(canonical, budget):
+    rows = library_rows(canonical, budget)
+    bench = analysis.bench(canonical, budget, 32, lineup=analysis.standard_lineup(budget))
+    assert [r["label"] for r in bench] == [r["label"] for r in rows]  # the chart's rows
+    for b, r in zip(bench, rows, strict=True):
+        assert b["retained_mass"] == pytest.approx(r["retained_mass"], abs=1e-9)
+    text = part2.family_sentences(rows, budget, analysis.band_width(canonical), part2.WINDOWS)
+    best, *rest = text
+    masses = {r["label"]: r["retained_mass"] for r in rows}
+    top = max(masses.values())
+    oracle = rows[0]["oracle_mass"]
+    leaders = {lab for lab, m in masses.items() if top - m < part2.SAME}
+    for lab in masses:
+        assert (f"**{lab}**" in best) == (lab in leaders), lab
+    assert f"{top:.3f}" in best and f"{oracle - top:.3f} below the oracle bound" in best
+    floor = masses["Random (recent_window=32)"]
+    below = {lab for lab, m in masses.items() if m < floor - part2.SAME}
+    said = " ".join(rest)
+    if below:
+        (line,) = [s for s in rest if s.startswith("Below random")]
+        for lab in masses:
+            assert (f"{lab} at {masses[lab]:.3f}" in line) == (lab in below), lab
+        assert "leaves positions 33–64 steps old" in line  # every one here has window 32
+    else:
+        assert "Every other policy keeps at least as much as random" in said
+    missing = [w for w in part2.WINDOWS if w >= budget]
+    assert (f"recent_window {missing[0]} does not fit" in said) if missing else "fit" not in said
+
+
+def test_family_names_what_the_issue_measured(canonical):
+    """The measured cases of issue 15, error 2, said at their budgets."""
+    at64 = part2.family_sentences(library_rows(canonical, 64), 64, 64, part2.WINDOWS)
+    assert at64[0].startswith("**TOVA (recent_window=1)** keeps the most")
+    assert "0.003 below the oracle bound" in at64[0]
+    assert "H2O (recent_window=32) at 0.456" in at64[1]
+    at1024 = part2.family_sentences(library_rows(canonical, 1024), 1024, 64, part2.WINDOWS)
+    for lab in ("StreamingLLM (sinks=4)", "H2O (recent_window=64)", "TOVA (recent_window=1)"):
+        assert f"**{lab}**" in at1024[0]
+
+
+def test_family_one_liners_claim_no_ranking():
+    words = ("floor", "must beat", "beats", "best", "worst", "always")
+    for _, text in part2.FAMILY:
+        assert not any(w in text.lower() for w in words), text
+
+
+# -- chapter 4 -------------------------------------------------------------------------------------
+def test_freeze_is_measured_on_the_replay():
+    toy = h2o.toy_trace()
+    rep = h2o.replay(h2o.H2O(8, recent_window=0), toy, 4)
+    share = float(np.mean(rep.victim_pos == rep.victim_step))
+    final = rep.kept_at(toy.steps - 1)[0]
+    text = age_bias.freeze_sentence(explain.frozen_share(rep), final, 8)
+    assert f"At {share:.0%} of the steps" in text
+    assert share == 1.0 and "0–7 and the newcomer 39" in text and "never moved" in text
+    moved = age_bias.freeze_sentence(0.5, np.array([0, 3, 5, 9]), 3)
+    assert "never moved" not in moved and "positions 0–5" in moved and "At 50% of" in moved
+
+
+@pytest.fixture(scope="module")
+def sweep(canonical):
+    """Chapter 4's sweep, one plain replay per window: (windows, H2O mass, Scissorhands mass)."""
+    windows = part2.data.sweep_windows_for(256, 64)
+    h = [mass_of(canonical, "h2o", 256, recent_window=w) for w in windows]
+    s = [mass_of(canonical, "scissorhands", 256, recent_window=w) for w in windows]
+    return windows, h, s
+
+
+def test_window_question_and_the_text_after_the_sweep(canonical, sweep):
+    windows, h, s = sweep
+    streaming = mass_of(canonical, "streaming-llm", 256, sinks=4)
+    by_w = dict(zip(windows, h, strict=True))
+    beat = [w for w in (32, 64) if by_w[w] > streaming]
+    assert part2.window_answer(by_w, streaming, (32, 64)) == "recent_window 64" and beat == [64]
+    why = part2.window_why(by_w, streaming, (32, 64))
+    assert f"{streaming:.3f}" in why and f"{by_w[32]:.3f} at recent_window 32" in why
+    # The band share, straight from the rows: mass on the last 64 positions, steps after 64.
+    share = np.mean([canonical.row(t)[t - 64 :].sum() for t in range(65, canonical.steps)])
+    knee = min(w for w in windows if by_w[w] >= max(h) - 0.001)
+    text = age_bias.knee_sentence(
+        windows, h, 64, part2.analysis.band_share(canonical, 64), 32, True
+    )
+    assert f"puts {share:.2f} of its attention" in text and f"up to {knee} (" in text
+    assert knee == 64 and "positions 33–64 steps old are unprotected" in text
+    tie = age_bias.window_tie_sentence(windows, h, s, 32)
+    first = min(
+        w
+        for w in windows
+        if all(abs(a - b) < 0.01 for a, b, v in zip(h, s, windows, strict=True) if v >= w)
+    )
+    assert f"from recent_window {first} on" in tie and first == 64
+    assert f"H2O keeps {by_w[32]:.3f} and Scissorhands {s[windows.index(32)]:.3f}" in tie
+
+
+def test_window_sentences_follow_other_numbers():
+    """The same functions on made-up sweeps: nothing in them is fixed to the canonical trace."""
+    assert part2.window_answer({32: 0.8, 64: 0.9}, 0.7, (32, 64)) == "both"
+    assert part2.window_answer({32: 0.5, 64: 0.6}, 0.7, (32, 64)) == "neither"
+    assert part2.window_answer({32: 0.8, 64: 0.6}, 0.7, (32, 64)) == "recent_window 32"
+    text = age_bias.knee_sentence([0, 8, 16, 24], [0.1, 0.5, 0.7, 0.7], 16, 0.4, 8, False)
+    assert "puts 0.40 of its attention on its last 16" in text and "up to 16 (0.700)" in text
+    assert "positions 9–16 steps old" in text and "construction" not in text
+    tie = age_bias.window_tie_sentence([0, 8, 16], [0.1, 0.5, 0.7], [0.3, 0.505, 0.702], 8)
+    assert "from recent_window 8 on" in tie and "H2O keeps 0.500 and Scissorhands 0.505" in tie
+    apart = age_bias.window_tie_sentence([0, 8], [0.1, 0.5], [0.3, 0.6], 8)
+    assert "never settle" in apart
+
+
+def test_chapter_3s_victim_is_the_youngest_evictable():
+    toy = h2o.toy_trace()
+    rep = h2o.replay(h2o.H2O(8, recent_window=2), toy, 4)
+    t = int(rep.victim_step[0])
+    pos = rep.kept_at(t)[0]
+    youngest = int(pos[: len(pos) - 2].max())
+    assert int(rep.victim_pos[0]) == youngest
+    assert f"position {youngest}, was the youngest" in age_bias.youngest_sentence(rep, t)
+
+
+# -- chapter 5 and the Stale spike page ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def spike_reps(spike):
+    return {
+        "h2o": h2o.replay(h2o.H2O(8, recent_window=2), spike, 4),
+        "scissorhands": h2o.replay(h2o.Scissorhands(8, recent_window=2), spike, 4),
+    }
+
+
+def test_who_holds_the_spike(spike, spike_reps):
+    held = {r.label: 0 in r.kept_at(spike.steps - 1)[0].tolist() for r in spike_reps.values()}
+    assert part2.spike_answer(held) == "H2O" and held == {"H2O": True, "Scissorhands": False}
+    end = spike_reps["h2o"].kept_at(spike.steps - 1)
+    h_score = float(end[1][end[0] == 0][0])
+    t = int(spike_reps["scissorhands"].victim_step[spike_reps["scissorhands"].victim_pos == 0][0])
+    tie = age_bias.tie_at(spike_reps["scissorhands"], 0)
+    assert part2.spike_why(h_score, tie) == (
+        f"H2O's sum for it is {h_score:.2f} at the end; Scissorhands evicts it at step {t}, "
+        "on 1 vote."
+    )
+    assert part2.spike_answer({"H2O": True, "Scissorhands": True}) == "both"
+    assert part2.spike_answer({"H2O": False, "Scissorhands": False}) == "neither"
+
+
+def test_the_spike_and_steady_shares_come_from_the_rows(spike):
+    col = received(spike, 0)
+    text = part2.spike_row_sentence(spike, 0)
+    assert f"{col[1]:.2f} of step 1 and {col[2]:.2f} of step 2" in text
+    assert f"then {col[3:].mean():.3f}" in text
+    steady = spike.meta["steady"]
+    s = age_bias.shares_sentence(age_bias.shares(spike, steady), 8)
+    for p in steady:
+        assert f"{p}: {received(spike, p)[p + 1 :].mean():.2f}" in s
+    together = np.mean([spike.row(t)[steady].sum() for t in range(max(steady) + 1, spike.steps)])
+    assert f"{together:.2f} together" in s and "each above the fair share" in s
+    assert 0.5 < together < 0.6  # not "a little": about 4 fair shares of 1/8
+
+
+def test_the_spike_leads_only_until_step_8(spike_reps):
+    rep = spike_reps["h2o"]
+    history = age_bias.score_history(spike_reps["scissorhands"], 0)
+    assert not np.isnan(history[:9]).any() and np.isnan(history[9:]).all()  # gone at step 8
+    lead = [t for t in range(1, rep.steps) if rep.kept_at(t)[0][np.argmax(rep.kept_at(t)[1])] == 0]
+    assert lead == list(range(1, 9))
+    pos, sc = rep.kept_at(rep.steps - 1)
+    order = np.argsort(-sc)
+    text = age_bias.leader_sentence(rep, 0)
+    assert "from step 1 to step 8" in text
+    assert (
+        f"{int(pos[order[0]])} ({sc[order[0]]:.1f}) and {int(pos[order[1]])} ({sc[order[1]]:.1f})"
+        in text
+    )
+    assert "4 (24.6) and 9 (23.0)" in text
+
+
+def test_scissorhands_evicts_the_spike_on_a_tie_the_lower_position_settles(spike_reps):
+    rep = spike_reps["scissorhands"]
+    t = int(rep.victim_step[rep.victim_pos == 0][0])
+    pos, votes = rep.kept_at(t)
+    evictable, ev_votes = pos[:-2], votes[:-2]
+    tied = evictable[ev_votes == ev_votes.min()].tolist()
+    protected = pos[-2:][votes[-2:] == ev_votes.min()].tolist()
+    assert (t, tied, protected) == (8, [0, 1], [7])
+    text = age_bias.tie_sentence(age_bias.tie_at(rep, 0), rep.score_label)
+    assert "At step 8, positions 0 and 1 tie at 1" in text and "(7 has 1 too" in text
+    assert text.endswith("sends 0.")
+
+
+def test_the_librarys_vote_never_decays(spike_reps):
+    rep = spike_reps["scissorhands"]
+    for t in range(1, rep.steps):
+        before = dict(zip(*map(np.ndarray.tolist, rep.kept_at(t - 1)), strict=True))
+        for p, v in zip(*map(np.ndarray.tolist, rep.kept_at(t)), strict=True):
+            assert v >= before.get(p, 0.0)
+    assert "decays nothing" in part2.SCISSORHANDS_SOURCES
+
+
+def test_the_age_bias_chain_is_measured(spike, spike_reps):
+    rep = spike_reps["h2o"]
+    lost = {
+        int(p): received(spike, int(p))[int(t) + 1 :].sum()
+        for t, p in zip(rep.victim_step, rep.victim_pos, strict=True)
+    }
+    worst = max(lost, key=lost.get)
+    t = int(rep.victim_step[rep.victim_pos == worst][0])
+    assert (worst, t) == (17, 19)
+    total = float(np.sum(1 - rep.mass[1:]))  # every step's missing mass: the same total
+    assert sum(lost.values()) == pytest.approx(total)
+    other = max(v for p, v in lost.items() if p != worst)
+    c = age_bias.costliest_eviction(rep, spike)
+    assert (
+        age_bias.who_sentence(c)
+        == "Who: position 17, evicted at step 19, 2 steps after it was born."
+    )
+    cost = age_bias.cost_sentence(c)
+    assert f"{lost[worst]:.1f} steps' worth" in cost and f"of the {total:.1f}" in cost
+    assert f"more than {other:.2f}" in cost and "13.6" in cost
+    pos, sc = rep.kept_at(t)
+    mine = sc[pos == 17][0]
+    born_pos, born_sc = rep.kept_at(17)
+    why = age_bias.why_sentence(c)
+    for q, v in zip(pos[:-2].tolist(), sc[:-2].tolist(), strict=True):
+        assert (f"{q} ({v:.3f})" in why) == (v > mine), q
+        if v > mine:
+            assert v - born_sc[born_pos == q][0] < mine  # each won on its head start
+    assert f"its cumulative attention, {mine:.3f} ({mine / 2:.2f} a step)" in why
+
+
+def test_one_more_window_slot_keeps_position_17(spike, spike_reps):
+    wider = h2o.replay(h2o.H2O(8, recent_window=3), spike, 4)
+    kept = 17 in wider.kept_at(spike.steps - 1)[0].tolist()
+    c = age_bias.costliest_eviction(spike_reps["h2o"], spike)
+    mass = wider.summary()["retained_mass"]
+    other = spike_reps["scissorhands"].summary()["retained_mass"]
+    text = age_bias.rescue_sentence(c, 2, 3, kept, mass, "Scissorhands", other)
+    assert kept and "keeps it to the end" in text and f"{mass:.3f}" in text
+    assert f"Scissorhands: {other:.3f}" in text
+    spike_kept = 0 in wider.kept_at(spike.steps - 1)[0].tolist()
+    not_the_slot = kept and spike_kept and mass >= other - part2.TIE
+    assert not_the_slot  # one more slot: 17 stays, the spike stays, and nothing is lost
+    assert ("not the spike's slot" in part2.price_lead(not_the_slot)) == not_the_slot
+    assert "not the spike's slot" not in part2.price_lead(False)
+
+
+@pytest.mark.parametrize("start", range(96))
+def test_the_spike_page_says_where_its_view_opens_at_every_step(start):
+    text = part2.spike_view_opening(start, 8, 0)
+    assert f"opens at step **{start}**" in text
+    if start == 8:
+        assert "where Scissorhands evicts position 0" in text
+    else:
+        assert "at step **8**" in text and ("back" if start > 8 else "forward") in text
+
+
+# -- rendered = built ------------------------------------------------------------------------------
+def markdown(at: AppTest) -> list[str]:
+    return [m.value for m in at.markdown]
+
+
+def test_chapter_6_renders_its_sentences_at_the_largest_budget(canonical):
+    at = AppTest.from_file(MAIN, default_timeout=300)
+    at.query_params["presenter"] = "1"
+    at.query_params["chapter"] = "6"
+    at.run()
+    at.select_slider(key="lesson_family_budget").set_value(1024).run()
+    assert not at.exception, [e.value for e in at.exception]
+    want = part2.family_sentences(library_rows(canonical, 1024), 1024, 64, part2.WINDOWS)
+    assert "\n".join(f"- {s}" for s in want) in markdown(at)
+
+
+def test_stale_spike_page_renders_the_chain_and_where_it_opens(spike, spike_reps, sweep):
+    at = AppTest.from_file(MAIN, default_timeout=300)
+    at.query_params["spike_step"] = "20"
+    at.query_params["presenter"] = "1"
+    at.run()
+    at.switch_page("views/stale_spike.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    shown = "\n".join(markdown(at))
+    assert part2.spike_view_opening(20, 8, 0) in shown
+    c = age_bias.costliest_eviction(spike_reps["h2o"], spike)
+    for s in (age_bias.who_sentence(c), age_bias.why_sentence(c), age_bias.cost_sentence(c)):
+        assert f"- {s}" in shown
+    assert part2.price_lead(True) in shown and "It still holds position 0 to the end." in shown
+    steady = spike.meta["steady"]
+    sc = spike_reps["scissorhands"]
+    for s in (
+        part2.spike_row_sentence(spike, 0),
+        age_bias.shares_sentence(age_bias.shares(spike, steady), 8),
+        age_bias.leader_sentence(spike_reps["h2o"], 0),
+        age_bias.tie_sentence(age_bias.tie_at(sc, 0), sc.score_label),
+        age_bias.window_tie_sentence(*sweep, 32),
+    ):
+        assert s in shown, s
