@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
@@ -116,18 +117,16 @@ def render(
         rng = playback.range_around(ss[key], trace.steps, length, current)
         ss[rng_key] = (view, rng)
         ident = (view, rng, json.dumps(start, sort_keys=True))
-        cached = ss.get(f"{key}__payload")
-        if cached is not None and cached[0] == ident:
-            payload = cached[1]
-        else:
-            payload = playback.encode(
+
+        def encode(r: tuple[int, int]) -> bytes:
+            return playback.encode(
                 view=view,
                 trace_id=ref.ident,
                 trace=trace,
                 panels=slots,
-                rng=rng,
+                rng=r,
                 range_blocks=[
-                    data.range_block(s.replay, trace, *rng) if s.replay is not None else None
+                    data.range_block(s.replay, trace, *r) if s.replay is not None else None
                     for s in slots
                 ],
                 run_blocks=[
@@ -136,28 +135,77 @@ def render(
                 start=start,
                 extra=extra,
             )
+
+        cached = ss.get(f"{key}__payload")
+        if cached is not None and cached[0] == ident:
+            payload = cached[1]
+        else:
+            payload = encode(rng)
             ss[f"{key}__payload"] = (ident, payload)
         player.mount(payload, key=comp_key, on_change=reported)
-        _export(payload, title, trace, rng, key)
+        _export(
+            Export(payload, encode, rng, length, title, trace, slots),
+            ss.get(key, rng[0]),
+            key,
+        )
 
     view_fragment()
 
 
-def _export(payload: bytes, title: str, trace: h2o.Trace, rng: tuple[int, int], key: str) -> None:
-    """A download of the loaded steps as one HTML file that plays offline (for slides)."""
-    a, b = rng
-    name = f"h2o-{trace.name}-steps-{a}-{b - 1}.html".replace(" ", "_")
+def export_step(step: int, slots: Sequence[Slot]) -> int:
+    """Where an exported file opens: the view's step; at step 0, where nothing has happened yet,
+    the first eviction of any panel (0 if none evicts)."""
+    if step > 0:
+        return step
+    firsts = [
+        int(s.replay.victim_step[0])
+        for s in slots
+        if s.replay is not None and len(s.replay.victim_step)
+    ]
+    return min(firsts, default=0)
 
-    # The file opens at the step and settings the session holds now (this fragment reruns on
-    # every report), not at the view's start.
-    start = {"step": st.session_state.get(key, a), **settings()}
+
+@dataclass(frozen=True)
+class Export:
+    """What a download of the view needs: the loaded range's payload, and how to encode another
+    range (for a file that opens outside it)."""
+
+    payload: bytes
+    encode: Callable[[tuple[int, int]], bytes]
+    rng: tuple[int, int]
+    length: int
+    title: str
+    trace: h2o.Trace
+    slots: Sequence[Slot]
+
+
+def export_file(
+    ex: Export, step: int, view_settings: dict[str, Any]
+) -> tuple[str, Callable[[], bytes]]:
+    """The exported file's name and its builder (run on click): it opens at
+    :func:`export_step`, in the range that holds that step (the loaded one if it does), with
+    ``view_settings``."""
+    t = export_step(step, ex.slots)
+    a, b = ex.rng
+    if not a <= t < b:
+        a, b = playback.range_around(t, ex.trace.steps, ex.length)
+    name = f"h2o-{ex.trace.name}-steps-{a}-{b - 1}.html".replace(" ", "_")
+    start = {"step": t, **view_settings}
 
     def build() -> bytes:
+        base = ex.payload if (a, b) == ex.rng else ex.encode((a, b))
         return player.export_html(
-            playback.restart(payload, start),
-            f"{title}: {trace.name}, steps {a:,}–{b - 1:,} of {trace.steps:,}",
+            playback.restart(base, start),
+            f"{ex.title}: {ex.trace.name}, steps {a:,}–{b - 1:,} of {ex.trace.steps:,}",
         )
 
+    return name, build
+
+
+def _export(ex: Export, step: int, key: str) -> None:
+    """A download of the loaded steps as one HTML file that plays offline (for slides). This
+    fragment reruns on every report, so the file opens at the step the browser shows now."""
+    name, build = export_file(ex, step, settings())
     st.download_button(
         "Download these steps as HTML",
         data=build,

@@ -47,24 +47,29 @@ def predict(qid: str, question: str, options: Sequence[str], answer: str, why: s
         if ss.get(key) is not None:
             answers[qid] = ss[key]
 
-    with st.container(border=True):
+    # The key lets presenter mode set the box beside the figure it reveals (app/views/lesson.py);
+    # the options and "Just show me" share a row, so the question takes little of a projector.
+    with st.container(border=True, key=f"lesson_predict_{qid}"):
         st.markdown(f"**Predict:** {question}")
-        choice = st.radio(
-            question,
-            list(options),
-            key=key,
-            on_change=picked,
-            horizontal=True,
-            label_visibility="collapsed",
-        )
-        if choice is None and qid not in revealed:
-            st.button(
-                "Just show me",
-                key=f"lesson_reveal_{qid}",
-                on_click=revealed.add,
-                args=(qid,),
-                help="See the answer without predicting.",
+        with st.container(horizontal=True, vertical_alignment="center", gap="medium"):
+            choice = st.radio(
+                question,
+                list(options),
+                key=key,
+                on_change=picked,
+                horizontal=True,
+                label_visibility="collapsed",
             )
+            waiting = choice is None and qid not in revealed
+            if waiting:
+                st.button(
+                    "Just show me",
+                    key=f"lesson_reveal_{qid}",
+                    on_click=revealed.add,
+                    args=(qid,),
+                    help="See the answer without predicting.",
+                )
+        if waiting:
             return False
         if choice is None:
             st.info(f"The answer: **{answer}**. {why}", icon=":material/lightbulb:")

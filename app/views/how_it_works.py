@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,40 @@ from app.card import CARD_NOTES, CARD_PSEUDOCODE, CARD_SUMMARY, WHEN, WHEN_NOT
 from h2o import analysis
 from h2o.policies.base import ScoredPolicy
 
+#: Streamlit's code blocks: 0.875rem Source Code Pro (0.6 em a character), 1rem of padding a side,
+#: and a line-number gutter of 1.25 em + 1 em. The font may shrink to 0.75rem to fit a line.
+CODE_REM, MIN_CODE_REM, CHAR_EM, GUTTER_EM, PAD_REM = 0.875, 0.75, 0.6, 2.25, 2.0
+
+
+def code_ems(text: str, line_numbers: bool) -> float:
+    """The widest line of ``text`` in ems of the code font, with the line-number gutter."""
+    chars = max((len(line.expandtabs()) for line in text.splitlines()), default=0)
+    return chars * CHAR_EM + (GUTTER_EM if line_numbers else 0.0)
+
+
+def fit_css(key: str, ems: float) -> str:
+    """CSS for the code block in ``st.container(key=key)``: never wrapped mid-line, its font
+    shrinks (down to ``MIN_CODE_REM``) until the widest line fits, and past that it scrolls
+    sideways. In a side-by-side column, the column is at least as wide as that line at full size,
+    so the two columns stack when the page cannot hold both."""
+    full = f"calc({ems * CODE_REM:.3f}rem + {PAD_REM}rem + 2px)"
+    fit = f"calc((100cqw - {PAD_REM}rem - 4px) / {ems:.3f})"  # 4px: the glyphs' rounding
+    return (
+        f".st-key-{key} [data-testid='stCode'] {{container-type: inline-size;}}\n"
+        f".st-key-{key} pre, .st-key-{key} pre code "
+        f"{{font-size: clamp({MIN_CODE_REM}rem, {fit}, {CODE_REM}rem);}}\n"
+        f"[data-testid='stColumn']:has(.st-key-{key}) "
+        f"{{flex: 1 1 {full}; min-width: min(100%, {full});}}\n"
+    )
+
+
+def fitted_code(text: str, key: str, *, line_numbers: bool = False, **kwargs: Any) -> None:
+    """``st.code`` of ``text`` in python, fitted by :func:`fit_css`."""
+    st.html(f"<style>{fit_css(key, code_ems(text, line_numbers))}</style>")
+    with st.container(key=key):
+        st.code(text, language="python", line_numbers=line_numbers, wrap_lines=False, **kwargs)
+
+
 st.title("How it works")
 state.publish([])
 st.markdown(f"> *{CARD_SUMMARY}* — the H2O policy card")
@@ -23,14 +58,14 @@ st.markdown(f"> *{CARD_SUMMARY}* — the H2O policy card")
 left, right = st.columns(2, gap="medium")
 with left:
     st.subheader("The card's pseudocode")
-    st.code(CARD_PSEUDOCODE, language="python")
+    fitted_code(CARD_PSEUDOCODE, "hiw_card")
     for note in CARD_NOTES:
         st.markdown(f"- *{note}*")
 with right:
     st.subheader("The library: `h2o.policies.h2o.H2O`")
     source = Path(inspect.getsourcefile(h2o.H2O) or "h2o/policies/h2o.py")
     st.caption(f"`h2o/policies/{source.name}`, read with `inspect.getsource` when this page runs.")
-    st.code(inspect.getsource(h2o.H2O), language="python", line_numbers=True, wrap_lines=True)
+    fitted_code(inspect.getsource(h2o.H2O), "hiw_h2o", line_numbers=True)
     st.markdown(
         "H2O itself is one line: `np.add(score, attn, out=score)` — the card's loop over "
         "`enumerate(attn)`, all at once. The storage, the protected window and the eviction "
@@ -43,13 +78,7 @@ st.caption(
     "repeated argmin (first minimum = lower position on ties), `_evict` drops the victims and "
     "closes the gaps in kept order."
 )
-st.code(
-    inspect.getsource(ScoredPolicy),
-    language="python",
-    line_numbers=True,
-    wrap_lines=True,
-    height=520,
-)
+fitted_code(inspect.getsource(ScoredPolicy), "hiw_scored", line_numbers=True, height=520)
 
 st.header("Cost")
 default = h2o.H2O

@@ -1,8 +1,9 @@
 """The lesson: the H2O policy card's story in nine chapters — the app's first page.
 
 Self-study: every chapter in order, to scroll through; answers are kept for the session.
-Presenter mode (the sidebar switch, or ``?presenter=1``): one chapter per screen in large type,
-moved with ← / → or a clicker's PageUp / PageDown; ``?chapter=4`` opens (or resumes) a chapter.
+Presenter mode (the sidebar switch, or ``?presenter=1``): one chapter per screen in large type, the
+sidebar collapsed, moved with ← / → or a clicker's PageUp / PageDown; ``?chapter=4`` opens (or
+resumes) a chapter.
 """
 
 from __future__ import annotations
@@ -12,12 +13,43 @@ import streamlit as st
 from app import lesson, state
 from app.lesson.keys import chapter_keys, pressed
 
+#: Presenter mode's screen, for a projector at 1280×720, so a chapter's first figure is in view
+#: (tests/test_presenter_browser.py): large type; the header's blank band (made transparent, its
+#: buttons still clickable) holds the chapter's heading, the progress bar at its right; little
+#: padding; a "predict" box sits in a left column beside the chart right after it (an empty
+#: placeholder, such as a cache's spinner, may come between), everything else spans the page.
+PRESENTER_CSS = """<style>
+[data-testid='stMain'] .stMarkdown p, [data-testid='stMain'] .stMarkdown li
+  {font-size: 1.3rem; line-height: 1.5;}
+[data-testid='stHeader'] {background: transparent; pointer-events: none;}
+[data-testid='stHeader'] button, [data-testid='stHeader'] a {pointer-events: auto;}
+[data-testid='stMainBlockContainer'] {position: relative; padding-top: 0.9rem;
+  padding-bottom: 1.5rem;}
+[data-testid='stMainBlockContainer'] .stElementContainer:has(> .stProgress)
+  {position: absolute; top: 1.1rem; right: 5rem; width: 13rem;}
+[data-testid='stMainBlockContainer'] .stProgress p {font-size: 0.85rem;}
+[data-testid='stMain'] [data-testid='stHeading'] h2 {padding: 0 14rem 0.1rem 0;}
+.st-key-lesson_chapter {display: grid; grid-template-columns: minmax(0, 2fr) minmax(0, 3fr);
+  gap: 0.75rem 1.5rem; align-items: start;}
+.st-key-lesson_chapter > * {grid-column: 1 / -1;}
+.st-key-lesson_chapter > :has(> .stEmpty) {display: none;}
+.st-key-lesson_chapter > :has(> [class*='st-key-lesson_predict_']):is(
+  :has(+ * .stPlotlyChart), :has(+ * > .stEmpty):has(+ * + * .stPlotlyChart)) {grid-column: 1;}
+.st-key-lesson_chapter > :has(> [class*='st-key-lesson_predict_']) + :has(.stPlotlyChart),
+.st-key-lesson_chapter > :has(> [class*='st-key-lesson_predict_']) + :has(> .stEmpty)
+  + :has(.stPlotlyChart) {grid-column: 2;}
+</style>"""
+
 ss = st.session_state
 lesson.goto_if_asked()
 CHAPTERS = lesson.chapters()
 LAST = len(CHAPTERS)
 
 presenter = state.presenter_toggle()
+# A projector at 1280×720 needs the sidebar's 300 px: presenter mode opens with it collapsed (its
+# chevron, top left, brings it back). Streamlit applies this when it changes, and a browser where
+# the user opened or closed the sidebar by hand keeps that choice instead.
+st.set_page_config(initial_sidebar_state="collapsed" if presenter else "auto")
 if not presenter:  # a projected chapter needs the height more than the page title
     st.title("H2O, step by step")
 state.report_url_problems([state.CHAPTER, state.PRESENTER])
@@ -59,14 +91,11 @@ with st.sidebar:
 
 if presenter:
     ch = CHAPTERS[ss[state.CHAPTER] - 1]
-    # Large type for a projected room; the sidebar's switch turns it off again.
-    st.html(
-        "<style>[data-testid='stMain'] .stMarkdown p, [data-testid='stMain'] .stMarkdown li"
-        "{font-size: 1.3rem; line-height: 1.5;}</style>"
-    )
+    st.html(PRESENTER_CSS)
     st.progress(ch.number / LAST, text=f"Chapter {ch.number} of {LAST}")
     st.header(f"{ch.number}. {ch.title}", anchor=ch.anchor)
-    ch.draw()
+    with st.container(key="lesson_chapter"):
+        ch.draw()
     left, _, right = st.columns([1, 3, 1])
     left.button(
         "← Previous",

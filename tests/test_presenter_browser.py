@@ -1,0 +1,298 @@
+"""Presenter mode on a projector, and the step view's exported file.
+
+In Chromium at 1280×720 (``browser`` tests): every chapter opened in presenter mode shows its first
+figure whole, without scrolling, with the sidebar collapsed. A chapter whose first figure waits
+behind a "predict" question is checked after "Just show me" (clicked where it is, so it must be on
+the screen too): the question and its answer sit beside the figure. Screenshots go to
+``/tmp/presenter_chN.png``.
+
+Without a browser: the exported HTML file opens at the view's step, or at the first eviction when
+the view is at step 0 (where nothing has happened yet), in a range of steps that holds it.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import pytest
+from streamlit_server import CHROMIUM, launch, serve, shown_step, wait_player, wait_ready
+from test_browser import new_page
+
+import h2o
+from app import playback, stepper
+from h2o import explain
+
+VIEWPORT = (1280, 720)
+#: The lesson's chapters (``app.lesson.chapters()``; not imported here, to keep collection light).
+CHAPTERS = 9
+#: The chapter's first figure, where it is not a plotly chart: chapter 8 is the card's two lists
+#: side by side, chapter 9 the commands that load a policy (its first code block).
+FIRST_FIGURE = {8: '[data-testid="stHorizontalBlock"]', 9: '[data-testid="stCode"]'}
+CHART = ".stPlotlyChart"
+CHAPTER = ".st-key-lesson_chapter"
+
+needs_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason=f"browser tests need Debian's Chromium at {CHROMIUM}: run `apt-get install -y "
+    "chromium` (Playwright cannot download its own browsers here), or point H2O_CHROMIUM at a "
+    "Chromium binary",
+)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with serve() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = launch(p)
+        yield b
+        b.close()
+
+
+def settled_box(page, locator, tries: int = 40) -> dict[str, float]:
+    """The element's bounding box once two reads 250 ms apart agree: the sidebar slides shut and
+    plotly re-lays out its chart to the wider page after the first paint."""
+    last = None
+    for _ in range(tries):
+        box = locator.bounding_box()
+        if box is not None and box == last:
+            return box
+        last = box
+        page.wait_for_timeout(250)
+    raise AssertionError(f"the figure kept moving: last box {last}")
+
+
+# -- presenter mode at 1280×720 --------------------------------------------------------------------
+@pytest.mark.browser
+@needs_chromium
+@pytest.mark.parametrize("chapter", range(1, CHAPTERS + 1))
+def test_each_chapters_first_figure_is_on_a_projector_screen(server, browser, chapter):
+    ctx, page = new_page(browser, size=VIEWPORT)
+    try:
+        page.goto(f"{server}/?presenter=1&chapter={chapter}")
+        wait_ready(page)
+        page.get_by_role("heading", name=re.compile(rf"^{chapter}\. ")).wait_for(timeout=60_000)
+        selector = f"{CHAPTER} {FIRST_FIGURE.get(chapter, CHART)}"
+        reveal = page.locator(CHAPTER).get_by_role("button", name="Just show me")
+        predicted = page.locator(selector).count() == 0 and reveal.count() > 0
+        if predicted:
+            # The figure waits behind the question: the question is on the screen, and the
+            # figure its click reveals must be too (a dispatched click does not scroll the page).
+            button = settled_box(page, reveal.first)
+            assert button["y"] + button["height"] <= VIEWPORT[1], (
+                f"chapter {chapter}: 'Just show me' is {button['y'] - VIEWPORT[1]:.0f} px "
+                "below the screen"
+            )
+            reveal.first.dispatch_event("click")
+            wait_ready(page)
+        figure = page.locator(selector).first
+        figure.wait_for(timeout=60_000)
+        if chapter not in FIRST_FIGURE:
+            figure.locator(".main-svg").first.wait_for(timeout=60_000)
+        page.wait_for_function(
+            "document.querySelector('[data-testid=stSidebar]').dataset.collapsed === 'true'",
+            timeout=30_000,
+        )
+        box = settled_box(page, figure)
+        sidebar = settled_box(page, page.get_by_test_id("stSidebar"))
+        page.screenshot(path=f"/tmp/presenter_ch{chapter}.png")
+        top, bottom = box["y"], box["y"] + box["height"]
+        print(
+            f"chapter {chapter}: first figure {top:.0f}–{bottom:.0f} px"
+            + (" (after 'Just show me')" if predicted else "")
+        )
+        assert sidebar["x"] + sidebar["width"] <= 0, f"the sidebar is open: {sidebar}"
+        assert box["height"] > 60, box  # a figure, not an empty frame
+        assert top >= 0, f"chapter {chapter}: the figure starts {-top:.0f} px above the screen"
+        assert bottom <= VIEWPORT[1], (
+            f"chapter {chapter}: the figure ends {bottom - VIEWPORT[1]:.0f} px below the "
+            f"{VIEWPORT[1]} px screen (top {top:.0f}, bottom {bottom:.0f})"
+        )
+    finally:
+        ctx.close()
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_the_collapsed_sidebar_opens_again_and_moves_chapters(server, browser):
+    ctx, page = new_page(browser, size=VIEWPORT)
+    try:
+        page.goto(f"{server}/?presenter=1&chapter=2")
+        wait_ready(page)
+        page.wait_for_function(
+            "document.querySelector('[data-testid=stSidebar]').dataset.collapsed === 'true'",
+            timeout=30_000,
+        )
+        page.get_by_test_id("stExpandSidebarButton").click()
+        nav = page.get_by_test_id("stSidebar").get_by_role("button", name="6. The family")
+        nav.click()
+        page.get_by_role("heading", name="6. The family").wait_for(timeout=60_000)
+        wait_ready(page)
+        assert page.get_by_test_id("stSidebar").get_attribute("data-collapsed") == "false"
+    finally:
+        ctx.close()
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_a_view_at_step_0_exports_a_file_that_opens_at_the_first_eviction(
+    server, browser, tmp_path
+):
+    ctx, page = new_page(browser)
+    try:
+        page.goto(f"{server}/step-through?trace=toy&budget=8&recent_window=2")
+        wait_player(page)
+        assert shown_step(page) == 0
+        with page.expect_download(timeout=60_000) as dl:
+            page.get_by_role("button", name=re.compile("Download these steps as HTML")).click()
+        path = tmp_path / "export.html"
+        dl.value.save_as(path)
+    finally:
+        ctx.close()
+    ctx, page = new_page(browser)
+    try:
+        page.goto(path.as_uri())
+        wait_player(page)
+        # A budget-8 cache is first over budget when position 8 arrives: step 8.
+        assert shown_step(page) == 8
+    finally:
+        ctx.close()
+
+
+# -- How it works: code blocks fit ---------------------------------------------------------------
+@pytest.mark.browser
+@needs_chromium
+@pytest.mark.parametrize(
+    ("size", "side_by_side"), [((1600, 900), False), ((1280, 720), False), ((2400, 1200), True)]
+)
+def test_how_it_works_shows_every_line_of_code_whole(server, browser, size, side_by_side):
+    """No code block wraps a line (the library's signatures stay on one line) or clips one: the
+    font shrinks to fit, no smaller than 12 px. The card (76 characters wide) and the library
+    (98, with line numbers) sit side by side only where both fit at full size, about 1,600 px
+    of page: not at 1600 px with the sidebar open."""
+    ctx, page = new_page(browser, size=size)
+    try:
+        page.goto(f"{server}/how-it-works")
+        wait_ready(page)
+        page.get_by_text("The card's pseudocode").wait_for(timeout=60_000)
+        blocks = page.locator('[data-testid="stCode"]')
+        blocks.nth(2).wait_for(timeout=60_000)
+        page.screenshot(path=f"/tmp/how_it_works_{size[0]}.png")
+        fits = page.evaluate(
+            """() => [...document.querySelectorAll('[data-testid="stCode"] pre')].map(pre => ({
+                text: pre.innerText.split('\\n')[0],
+                wrap: getComputedStyle(pre.querySelector('code')).whiteSpace,
+                clipped: pre.scrollWidth - pre.clientWidth,
+                font: parseFloat(getComputedStyle(pre.querySelector('code')).fontSize)}))"""
+        )
+        assert len(fits) >= 3, fits
+        for f in fits:
+            assert f["wrap"] == "pre", f
+            assert f["clipped"] <= 0, f
+            assert f["font"] >= 12, f
+        card = page.locator(".st-key-hiw_card").bounding_box()
+        lib = page.locator(".st-key-hiw_h2o").bounding_box()
+        assert card is not None and lib is not None
+        if side_by_side:
+            assert lib["x"] > card["x"] + card["width"] and abs(lib["y"] - card["y"]) < 100
+            assert all(f["font"] == 14 for f in fits[:2]), fits
+        else:
+            assert lib["y"] > card["y"] + card["height"]
+    finally:
+        ctx.close()
+
+
+# -- the exported file's first step (no browser) ---------------------------------------------------
+def view(trace: h2o.Trace, budget: int, window: int) -> stepper.Export:
+    """A step view of two replays, as the Step through page builds it, at its loaded range for
+    step 0."""
+    slots = [
+        stepper.Slot(
+            "A · H2O", "#1f77b4", h2o.replay(h2o.H2O(budget, recent_window=window), trace)
+        ),
+        stepper.Slot("B · StreamingLLM", "#ff7f0e", h2o.replay(h2o.StreamingLLM(budget), trace)),
+    ]
+    slots_n = max(int(s.replay.n_kept.max()) for s in slots if s.replay is not None)
+    length = playback.range_length(slots_n, trace.steps)
+
+    def encode(rng: tuple[int, int]) -> bytes:
+        return playback.encode(
+            view="test",
+            trace_id=trace.name,
+            trace=trace,
+            panels=slots,
+            rng=rng,
+            range_blocks=[playback.range_block(s.replay, trace, *rng) for s in slots],
+            run_blocks=[playback.run_block(s.replay) for s in slots],
+            start={"step": 0},
+        )
+
+    rng = playback.range_around(0, trace.steps, length)
+    return stepper.Export(encode(rng), encode, rng, length, "Step through", trace, slots)
+
+
+def opened(html: bytes) -> dict:
+    """The header of the payload inlined in an exported file (its ``start`` is where it opens)."""
+    (data,) = re.findall(rb'atob\("([A-Za-z0-9+/=]+)"\)', html)
+    header, _ = playback.decode(base64.b64decode(data))
+    return header
+
+
+SETTINGS = {"colour": "linear", "rows": "all", "width": 64, "speed": 30, "reveal": True}
+
+
+@pytest.fixture(scope="module")
+def toy() -> h2o.Trace:
+    return h2o.toy_trace()  # the Step through page's trace=toy
+
+
+@pytest.mark.parametrize("step", [1, 10, 39])
+def test_the_export_opens_at_the_views_step(toy, step):
+    ex = view(toy, 8, 2)
+    ex = stepper.Export(
+        ex.encode(playback.range_around(step, toy.steps, ex.length)),
+        ex.encode,
+        playback.range_around(step, toy.steps, ex.length),
+        ex.length,
+        ex.title,
+        ex.trace,
+        ex.slots,
+    )
+    name, build = stepper.export_file(ex, step, SETTINGS)
+    header = opened(build())
+    assert header["start"] == {"step": step, **SETTINGS}
+    a, b = header["range"]
+    assert a <= step < b
+    assert name == f"h2o-{toy.name}-steps-{a}-{b - 1}.html"
+
+
+def test_at_step_0_the_export_opens_at_the_first_eviction(toy):
+    ex = view(toy, 8, 2)
+    _, build = stepper.export_file(ex, 0, SETTINGS)
+    header = opened(build())
+    # The card: a cache of B slots holds positions 0..B-1; position B's arrival is the first
+    # step over budget. Both policies of the view evict first there.
+    assert header["start"]["step"] == 8
+    assert [explain.first_eviction(s.replay) for s in ex.slots] == [8, 8]
+
+
+def test_a_first_eviction_beyond_the_loaded_range_brings_its_own_range():
+    trace = h2o.canonical_trace()
+    ex = view(trace, 1024, 32)
+    assert not ex.rng[0] <= 1024 < ex.rng[1]  # the loaded range at step 0 stops short of it
+    name, build = stepper.export_file(ex, 0, SETTINGS)
+    header = opened(build())
+    a, b = header["range"]
+    assert header["start"]["step"] == 1024 and a <= 1024 < b
+    assert name == f"h2o-{trace.name}-steps-{a}-{b - 1}.html"
+    # The file's range is the player's own data for those steps, not the step-0 range's.
+    _, arrays = playback.decode(base64.b64decode(re.findall(rb'atob\("([^"]+)"\)', build())[0]))
+    rep = ex.slots[0].replay
+    assert rep is not None
+    assert list(arrays["0"]["n_kept"]) == list(rep.n_kept[a:b])
