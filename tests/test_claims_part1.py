@@ -283,7 +283,12 @@ def test_chapter_3_every_number_against_the_replay():
     trace = h2o.builtin_trace("toy")
     rep = h2o.replay(h2o.H2O(8, recent_window=2), trace, 4)
     f = explain.heavy_facts(trace, rep)
-    text = part1.heavy_intro(f) + part1.heavy_why(f) + "\n".join(part1.heavy_text(f))
+    text = (
+        part1.heavy_intro(f)
+        + part1.heavy_why(f)
+        + part1.heavy_age_text(f)
+        + "\n".join(part1.heavy_text(f))
+    )
     t = int(rep.victim_step[0])
     pos, scores = rep.kept_at(t)
     victim, score = int(rep.victim_pos[0]), float(rep.victim_score[0])
@@ -310,7 +315,12 @@ def test_chapter_3_text_follows_every_number_it_is_given():
     f = explain.heavy_facts(trace, h2o.replay(h2o.H2O(8, recent_window=2), trace, 4))
 
     def text(facts: explain.HeavyFacts) -> str:
-        return part1.heavy_intro(facts) + part1.heavy_why(facts) + "".join(part1.heavy_text(facts))
+        return (
+            part1.heavy_intro(facts)
+            + part1.heavy_why(facts)
+            + part1.heavy_age_text(facts)
+            + "".join(part1.heavy_text(facts))
+        )
 
     base = text(f)
     for name in scalar_fields(f):
@@ -394,4 +404,8 @@ def test_the_lesson_renders_the_claims_it_is_tested_on():
     toy = h2o.builtin_trace("toy")
     hf = explain.heavy_facts(toy, h2o.replay(h2o.H2O(8, recent_window=2), toy, 4))
     assert "\n\n".join(part1.heavy_text(hf)) in shown
+    # The victim's age names the answer: shown only once the question is revealed.
+    assert part1.heavy_age_text(hf) not in shown
+    at.button(key="lesson_reveal_heavy").click().run()
+    assert part1.heavy_age_text(hf) in [m.value for m in at.markdown]
     assert part1.tie_text(explain.tie_demo()) in shown

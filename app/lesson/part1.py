@@ -324,8 +324,8 @@ def heavy_why(f: explain.HeavyFacts) -> str:
     )
 
 
-def heavy_text(f: explain.HeavyFacts) -> list[str]:
-    """The paragraphs after chapter 3's figure: age bias, persistence, and where it fails."""
+def heavy_age_text(f: explain.HeavyFacts) -> str:
+    """After chapter 3's reveal (it names the victim): its age, and the age bias."""
     youngest = max(f.evictable)
     age = f.t - f.victim  # steps at which the victim has been scored: victim + 1 .. t
     oldest = min(f.evictable)
@@ -333,12 +333,18 @@ def heavy_text(f: explain.HeavyFacts) -> list[str]:
         who = f"Position {f.victim} is also the **youngest** position that may go"
     else:
         who = f"Position {f.victim} is not the youngest position that may go ({youngest} is)"
-    top = " and ".join(str(p) for p in f.top)
-    return [
+    return (
         f"{who}: it has been scored at {age} step{'s' if age != 1 else ''}, position {oldest} "
         f"at {f.t - oldest}. A cumulative sum favours the old — the **age bias** that chapters "
         "4 and 5 follow — and the protected window exists to give newcomers time to earn a "
-        "score before they must compete.",
+        "score before they must compete."
+    )
+
+
+def heavy_text(f: explain.HeavyFacts) -> list[str]:
+    """The paragraphs after chapter 3's question: persistence, and where it fails."""
+    top = " and ".join(str(p) for p in f.top)
+    return [
         "Why should past attention predict future use? The card: attention is *persistently "
         "sparse* — a small set of positions collects most of the attention across a whole "
         "generation, and which positions those are is fairly stable. Here the two highest "
@@ -404,6 +410,7 @@ def heavy_hitters() -> None:
             key="lesson_decision",
             config={"displaylogo": False},
         )
+        st.markdown(heavy_age_text(f))  # it names the victim: only once revealed
     st.markdown("\n\n".join(heavy_text(f)))
     with st.expander("The contract: ties, and the order victims come back in"):
         st.markdown(tie_text(explain.tie_demo()))
