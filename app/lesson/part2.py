@@ -16,7 +16,7 @@ import numpy as np
 import streamlit as st
 
 import h2o
-from app import data, figures, figures_spike, state
+from app import data, figures, state
 from app.lesson import Chapter, open_in, predict
 from h2o import age_bias, analysis, explain
 
@@ -243,7 +243,7 @@ def stale_spike() -> None:
     ):
         _spike_reveal(reps, spike, tie)
     st.plotly_chart(
-        figures_spike.received_lines(
+        figures.received_lines(
             curves=[(f"position {p}", explain.column(trace, p)) for p in [spike, *steady]],
             title="What the trace gives: the attention each position receives, step by step",
         ),

@@ -20,7 +20,7 @@ import streamlit as st
 
 import h2o
 from app import budget_data as bd
-from app import data, figures_budget, state
+from app import data, figures, state
 from app.real_model import budget_claims as claims
 from app.real_model.claims import answer_key, is_right, stated
 from h2o.alloc import ALLOCATORS
@@ -88,7 +88,7 @@ cal_kv_rest = cal_rest.reshape(n_layers, n_heads // group, group).mean(axis=2)
 st.subheader("1 · Where each head looks", divider="gray")
 st.markdown(claims.heads_sentence(rest, quality["n_tokens"], split["n_sinks"], split["n_recent"]))
 st.plotly_chart(
-    figures_budget.head_shares(
+    figures.head_shares(
         panels=[
             (f"sinks (positions 0–{split['n_sinks'] - 1})", np.asarray(split["sink"])),
             (f"recent window ({split['n_recent']} before the query)", np.asarray(split["recent"])),
@@ -137,7 +137,7 @@ for name in bd.ALLOCATIONS:
     else:
         panels.append((ALLOC_LABELS[name], a.budgets, a.kinds))
 st.plotly_chart(
-    figures_budget.allocation_grids(
+    figures.allocation_grids(
         panels=panels, title=f"Slots per layer and KV head, {budget} per head on average"
     ),
     width="stretch",
@@ -162,7 +162,7 @@ series = [
     for p in policies
 ]
 st.plotly_chart(
-    figures_budget.allocation_perplexity(
+    figures.allocation_perplexity(
         allocations=[ALLOC_LABELS[a] for a in bd.ALLOCATIONS],
         series=series,
         full=full,

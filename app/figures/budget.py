@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from app.figures import FONT, ORACLE_COLOUR, _figure, _layout, policy_colour
+from .base import FONT, ORACLE_COLOUR, base_layout, make_figure, policy_colour
 
 #: A sequential scale that reads on light and dark pages alike (low = dark, high = bright).
 GRID_SCALE = "Viridis"
@@ -88,7 +88,7 @@ def head_shares(
     """Per layer (x) and query head (y), one panel per share (label, ``(layers, heads)``
     array in [0, 1]), stacked, on one colour axis; the KV groups are marked on the y axis."""
     data: list[dict] = []
-    layout = _layout(title, height, "", "")
+    layout = base_layout(title, height, "", "")
     domains = _stacked_axes(len(panels))
     for i, ((label, z), (lo, hi)) in enumerate(zip(panels, domains, strict=True)):
         z = np.asarray(z, dtype=np.float32)
@@ -115,7 +115,7 @@ def head_shares(
         "colorbar": {"title": {"text": "share of attention", "side": "right"}, "thickness": 14},
     }
     layout["margin"] = {"l": 70, "r": 20, "b": 50}
-    return _figure(data, layout)
+    return make_figure(data, layout)
 
 
 def allocation_grids(
@@ -128,7 +128,7 @@ def allocation_grids(
     budgets, optional classes — a streaming head is marked ``s``), each cell printed, on one
     colour axis from 0 to the largest budget."""
     data: list[dict] = []
-    layout = _layout(title, height, "", "")
+    layout = base_layout(title, height, "", "")
     domains = _stacked_axes(len(panels), gap=0.1)
     top = max(int(np.max(b)) for _, b, _ in panels)
     for i, ((label, budgets, kinds), (lo, hi)) in enumerate(zip(panels, domains, strict=True)):
@@ -163,7 +163,7 @@ def allocation_grids(
         "colorbar": {"title": {"text": "slots", "side": "right"}, "thickness": 14},
     }
     layout["margin"] = {"l": 70, "r": 20, "b": 50}
-    return _figure(data, layout)
+    return make_figure(data, layout)
 
 
 def allocation_perplexity(
@@ -191,7 +191,7 @@ def allocation_perplexity(
                 "hovertemplate": f"%{{x}}<br>{label}: perplexity %{{y:.3f}}<extra></extra>",
             }
         )
-    layout = _layout(
+    layout = base_layout(
         title, height, "allocation (same total KV memory)", "perplexity (lower is better)"
     )
     layout["shapes"] = [
@@ -211,4 +211,4 @@ def allocation_perplexity(
     layout["barmode"] = "group"
     tops = [v for _, _, vals in series for v in vals if v is not None]
     layout["yaxis"]["range"] = [0, 1.15 * max([full, *tops])]
-    return _figure(data, layout, legend_width=900)
+    return make_figure(data, layout, legend_width=900)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from app.figures import FONT, PLOT_BG
+from .base import FONT, PLOT_BG
 
 #: Mid-tone colours that read on light and dark themes, none of them a policy's colour.
 LINE_COLOURS = ("#E15759", "#4E79A7", "#59A14F", "#EDC948", "#76B7B2")

@@ -1,0 +1,207 @@
+"""What every figure shares: the policies' colours and line styles, the layout, the colour scale.
+
+Figures are assembled as plain dicts and wrapped once, unvalidated (``_validate=False``): Plotly's
+per-property validation cost more than everything else in a step click. The tests validate every
+figure the pages produce instead (``tests/test_app.py``).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import plotly.graph_objects as go
+
+FONT = 15
+
+#: One colour per policy, on every page and in the browser's step view (policy A or B alike).
+POLICY_COLOURS = {
+    "h2o": "#3D9DF3",
+    "scissorhands": "#2CA58D",
+    "streaming-llm": "#F28E2B",
+    "tova": "#B07AA1",
+    "sliding-window": "#9C755F",
+    "random": "#8C8C8C",
+}
+
+#: And one line style per policy, so that curves which coincide (H2O, Scissorhands and TOVA at a
+#: wide enough window) stay visible one over another: dash pattern, marker, marker size.
+POLICY_STYLES = {
+    "h2o": ("solid", "circle-open", 13),
+    "scissorhands": ("dash", "square", 8),
+    "tova": ("dot", "diamond", 6),
+    "streaming-llm": ("solid", "triangle-up", 9),
+    "sliding-window": ("dashdot", "x", 8),
+    "random": ("longdash", "cross", 8),
+}
+
+#: Policies loaded from a file (``--policy``) take these, in order of registration.
+EXTRA_COLOURS = ("#4E79A7", "#59A14F", "#EDC948", "#FF9DA7", "#76B7B2")
+
+ORACLE_COLOUR = "#E15759"
+
+#: Markers of a user's own setting (the sidebar's recent_window): a hue no policy or bound uses.
+SETTING_COLOUR = "#C9A227"
+
+NEUTRAL_LINE = "rgba(128,128,128,0.9)"
+
+#: A faint neutral plot area: evicted (blank) cells stay distinguishable in both themes.
+PLOT_BG = "rgba(128,128,128,0.10)"
+
+
+def policy_colour(name: str) -> str:
+    """The policy's own colour (one per policy, on every page); a loaded one gets a spare."""
+    if name in POLICY_COLOURS:
+        return POLICY_COLOURS[name]
+    import h2o
+
+    extra = [n for n in h2o.POLICIES if n not in POLICY_COLOURS]
+    i = extra.index(name) if name in extra else 0
+    return EXTRA_COLOURS[i % len(EXTRA_COLOURS)]
+
+
+def base_layout(
+    title: str, height: int, xtitle: str, ytitle: str, subtitle: str = "", **extra: object
+) -> dict:
+    # Titles carry trace names, which come from files: Plotly renders some HTML (links too).
+    layout: dict = {
+        "title": {
+            "text": html.escape(title, quote=False),
+            "x": 0,
+            "xanchor": "left",
+            "y": 0.98,
+            "yanchor": "top",
+        },
+        "height": height,
+        "font": {"size": FONT},
+        "margin": {"l": 70, "r": 20, "t": 95, "b": 55},
+        "xaxis": {"title": {"text": xtitle}, "tickfont": {"size": FONT - 1}},
+        "yaxis": {"title": {"text": ytitle}, "tickfont": {"size": FONT - 1}},
+        "plot_bgcolor": PLOT_BG,
+        "legend": {
+            "orientation": "h",
+            "yanchor": "bottom",
+            "y": 1.01,
+            "x": 0,
+            "xanchor": "left",
+            "font": {"size": FONT - 1},
+        },
+        "hoverlabel": {"font": {"size": FONT}},
+    }
+    if subtitle:  # a second line, so a half-width panel at 1280 px shows all of it
+        layout["title"]["text"] += (
+            f"<br><span style='font-size:{FONT - 1}px;font-weight:normal'>"
+            f"{html.escape(subtitle, quote=False)}</span>"
+        )
+        layout["title"]["automargin"] = True  # the legend goes below both lines
+    layout.update(extra)
+    return layout
+
+
+def make_figure(data: list[dict], layout: dict, legend_width: int = 440) -> go.Figure:
+    """The figure, with room above the plot for the title and a legend of however many rows.
+
+    Plotly places the title at a fixed height and does not move it for the legend, so the top
+    margin is sized from an estimate of the legend's rows at ``legend_width`` pixels (on the
+    narrow side: half of a projected page).
+    """
+    names = [
+        tr["name"]
+        for tr in data
+        if tr.get("name") and tr.get("showlegend", True) and tr.get("type") != "heatmap"
+    ]
+    names += [sh["name"] for sh in layout.get("shapes", ()) if sh.get("showlegend")]
+    # Plotly lines a horizontal legend up in columns as wide as its widest entry.
+    widest = max((42 + 7.5 * len(name) for name in names), default=0)
+    per_row = max(1, int(legend_width // widest)) if widest else 1
+    rows = -(-len(names) // per_row)
+    layout["margin"] = {**layout.get("margin", {}), "t": 52 + 22 * rows}
+    return go.Figure({"data": data, "layout": layout}, _validate=False)
+
+
+# -- colour ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ColourScale:
+    """Raw score → colour value, shared by the panels that show the same kind of score.
+
+    ``hi`` is the largest score of the whole run (not of the visible window), so colours do not
+    shift while stepping. With ``log`` the colour follows ``log10(score)`` from ``hi / 10**decades``
+    up: a heavy hitter's sum is thousands of times a young position's, and on a linear scale
+    everything but the sinks would be the bottom colour. The bottom of the range is pushed below
+    the smallest shown score so that kept-but-tiny cells are never the colour of the background.
+    """
+
+    hi: float
+    log: bool = True
+    decades: float = 4.0
+
+    @property
+    def lo(self) -> float:
+        return self.hi * 10.0**-self.decades if self.log else 0.0
+
+    def values(self, z: np.ndarray) -> np.ndarray:
+        if not self.log:
+            return z.astype(np.float32, copy=False)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.log10(np.maximum(z, self.lo)).astype(np.float32)
+
+    def zrange(self) -> tuple[float, float]:
+        if self.log:
+            top = math.log10(self.hi)
+            return top - self.decades * 1.3, top
+        return -0.3 * self.hi, self.hi
+
+    def colorbar(self, title: str) -> dict:
+        bar: dict = {"title": {"text": title, "side": "right"}, "thickness": 14}
+        if self.log:
+            lo, hi = math.log10(self.lo), math.log10(self.hi)
+            ticks = [d for d in range(math.ceil(lo), math.floor(hi) + 1)]
+            bar["tickvals"] = ticks
+            bar["ticktext"] = [f"{10.0**d:g}" for d in ticks]
+        return bar
+
+
+#: A curve: (policy name, label, x values, y values). The policy picks colour and style.
+Curve = tuple[str, str, Sequence[float], Sequence[float]]
+
+
+def styled_lines(curves: Sequence[Curve], x_name: str, value: str) -> list[dict]:
+    """One line per curve in its policy's colour, dash and marker. A curve equal to an earlier
+    one at every point says so ("identical to H2O") in its legend entry and hover, and draws
+    thinner on top of it, so both stay visible. ``value`` is the hover's y format."""
+    data: list[dict] = []
+    drawn: list[tuple[str, np.ndarray, np.ndarray]] = []
+    for policy, label, xs, ys in curves:
+        x = np.asarray(xs, dtype=np.float64)
+        y = np.asarray(ys, dtype=np.float64)
+        twin = next(
+            (
+                other
+                for other, ox, oy in drawn
+                if ox.shape == x.shape and np.array_equal(ox, x) and np.allclose(oy, y, atol=5e-5)
+            ),
+            None,
+        )
+        drawn.append((label, x, y))
+        dash, symbol, size = POLICY_STYLES.get(policy, ("solid", "circle", 8))
+        name = f"{label} — identical to {twin}" if twin else label
+        data.append(
+            {
+                "type": "scatter",
+                "x": x,
+                "y": y,
+                "mode": "lines+markers",
+                "line": {
+                    "color": POLICY_COLOURS.get(policy, NEUTRAL_LINE),
+                    "width": 2 if twin else 3,
+                    "dash": dash,
+                },
+                "marker": {"symbol": symbol, "size": size, "line": {"width": 2}},
+                "name": name,
+                "hovertemplate": f"{name}<br>{x_name} %{{x}}: {value}<extra></extra>",
+            }
+        )
+    return data
