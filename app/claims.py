@@ -27,6 +27,12 @@ def join(items: Sequence[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def percent(x: float) -> str:
+    """``x`` as a percentage, with a decimal when whole numbers would round it up to 100 %
+    (99.6 % of the oracle bound is not the oracle bound)."""
+    return f"{x:.0%}" if x < 0.995 else f"{x:.1%}"
+
+
 def leaders(rows: Sequence[Row], metric: str) -> list[Row]:
     """The rows within :data:`TIE` of the highest ``metric``, in their order."""
     best = max(r[metric] for r in rows)
@@ -64,7 +70,7 @@ def bench_verdict(rows: Sequence[Row], top_k: int) -> list[str]:
     oracle = float(rows[0]["oracle_mass"])
     top = leaders(rows, "retained_mass")
     m = max(float(r["retained_mass"]) for r in top)
-    share = f", {m / oracle:.0%} of the oracle bound ({oracle:.3f})" if oracle > 0 else ""
+    share = f", {percent(m / oracle)} of the oracle bound ({oracle:.3f})" if oracle > 0 else ""
     out.append(
         f"**{join([r['label'] for r in top])}** "
         f"{_verb(top, 'keeps', 'keep')} the most attention mass: {m:.3f}{share}."

@@ -36,6 +36,12 @@ def test_the_leader_its_share_of_the_oracle_and_a_floor_that_holds():
     assert floor == "Random eviction keeps 0.600, the least: every other policy beats it."
 
 
+def test_close_to_the_oracle_is_not_rounded_up_to_it():
+    rows = [row("A", 0.7193), row("Random", 0.468, policy="random")]
+    rows[0]["oracle_mass"] = rows[1]["oracle_mass"] = 0.7219
+    assert "99.6% of the oracle bound (0.722)" in claims.bench_verdict(rows, 32)[0]
+
+
 def test_policies_below_random_are_named_with_their_mass():
     rows = [row("A", 0.8), row("B", 0.45), row("C", 0.58), row("Random", 0.61, policy="random")]
     text = claims.bench_verdict(rows, 32)[1]
