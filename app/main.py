@@ -24,64 +24,16 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from app import jobs, state  # noqa: E402
+from app import jobs, pages, state  # noqa: E402
 from h2o.bank.kernels import warm  # noqa: E402
 from h2o.custom import load_policy  # noqa: E402
 
 HERE = Path(__file__).parent
 
-#: Every page, in menu order. The lesson is the default (served at ``/``), so every other page —
-#: Step through included — has a path of its own that a pasted link opens without a detour.
+#: Every page, in menu order (app/pages.py lists them once).
 PAGES = [
-    st.Page(
-        HERE / "views" / "lesson.py",
-        title="Lesson",
-        icon=":material/school:",
-        url_path="lesson",
-        default=True,
-    ),
-    st.Page(
-        HERE / "views" / "step_through.py",
-        title="Step through",
-        icon=":material/play_circle:",
-        url_path="step-through",
-    ),
-    st.Page(
-        HERE / "views" / "window_explorer.py",
-        title="recentWindow explorer",
-        icon=":material/tune:",
-        url_path="window-explorer",
-    ),
-    st.Page(
-        HERE / "views" / "stale_spike.py",
-        title="Stale spike: H2O vs Scissorhands",
-        icon=":material/bolt:",
-        url_path="stale-spike",
-    ),
-    st.Page(
-        HERE / "views" / "all_policies.py",
-        title="All policies",
-        icon=":material/leaderboard:",
-        url_path="all-policies",
-    ),
-    st.Page(
-        HERE / "views" / "real_model.py",
-        title="Real model",
-        icon=":material/neurology:",
-        url_path="real-model",
-    ),
-    st.Page(
-        HERE / "views" / "budget_split.py",
-        title="Where should the budget go?",
-        icon=":material/grid_view:",
-        url_path="where-budget",
-    ),
-    st.Page(
-        HERE / "views" / "how_it_works.py",
-        title="How it works",
-        icon=":material/code:",
-        url_path="how-it-works",
-    ),
+    st.Page(HERE / p.file, title=p.title, icon=p.icon, url_path=p.url_path, default=p.default)
+    for p in pages.PAGES
 ]
 
 st.set_page_config(

@@ -14,12 +14,12 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import data, figures, state
+from app import data, figures, pages, state
 from app.figures import gib
 from app.lesson import Chapter, open_in, predict
 from h2o import explain
 
-STEP_PAGE = "views/step_through.py"
+STEP_PAGE = pages.STEP_THROUGH
 #: Chapter 1's controls: every value a student can pick (the claim tests run them all).
 CONTEXTS = (4_096, 8_192, 32_768, 131_072)
 BUDGETS = (256, 512, 1024, 2048, 4096)

@@ -16,11 +16,11 @@ import numpy as np
 import streamlit as st
 
 import h2o
-from app import data, figures, state
+from app import data, figures, pages, state
 from app.lesson import Chapter, open_in, predict
 from h2o import age_bias, analysis, explain
 
-EXPLORER = "views/window_explorer.py"
+EXPLORER = pages.WINDOW_EXPLORER
 #: Two policies "tie" when their mass differs by less than this (the card: "within a hundredth").
 TIE = 0.01
 #: Bars "coincide" when their mass differs by less than this (the chart labels show 3 decimals).
@@ -267,7 +267,7 @@ def stale_spike() -> None:
         st.markdown(CARD_ON_SCISSORHANDS + "\n\n" + SCISSORHANDS_SOURCES)
     open_in(
         "Open the stale-spike lesson",
-        "views/stale_spike.py",
+        pages.STALE_SPIKE,
         {state.SPIKE_STEP: tie.step if tie is not None else budget},
         key="lesson_open_5",
     )
@@ -495,7 +495,7 @@ def family() -> None:
     st.markdown("\n".join(f"- {text}" for _, text in FAMILY))
     open_in(
         "Open All policies",
-        "views/all_policies.py",
+        pages.ALL_POLICIES,
         {state.TRACE: "canonical", state.BUDGET: budget, state.WINDOW: 64, state.SINKS: 4},
         key="lesson_open_6",
     )

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import card, data, figures, state
+from app import card, data, figures, pages, state
 from app.lesson import Chapter, open_in
 from app.real_model import claims
 from h2o.model.layers import region_shares
@@ -17,7 +17,7 @@ ANSWER_BUDGETS = (256, 512, 1024)
 #: The policies of the shipped answers, in their order (`generate --policy full,…`).
 ANSWER_POLICIES = ("h2o", "streaming-llm", "tova", "scissorhands", "sliding-window", "random")
 FRESH_ANSWERS = "_lesson_fresh_answers"
-REAL_MODEL = "views/real_model.py"
+REAL_MODEL = pages.REAL_MODEL
 
 
 # -- 7. a real model -------------------------------------------------------------------------------

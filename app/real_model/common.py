@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import streamlit as st
 
 import h2o
-from app import data, state
+from app import data, pages, state
 from app.real_model.claims import MARGIN  # noqa: F401  (re-exported: the sections read it here)
 
-STEP_PAGE = "views/step_through.py"
+STEP_PAGE = pages.STEP_THROUGH
 GOTO, OPEN_ERROR = "_rm_goto", "_rm_open_error"
 WINDOW, SINKS = "rm_recent_window", "rm_sinks"
 TOP_K = 32

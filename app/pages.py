@@ -1,0 +1,42 @@
+"""Every page of the app, once: its file under ``views/``, title, icon and URL path.
+
+``main.py`` builds the navigation from :data:`PAGES`; a page that links to another (the lesson's
+"Open in …" buttons, the Real model page's trace buttons) names it by the constant here, which is
+the path ``st.switch_page`` takes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    file: str  # relative to app/, as st.switch_page takes it
+    title: str
+    icon: str
+    url_path: str
+    default: bool = False
+
+
+LESSON = "views/lesson.py"
+STEP_THROUGH = "views/step_through.py"
+WINDOW_EXPLORER = "views/window_explorer.py"
+STALE_SPIKE = "views/stale_spike.py"
+ALL_POLICIES = "views/all_policies.py"
+REAL_MODEL = "views/real_model.py"
+BUDGET_SPLIT = "views/budget_split.py"
+HOW_IT_WORKS = "views/how_it_works.py"
+
+#: Every page, in menu order. The lesson is the default (served at ``/``), so every other page —
+#: Step through included — has a path of its own that a pasted link opens without a detour.
+PAGES = [
+    PageSpec(LESSON, "Lesson", ":material/school:", "lesson", default=True),
+    PageSpec(STEP_THROUGH, "Step through", ":material/play_circle:", "step-through"),
+    PageSpec(WINDOW_EXPLORER, "recentWindow explorer", ":material/tune:", "window-explorer"),
+    PageSpec(STALE_SPIKE, "Stale spike: H2O vs Scissorhands", ":material/bolt:", "stale-spike"),
+    PageSpec(ALL_POLICIES, "All policies", ":material/leaderboard:", "all-policies"),
+    PageSpec(REAL_MODEL, "Real model", ":material/neurology:", "real-model"),
+    PageSpec(BUDGET_SPLIT, "Where should the budget go?", ":material/grid_view:", "where-budget"),
+    PageSpec(HOW_IT_WORKS, "How it works", ":material/code:", "how-it-works"),
+]
