@@ -621,7 +621,7 @@ def policy_label(name: str, params: tuple[tuple[str, int], ...] | dict[str, int]
     """``"TOVA (recent_window=1)"``: the policy as built, its defaults included."""
     params = dict(params)
     roomy = 2 + max(64, *params.values()) if params else 66  # above any default window or sinks
-    built = analysis.make_policy(name, roomy, **params)
+    built = h2o.policies.make_policy(name, roomy, **params)
     return analysis.describe(name, built.params())
 
 

@@ -445,15 +445,15 @@ def _fit_to_trace(name: str, most: int, fit: dict[str, int], trace: h2o.Trace) -
 # -- policies --------------------------------------------------------------------------------------
 def own_window(name: str) -> int:
     """The recent_window a policy of :data:`OWN_WINDOW` keeps (its default: TOVA's 1)."""
-    return int(analysis.make_policy(name, 1024).params()["recent_window"])
+    return int(h2o.policies.make_policy(name, 1024).params()["recent_window"])
 
 
 def policy_settings(name: str, recent_window: int, sinks: int) -> dict[str, int]:
-    """The shared controls' values that policy ``name`` takes (per ``analysis.policy_params``).
+    """The shared controls' values that policy ``name`` takes (per ``h2o.policies.policy_params``).
 
     recent_window goes to every policy that has one except those of :data:`OWN_WINDOW`.
     """
-    taken = analysis.policy_params(name)
+    taken = h2o.policies.policy_params(name)
     out = {}
     if "recent_window" in taken and name not in OWN_WINDOW:
         out["recent_window"] = recent_window
@@ -464,7 +464,7 @@ def policy_settings(name: str, recent_window: int, sinks: int) -> dict[str, int]
 
 def refusal(name: str, budget: int, recent_window: int, sinks: int) -> str | None:
     """``analysis.refusal`` for the controls' values (its message names the fix), or None."""
-    problem = analysis.refusal(name, budget, **policy_settings(name, recent_window, sinks))
+    problem = h2o.policies.refusal(name, budget, **policy_settings(name, recent_window, sinks))
     if problem is not None and name in OWN_WINDOW:
         problem += (
             f" In this app {h2o.POLICIES[name].label} always keeps its own recent_window of "
@@ -479,7 +479,7 @@ def policy_or_error(ctx: Context, name: str) -> tuple[h2o.Policy | None, str | N
     if problem is not None:
         return None, problem
     params = policy_settings(name, ctx.recent_window, ctx.sinks)
-    return analysis.make_policy(name, ctx.budget, **params), None
+    return h2o.policies.make_policy(name, ctx.budget, **params), None
 
 
 def policy_choice(name: str, label: str, default: str, container: Any = st) -> str:

@@ -5,7 +5,6 @@ Shared by the CLI and the app so both show the same numbers.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
@@ -14,41 +13,12 @@ import numpy as np
 
 from .bank import bank_key, make_bank, replay_bank
 from .policies import POLICIES, Policy
+from .policies.registry import make_policy, policy_params, refusal
 from .replay import replay
 from .trace import Trace
 
 Progress = Callable[[int, int, str], None] | None
 """Optional callback ``progress(done, total, label)``."""
-
-
-def make_policy(name: str, budget: int, **params: Any) -> Policy:
-    """Build ``POLICIES[name]`` with the keyword parameters it accepts; others are ignored.
-
-    So ``make_policy("streaming-llm", 256, recent_window=32, sinks=4)`` works from one set of
-    controls. ``None`` values are dropped (the policy's default applies).
-    """
-    if name not in POLICIES:
-        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
-    cls = POLICIES[name]
-    accepted = inspect.signature(cls.__init__).parameters
-    kw = {k: v for k, v in params.items() if k in accepted and v is not None}
-    return cls(budget, **kw)  # rng passes through: every policy accepts one
-
-
-def refusal(name: str, budget: int, **params: Any) -> str | None:
-    """Why ``make_policy(name, budget, **params)`` would be refused (naming the fix), or None."""
-    try:
-        make_policy(name, budget, **params)
-    except ValueError as e:
-        label = POLICIES[name].label if name in POLICIES else name
-        return f"{label} refuses these settings: {e}."
-    return None
-
-
-def policy_params(name: str) -> list[str]:
-    """The tunable keyword parameters of a policy (besides ``budget`` and ``rng``)."""
-    sig = inspect.signature(POLICIES[name].__init__).parameters
-    return [k for k in sig if k not in ("self", "budget", "rng")]
 
 
 def standard_lineup(budget: int, windows: Iterable[int] = (32, 64)) -> list[tuple[str, dict]]:

@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from . import analysis
+from . import analysis, policies
 from .custom import load_policy
 from .policies import POLICIES
 from .synthetic import BUILTIN, builtin_trace
@@ -54,7 +54,7 @@ def _lineup(budget: int) -> list[tuple[str, dict[str, int]]]:
     fit = ("recent_window", "sinks")
     custom = [(n, {}) for n, cls in POLICIES.items() if getattr(cls, "custom", False)]
     for name, params in custom:
-        default = analysis.make_policy(name, 10**6).params()
+        default = policies.make_policy(name, 10**6).params()
         params.update({k: v for k, v in default.items() if k in fit})
     return [
         (name, {k: min(v, budget - 1) if k in fit else v for k, v in params.items()})
@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--policy",
         default="h2o",
-        choices=[n for n in POLICIES if "recent_window" in analysis.policy_params(n)],
+        choices=[n for n in POLICIES if "recent_window" in policies.policy_params(n)],
         help="policy to sweep (default: h2o)",
     )
     s.add_argument(

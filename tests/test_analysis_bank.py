@@ -75,8 +75,9 @@ def test_a_policy_no_bank_holds_gets_its_own_replay(canonical, monkeypatch):
     from h2o.custom import load_policy
 
     example = Path(__file__).parents[1] / "examples" / "decayed_h2o.py"
-    monkeypatch.setattr("h2o.analysis.POLICIES", dict(POLICIES))  # leave the registry as it was
-    monkeypatch.setattr("h2o.custom.POLICIES", analysis.POLICIES)
+    registry = dict(POLICIES)  # leave the registry as it was
+    for where in ("h2o.policies.registry", "h2o.analysis", "h2o.custom"):
+        monkeypatch.setattr(f"{where}.POLICIES", registry)
     cls = load_policy(f"{example}:DecayedH2O")
     lineup = [(cls.name, {"recent_window": 32}), ("h2o", {"recent_window": 32})]
     rows = analysis.bench(canonical, 256, lineup=lineup)

@@ -219,7 +219,7 @@ def stale_spike() -> None:
     steady = [int(p) for p in trace.meta.get("steady", [])]
     reps = {
         name: data.recorded_replay(
-            ref, analysis.make_policy(name, budget, recent_window=window), top_k
+            ref, h2o.policies.make_policy(name, budget, recent_window=window), top_k
         )
         for name in ("h2o", "scissorhands")
     }

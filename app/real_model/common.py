@@ -29,7 +29,7 @@ class Settings:
     sinks: int
 
     def params_for(self, name: str) -> dict[str, int]:
-        """The settings that ``name`` takes (``analysis.policy_params``; TOVA keeps its own
+        """The settings that ``name`` takes (``h2o.policies.policy_params``; TOVA keeps its own
         window, the sliding window takes none)."""
         return state.policy_settings(name, self.window, self.sinks)
 

@@ -131,7 +131,7 @@ for tab, metric, title in (
         config={"displaylogo": False},
     )
 refused = {
-    b: [h2o.POLICIES[n].label for n, p in curve_lineup if analysis.refusal(n, b, **p)]
+    b: [h2o.POLICIES[n].label for n, p in curve_lineup if h2o.policies.refusal(n, b, **p)]
     for b in budgets
 }
 skipped = "; ".join(f"{', '.join(who)} at budget {b}" for b, who in refused.items() if who)

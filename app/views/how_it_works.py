@@ -14,7 +14,6 @@ import streamlit as st
 import h2o
 from app import state
 from app.card import CARD_NOTES, CARD_PSEUDOCODE, CARD_SUMMARY, WHEN, WHEN_NOT
-from h2o import analysis
 from h2o.policies.base import ScoredPolicy
 
 #: Streamlit's code blocks: 0.875rem Source Code Pro (0.6 em a character), 1rem of padding a side,
@@ -131,7 +130,7 @@ def measure(budgets: list[int], steps: int = 300) -> pd.DataFrame:
     rows = []
     for b in budgets:
         for name in ("h2o", "streaming-llm"):
-            policy = analysis.make_policy(name, b)
+            policy = h2o.policies.make_policy(name, b)
             for pos in range(b + 1):  # fill the cache without timing it
                 n = len(policy)
                 policy.on_decode_step(pos, np.full(n, 1 / n, np.float32) if n else None)

@@ -10,6 +10,7 @@ import streamlit as st
 from app import data, figures, playback, player, state, stepper
 from app.lesson import part2
 from h2o import age_bias, analysis
+from h2o.policies import make_policy
 
 STEP_KEY = state.SPIKE_STEP
 
@@ -32,7 +33,7 @@ spike = int(trace.meta.get("spike", 0))
 steady = [int(p) for p in trace.meta.get("steady", [])]
 
 reps = {
-    name: data.recorded_replay(ref, analysis.make_policy(name, budget, recent_window=window), top_k)
+    name: data.recorded_replay(ref, make_policy(name, budget, recent_window=window), top_k)
     for name in ("h2o", "scissorhands")
 }
 h_rep, s_rep = reps["h2o"], reps["scissorhands"]
@@ -130,9 +131,7 @@ st.header(
     f"On the canonical trace, at recent_window {c_window}: "
     + ("they tie" if diff < part2.TIE else "they part")
 )
-c_reps = [
-    data.recorded_replay(canon, analysis.make_policy(n, c_budget, **p), c_top_k) for n, p in lineup
-]
+c_reps = [data.recorded_replay(canon, make_policy(n, c_budget, **p), c_top_k) for n, p in lineup]
 agree = data.shared_slots(*c_reps, canon.trace)
 m1, m2, m3 = st.columns(3)
 m1.metric(f"{h_row['label']} mass", f"{h_row['retained_mass']:.4f}")

@@ -151,8 +151,7 @@ def allocated_factory(
     :func:`h2o.model.quality.make_policies` does); a policy without comparable scores runs
     uniform instead (a note says so). Duo's streaming heads run StreamingLLM with its sinks.
     """
-    from h2o.analysis import make_policy
-    from h2o.policies import StreamingLLM
+    from h2o.policies import StreamingLLM, make_policy
 
     if policy == SNAPKV:
         raise ValueError(

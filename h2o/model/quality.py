@@ -60,7 +60,7 @@ def policy_factory(name: str, budget: int, seed: int = 0, **params: int | None) 
     ``numpy.random.Generator`` seeded from ``(seed, layer, head)``, so random eviction is
     reproducible and independent across heads.
     """
-    from h2o.analysis import make_policy
+    from h2o.policies import make_policy
 
     make_policy(name, budget, **params)  # fail fast: unknown name, recent_window >= budget, ...
 

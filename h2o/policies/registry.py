@@ -1,0 +1,54 @@
+"""The registry: every policy by its name, and a policy made from a name and one set of controls.
+
+One place for the CLI, the model and the app: ``POLICIES`` maps a name (``"h2o"``, ``"tova"``, a
+policy loaded from your file) to its class; :func:`make_policy` builds one from a name and
+whatever controls a caller has (a parameter the policy does not take is dropped);
+:func:`refusal` says why a combination would be refused, naming the fix.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from .base import Policy
+from .h2o import H2O
+from .random import RandomEviction
+from .scissorhands import Scissorhands
+from .sliding_window import SlidingWindow
+from .streaming_llm import StreamingLLM
+from .tova import TOVA
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls for cls in (H2O, StreamingLLM, Scissorhands, TOVA, SlidingWindow, RandomEviction)
+}
+
+
+def make_policy(name: str, budget: int, **params: Any) -> Policy:
+    """Build ``POLICIES[name]`` with the keyword parameters it accepts; others are ignored.
+
+    So ``make_policy("streaming-llm", 256, recent_window=32, sinks=4)`` works from one set of
+    controls. ``None`` values are dropped (the policy's default applies).
+    """
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+    cls = POLICIES[name]
+    accepted = inspect.signature(cls.__init__).parameters
+    kw = {k: v for k, v in params.items() if k in accepted and v is not None}
+    return cls(budget, **kw)  # rng passes through: every policy accepts one
+
+
+def refusal(name: str, budget: int, **params: Any) -> str | None:
+    """Why ``make_policy(name, budget, **params)`` would be refused (naming the fix), or None."""
+    try:
+        make_policy(name, budget, **params)
+    except ValueError as e:
+        label = POLICIES[name].label if name in POLICIES else name
+        return f"{label} refuses these settings: {e}."
+    return None
+
+
+def policy_params(name: str) -> list[str]:
+    """The tunable keyword parameters of a policy (besides ``budget`` and ``rng``)."""
+    sig = inspect.signature(POLICIES[name].__init__).parameters
+    return [k for k in sig if k not in ("self", "budget", "rng")]
