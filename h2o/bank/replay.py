@@ -72,12 +72,12 @@ class LockstepReplay:
         mass = np.ones((steps, size))
         n_kept = np.zeros((steps, size), dtype=np.int32)
         fill = np.zeros(steps, dtype=np.int32)  # n_kept of the lock-step steps (-1: see n_kept)
-        went: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
+        evictions: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
         f64, f32, total = np.float64, np.float32, np.add.reduce
         reads, weights = self.reads_attention, trace.weights  # row t starts at t(t-1)/2
         steady = self._steady_from(trace)
         start = self._fill_shared(weights, steps, mass, fill, progress)
-        if self._rings_closed(trace, mass, fill, n_kept, went):
+        if self._rings_closed(trace, mass, fill, n_kept, evictions):
             start = steps  # nothing left to step
         for t in range(start, steps):
             if progress is not None and t % PROGRESS_EVERY == 0:
@@ -86,47 +86,47 @@ class LockstepReplay:
                 victims = np.empty((steps - t, size), dtype=np.intp)
                 self._steady(weights, t, steps, mass, victims, progress)
                 fill[t:] = self._budget + 1  # each step admits one before evicting one
-                went.append((np.arange(t, steps), None, victims))
+                evictions.append((np.arange(t, steps), None, victims))
                 break
-            o = t * (t - 1) // 2
-            row = weights[o : o + t]
+            row_at = t * (t - 1) // 2
+            row = weights[row_at : row_at + t]
             n = self._fill
             if n >= 0:  # lock-step: one block for every lane
                 # Full rows (every lane at its budget, the steady state): gather them whole, which
                 # is contiguous, and give the one slot past the fill no weight.
                 full = n == self._cap - 1
-                w = row.take(self._pos) if full else row.take(self._pos[:, :n])
+                block = row.take(self._pos) if full else row.take(self._pos[:, :n])
                 if full:
-                    w[:, n] = 0
-                m = total(w[:, :n], axis=1, dtype=f64)
+                    block[:, n] = 0
+                masses = total(block[:, :n], axis=1, dtype=f64)
                 if t:
-                    mass[t] = m
+                    mass[t] = masses
                 if reads:
-                    d = m.astype(f32)
-                    if not _minimum(m) > 0:
-                        d[~(m > 0)] = 1  # an all-zero row goes through unnormalised
-                    np.divide(w, d[:, None], out=w)  # float32, as replay() divides
-                self._advance_lockstep(t, w[:, :n] if reads else None)
+                    divisors = masses.astype(f32)
+                    if not _minimum(masses) > 0:
+                        divisors[~(masses > 0)] = 1  # an all-zero row goes through unnormalised
+                    np.divide(block, divisors[:, None], out=block)  # float32, as replay() divides
+                self._advance_lockstep(t, block[:, :n] if reads else None)
             else:  # fills differ: lane by lane, as replay() does it
                 rows = []
                 for i in range(size):
-                    w = row[self.kept(i)]
-                    m = total(w, dtype=f64)
+                    block = row[self.kept(i)]
+                    masses = total(block, dtype=f64)
                     if t:
-                        mass[t, i] = m
-                    rows.append((w / f32(m) if m > 0 else w) if reads else None)
+                        mass[t, i] = masses
+                    rows.append((block / f32(masses) if masses > 0 else block) if reads else None)
                 self._advance(t, rows)
             fill[t] = self._fill
             if self._fill < 0:
                 n_kept[t] = self._fills
             lanes, victims = self._evict()
             if victims.shape[0]:
-                went.append((np.array([t]), lanes, victims))
+                evictions.append((np.array([t]), lanes, victims))
         if progress is not None:
             progress(steps, steps)
         lock = fill >= 0
         n_kept[lock] = fill[lock, None]
-        step, lane, pos = _victims(went)
+        step, lane, pos = _victims(evictions)
         order = np.argsort(lane, kind="stable")  # by lane, keeping step order
         bounds = np.searchsorted(lane[order], np.arange(size + 1))
         return [
@@ -198,15 +198,16 @@ class LockstepReplay:
         mass: np.ndarray,
         fill: np.ndarray,
         n_kept: np.ndarray,
-        went: list,
+        evictions: list,
     ) -> bool:
         """A ring bank's whole replay in closed form, on a trace whose sums are exact in any order
         (:func:`_exact_sums`). StreamingLLM (and the sliding window, ``sinks = 0``) reads no
         attention, so what a lane keeps is known in advance: before step ``t`` it holds ``0..t-1``
         while ``t <= budget``, then its ``s`` sinks and the ``budget - s`` positions before ``t``;
         step ``t >= budget`` evicts ``t - (budget - s)``. Each mass is the sum of two runs of the
-        packed weights (one ``reduceat`` a lane). Fills ``mass``, ``n_kept`` and ``went`` and leaves
-        the lanes as the steps would; False (nothing touched) if the bank does not qualify."""
+        packed weights (one ``reduceat`` a lane). Fills ``mass``, ``n_kept`` and ``evictions``
+        and leaves the lanes as the steps would; False (nothing touched) if the bank does not
+        qualify."""
         if self.kind != "ring" or not _exact_sums(trace):
             return False
         steps, w = trace.steps, trace.weights
@@ -223,7 +224,7 @@ class LockstepReplay:
             mass[1:, i] = sinks + ring
             n_kept[:, i] = np.minimum(np.arange(1, steps + 1), b + 1)
             ts = np.arange(b, steps)
-            went.append((ts, np.full(ts.shape[0], i), ts - r))
+            evictions.append((ts, np.full(ts.shape[0], i), ts - r))
             n = min(steps, b)
             kept = np.arange(n) if steps <= b else np.r_[np.arange(s), np.arange(steps - r, steps)]
             self._pos[i, :n] = kept
@@ -278,15 +279,15 @@ class LockstepReplay:
         self._fill, self._last_pos, self._stale = n, steps - 1, True
 
 
-def _victims(went: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]]) -> tuple:
+def _victims(evictions: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]]) -> tuple:
     """Every eviction as ``(step, lane, position)`` int32 arrays, in step order (ascending
-    position within a lane's step), as :func:`h2o.replay` records them. ``went`` holds
+    position within a lane's step), as :func:`h2o.replay` records them. ``evictions`` holds
     ``([t], lanes, positions)`` per step, or ``(steps, None, (len(steps), N) victims)`` for a
     steady run: one victim per lane and step."""
-    if not went:
+    if not evictions:
         return tuple(np.zeros(0, dtype=np.int32) for _ in range(3))
     steps, lanes, pos = [], [], []
-    for ts, ls, vs in went:
+    for ts, ls, vs in evictions:
         if ls is not None and ts.shape[0] == ls.shape[0]:  # one victim each, steps and lanes
             steps.append(ts)
             lanes.append(ls)
