@@ -123,8 +123,9 @@ def answer_run(
 ) -> dict[str, Any]:
     """The greedy answer to a whole shipped text, with ``policy`` under ``allocation``
     (``policy="full"``: the full cache; ``"snapkv"``: compressed once after the prompt)."""
-    from h2o.model.allocation import allocated_factory, snapkv_generate
+    from h2o.model.allocation import allocated_factory
     from h2o.model.generate import generate
+    from h2o.model.snapkv import snapkv_generate
     from h2o.policies.snapkv import DEFAULT_KERNEL, DEFAULT_WINDOW
 
     ids = data.text_ids(name, mtime_ns)

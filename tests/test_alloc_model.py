@@ -16,13 +16,8 @@ pytest.importorskip("tokenizers")
 from tiny_model import token_ids, write_tiny_gguf
 
 from h2o.model import SmolLM, generate, perplexity_under_eviction, policy_factory
-from h2o.model.allocation import (
-    allocated_factory,
-    head_shares,
-    make_allocation,
-    snapkv_generate,
-    snapkv_kept,
-)
+from h2o.model.allocation import allocated_factory, head_shares, make_allocation
+from h2o.model.snapkv import snapkv_generate, snapkv_kept
 
 
 @pytest.fixture(scope="module")

@@ -178,12 +178,8 @@ def test_recompute_runs_only_on_a_click_and_shows_what_it_got(monkeypatch):
 def test_the_recompute_functions_run_the_library_on_the_real_model(monkeypatch):
     """The page's model runs, on a short prefix, equal the library called directly."""
     from h2o.model import perplexity_under_eviction
-    from h2o.model.allocation import (
-        allocated_factory,
-        head_shares,
-        make_allocation,
-        snapkv_generate,
-    )
+    from h2o.model.allocation import allocated_factory, head_shares, make_allocation
+    from h2o.model.snapkv import snapkv_generate
 
     model = data.model()
     short = data.text_ids("lighthouse", data.text_ref("lighthouse")[1], 120)

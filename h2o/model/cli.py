@@ -582,14 +582,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _generate_allocations(args: argparse.Namespace, text: str, names: list[str]) -> int:
-    from h2o.model.allocation import (
-        allocated_factory,
-        check_snapkv,
-        make_allocation,
-        snapkv_generate,
-    )
+    from h2o.model.allocation import allocated_factory, make_allocation
     from h2o.model.generate import generate
     from h2o.model.quality import FULL_CACHE, policy_factory
+    from h2o.model.snapkv import check_snapkv, snapkv_generate
     from h2o.policies.snapkv import snapkv_keep
 
     params = _policy_params(args)

@@ -18,7 +18,7 @@ everything; ``budget <= w`` is refused (no room for the selection).
 
 :func:`snapkv_scores` and :func:`snapkv_keep` are the rule on plain arrays;
 :class:`FixedKeep` is the decode-time side (a kept set that only grows);
-:func:`h2o.model.allocation.snapkv_generate` runs it on the model.
+:func:`h2o.model.snapkv.snapkv_generate` runs it on the model.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ import numpy as np
 
 DEFAULT_WINDOW = 32
 DEFAULT_KERNEL = 5
+#: The one-shot policy's name: not stepped during the prompt, so only ``generate`` runs it.
+SNAPKV = "snapkv"
 
 
 def _check(name: str, value: object, minimum: int) -> int:
