@@ -32,6 +32,7 @@ import h2o
 from app import jobs, playback
 from app.bytecache import ByteCache, Holds
 from h2o import analysis
+from h2o.progress import Progress
 from h2o.synthetic import BUILTIN
 from h2o.trace import MAX_STEPS
 
@@ -314,7 +315,7 @@ def pooled(rep: h2o.Replay, step_bins: int, pos_bins: int) -> tuple[np.ndarray, 
 
 
 # -- comparisons (small results, cached as data) ---------------------------------------------------
-def _bar_progress(total: int, what: str) -> tuple[Any, Callable[[int], Callable]]:
+def _bar_progress(total: int, what: str) -> tuple[Any, Callable[[int], Progress]]:
     """An ``st.progress`` bar and a factory of library progress callbacks feeding it.
 
     Created inside the cached functions below, so a cache hit replays it (ending empty) and the
@@ -322,7 +323,7 @@ def _bar_progress(total: int, what: str) -> tuple[Any, Callable[[int], Callable]
     """
     bar = st.progress(0.0, text=f"{what}…")
 
-    def at(offset: int) -> Callable[[int, int, str], None]:
+    def at(offset: int) -> Progress:
         def cb(done: int, _n: int, label: str) -> None:
             frac = min(1.0, (offset + done) / max(total, 1))
             bar.progress(frac, text=f"{what}: {label} ({offset + done}/{total})")
@@ -521,11 +522,11 @@ def text_ids(name: str, mtime_ns: int, n_tokens: int | None = None) -> list[int]
     return ids if n_tokens is None else ids[:n_tokens]
 
 
-def layer_progress(what: str) -> tuple[Any, Callable[[int, int], None]]:
+def layer_progress(what: str) -> tuple[Any, Progress]:
     bar = st.progress(0.0, text=f"{what}…")
     started = time.monotonic()
 
-    def cb(done: int, total: int) -> None:
+    def cb(done: int, total: int, _label: str = "layers") -> None:
         left = jobs.eta(done, total, started)  # measured: from the layers done so far
         bar.progress(min(1.0, done / max(total, 1)), text=f"{what}: layer {done}/{total}{left}")
 
@@ -625,12 +626,12 @@ def policy_label(name: str, params: tuple[tuple[str, int], ...] | dict[str, int]
     return analysis.describe(name, built.params())
 
 
-def run_bar(label: str, index: int, total: int) -> tuple[Any, Callable[[int, int], None]]:
+def run_bar(label: str, index: int, total: int) -> tuple[Any, Progress]:
     """A bar for run ``index`` of ``total`` (1-based), advancing with the run's own progress."""
     bar = st.progress((index - 1) / total, text=f"{label} — run {index} of {total}…")
     started = time.monotonic()
 
-    def cb(done: int, steps: int) -> None:
+    def cb(done: int, steps: int, _what: str = "") -> None:
         frac = (index - 1 + done / max(steps, 1)) / total
         left = jobs.eta(done, steps, started)  # measured: this run's own progress
         text = f"{label} — run {index} of {total}: {done}/{steps}{left}"

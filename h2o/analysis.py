@@ -5,7 +5,7 @@ Shared by the CLI and the app so both show the same numbers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
@@ -14,11 +14,9 @@ import numpy as np
 from .bank import bank_key, make_bank, replay_bank
 from .policies import POLICIES, Policy
 from .policies.registry import make_policy, policy_params, refusal
+from .progress import Progress
 from .replay import replay
 from .trace import Trace
-
-Progress = Callable[[int, int, str], None] | None
-"""Optional callback ``progress(done, total, label)``."""
 
 
 def standard_lineup(budget: int, windows: Iterable[int] = (32, 64)) -> list[tuple[str, dict]]:
@@ -97,7 +95,7 @@ def replay_rows(
     jobs: Iterable[tuple[str, dict[str, int], int]],
     trace: Trace,
     top_k: int = 32,
-    progress: Progress = None,
+    progress: Progress | None = None,
 ) -> list[dict]:
     """Summary rows (means over steps ``t >= budget``) of each ``(name, params, budget)`` job,
     in order — the numbers of one ``replay(make_policy(...), record=False)`` per job, computed
@@ -141,13 +139,14 @@ def replay_rows(
 
 
 def _steps_done(
-    progress: Callable[[int, int, str], None],
+    progress: Progress,
     start: int,
     lanes: int,
     total: int,
     label: str,
     t: int,
     steps: int,
+    _what: str = "",
 ) -> None:
     progress(start + lanes * t // steps, total, label)
 
@@ -157,7 +156,7 @@ def bench(
     budget: int = 256,
     top_k: int = 32,
     lineup: Iterable[tuple[str, dict[str, int]]] | None = None,
-    progress: Progress = None,
+    progress: Progress | None = None,
 ) -> list[dict]:
     """Summary rows (means over steps ``t >= budget``) for each policy of the lineup."""
     lineup = list(lineup if lineup is not None else standard_lineup(budget))
@@ -170,7 +169,7 @@ def sweep_windows(
     windows: Iterable[int] = range(0, 193, 8),
     budget: int = 256,
     top_k: int = 32,
-    progress: Progress = None,
+    progress: Progress | None = None,
 ) -> list[dict]:
     """Mass and recall against ``recent_window`` (windows ``>= budget`` are skipped)."""
     if "recent_window" not in policy_params(policy):
@@ -186,7 +185,7 @@ def budget_curve(
     lineup: Iterable[tuple[str, dict[str, int]]],
     budgets: Iterable[int],
     top_k: int = 32,
-    progress: Progress = None,
+    progress: Progress | None = None,
 ) -> list[dict]:
     """Summary rows for every (policy, budget); combinations a policy refuses are skipped."""
     lineup = list(lineup)  # iterated once per budget

@@ -314,7 +314,7 @@ def test_a_window_sweep_on_the_canonical_trace_is_each_replay():
     trace = canonical_trace(steps=1200)
     lanes = [make_policy("h2o", 256, recent_window=w) for w in range(0, 193, 24)]
     seen: list[tuple[int, int]] = []
-    got = replay_bank(make_bank(lanes), trace, 32, progress=lambda d, n: seen.append((d, n)))
+    got = replay_bank(make_bank(lanes), trace, 32, progress=lambda d, n, _w: seen.append((d, n)))
     want = [make_policy("h2o", 256, recent_window=w) for w in range(0, 193, 24)]
     for a, p in zip(got, want, strict=True):
         same_replay(a, replay(p, trace, 32, record=False))

@@ -41,7 +41,7 @@ def test_capture_layers_equals_one_capture_per_layer(model, head) -> None:
     ids = token_ids(40)
     seen = []
     traces = capture_layers(
-        model, ids, head, progress=lambda d, n: seen.append((d, n)), source_name="x"
+        model, ids, head, progress=lambda d, n, _w: seen.append((d, n)), source_name="x"
     )
     assert len(traces) == NL and seen == [(i + 1, NL) for i in range(NL)]
     for layer, tr in enumerate(traces):

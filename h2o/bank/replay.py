@@ -25,13 +25,13 @@ so on such a trace its whole replay is closed-form (:func:`_rings_closed`).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from h2o.policies import H2O, TOVA, Scissorhands
+from h2o.progress import Progress
 from h2o.replay import Replay, check_top_k, replay, result
 from h2o.trace import ROW_SUM_TOLERANCE, Trace
 
@@ -41,13 +41,12 @@ if TYPE_CHECKING:  # the bank's classes build on this module (PolicyBank mixes i
     from .base import PolicyBank
 
 _minimum = np.minimum.reduce
-#: ``progress(done_steps, steps)``, called every ``PROGRESS_EVERY`` steps.
-StepProgress = Callable[[int, int], None]
+#: Steps between two progress reports (``progress(done_steps, steps, "steps")``).
 PROGRESS_EVERY = 512
 
 
 def replay_bank(
-    bank: PolicyBank, trace: Trace, top_k: int = 32, progress: StepProgress | None = None
+    bank: PolicyBank, trace: Trace, top_k: int = 32, progress: Progress | None = None
 ) -> list[Replay]:
     """``[replay(lane, trace, top_k, record=False) for each lane]``, from one lock-step run of a
     fresh ``bank`` — the same numbers, bit for bit (:meth:`LockstepReplay.replay`)."""
@@ -59,7 +58,7 @@ class LockstepReplay:
     so it reads the bank's own state)."""
 
     def replay(
-        self, trace: Trace, top_k: int = 32, progress: StepProgress | None = None
+        self, trace: Trace, top_k: int = 32, progress: Progress | None = None
     ) -> list[Replay]:
         """``[replay(lane, trace, top_k, record=False) for each lane]``, from one lock-step run of
         this fresh bank — the same numbers, bit for bit."""
@@ -81,7 +80,7 @@ class LockstepReplay:
             start = steps  # nothing left to step
         for t in range(start, steps):
             if progress is not None and t % PROGRESS_EVERY == 0:
-                progress(t, steps)
+                progress(t, steps, "steps")
             if t == steady and self._fill == self._budget:
                 victims = np.empty((steps - t, size), dtype=np.intp)
                 self._steady(weights, t, steps, mass, victims, progress)
@@ -123,7 +122,7 @@ class LockstepReplay:
             if victims.shape[0]:
                 evictions.append((np.array([t]), lanes, victims))
         if progress is not None:
-            progress(steps, steps)
+            progress(steps, steps, "steps")
         lock = fill >= 0
         n_kept[lock] = fill[lock, None]
         step, lane, pos = _victims(evictions)
@@ -142,15 +141,15 @@ class LockstepReplay:
             for i, (a, b) in enumerate(pairwise(bounds))
         ]
 
-    def _replay_one(self, trace: Trace, top_k: int, progress: StepProgress | None) -> Replay:
+    def _replay_one(self, trace: Trace, top_k: int, progress: Progress | None) -> Replay:
         if progress is not None:
-            progress(0, trace.steps)
+            progress(0, trace.steps, "steps")
         lane = self.lane(0)
         out = replay(lane, trace, top_k, record=False)
         self._last_pos = lane.last_pos
         self._adopt()
         if progress is not None:
-            progress(trace.steps, trace.steps)
+            progress(trace.steps, trace.steps, "steps")
         return out
 
     def _fill_shared(
@@ -159,7 +158,7 @@ class LockstepReplay:
         steps: int,
         mass: np.ndarray,
         fill: np.ndarray,
-        progress: StepProgress | None,
+        progress: Progress | None,
     ) -> int:
         """Until the first eviction every lane of a scored bank whose lanes share a budget keeps
         ``0..t-1`` and sees the same row: run those steps on lane 0's row alone — the single
@@ -178,7 +177,7 @@ class LockstepReplay:
         f64, f32, total = np.float64, np.float32, np.add.reduce
         for t in range(stop):
             if progress is not None and t % PROGRESS_EVERY == 0:
-                progress(t, steps)
+                progress(t, steps, "steps")
             if t:
                 o = t * (t - 1) // 2
                 row = weights[o : o + t]
@@ -254,7 +253,7 @@ class LockstepReplay:
         steps: int,
         mass: np.ndarray,
         victims: np.ndarray,
-        progress: StepProgress | None,
+        progress: Progress | None,
     ) -> None:
         """Steps ``t0..steps-1`` of a full scored bank whose lanes share a budget, one eviction a
         step, in the compiled loop (:func:`h2o.self.kernels.replay_steady`), in runs of
@@ -262,7 +261,7 @@ class LockstepReplay:
         n = self._budget
         for a in range(t0, steps, PROGRESS_EVERY):
             if progress is not None and a > t0:
-                progress(a, steps)
+                progress(a, steps, "steps")
             b = min(steps, a + PROGRESS_EVERY)
             replay_steady(
                 weights,

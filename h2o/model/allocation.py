@@ -16,7 +16,7 @@ SnapKV, which compresses once after the prompt under any of these allocations, i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,7 @@ from h2o.alloc import ALLOCATORS, Allocation, make_allocator
 from h2o.alloc.adaptive import adapts
 from h2o.alloc.duo import RETRIEVAL
 from h2o.bank.adaptive import AdaptiveLayer
-from h2o.model.forward import AttnChunk, PolicyFactory, Progress, SmolLM
+from h2o.model.forward import AttnChunk, PolicyFactory, SmolLM
 from h2o.model.quality import (
     FULL_CACHE,
     PerplexityResult,
@@ -34,6 +34,7 @@ from h2o.model.quality import (
     policy_factory,
 )
 from h2o.policies.snapkv import SNAPKV
+from h2o.progress import Progress, relabel
 
 #: Sinks and recent window of the head split (DuoAttention's streaming heads keep these).
 N_SINKS, N_RECENT = 4, 32
@@ -251,7 +252,7 @@ def allocation_table(
     model: SmolLM,
     ids: Sequence[int],
     runs: Sequence[AllocationRun],
-    progress: Callable[[str, int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> tuple[PerplexityResult, list[PerplexityResult]]:
     """The full-cache run and each run's perplexity (same order as ``runs``)."""
     n_layers = model.config.n_layers
@@ -259,8 +260,8 @@ def allocation_table(
     def cb(label: str) -> Progress | None:
         if progress is None:
             return None
-        progress(label, 0, n_layers)
-        return lambda d, n: progress(label, d, n)
+        progress(0, n_layers, label)
+        return relabel(progress, label)
 
     full = perplexity_under_eviction(model, ids, None, cb(FULL_CACHE), label=FULL_CACHE)
     out = [perplexity_under_eviction(model, ids, r.factory, cb(r.label), r.label) for r in runs]

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from h2o.model.forward import AttnChunk, AttnHook, Progress, SmolLM
+from h2o.model.forward import AttnChunk, AttnHook, SmolLM
+from h2o.progress import Progress
 
 if TYPE_CHECKING:
     from h2o.trace import Trace

@@ -11,12 +11,13 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from h2o.model.forward import Progress, SmolLM
+from h2o.model.forward import SmolLM
 from h2o.model.gguf_io import ModelNotFoundError
+from h2o.progress import Progress
 
 #: The project checkout this package runs from (an editable install), and its environment.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -220,10 +221,10 @@ def _progress(args: argparse.Namespace, what: str) -> Progress | None:
 
 
 def _reporter(what: str) -> Progress:
-    """``report(done, total)``: one self-overwriting stderr line, timed from now."""
+    """``report(done, total, label)``: one self-overwriting stderr line, timed from now."""
     t0 = time.perf_counter()
 
-    def report(done: int, total: int) -> None:
+    def report(done: int, total: int, _label: str = "") -> None:
         end = "\n" if done >= total else ""
         print(
             f"\r{what}: {done}/{total} ({time.perf_counter() - t0:.1f}s)",
@@ -235,18 +236,19 @@ def _reporter(what: str) -> Progress:
     return report
 
 
-def _labelled_progress(args: argparse.Namespace) -> Callable[[str, int, int], None] | None:
-    """``progress(label, done, total)`` of runs one after another (:func:`quality_table`): a
-    :func:`_reporter` line per run, timed from the run's ``done = 0`` report."""
+def _labelled_progress(args: argparse.Namespace) -> Progress | None:
+    """``progress(done, total, label)`` of runs one after another (:func:`quality_table`): a
+    :func:`_reporter` line per run (the label names it), timed from the run's ``done = 0``
+    report."""
     if args.quiet:
         return None
     line: list[Progress] = []
 
-    def report(label: str, done: int, total: int) -> None:
+    def report(done: int, total: int, label: str) -> None:
         if done == 0 or not line:
             line[:] = [_reporter(label)]
         if done:
-            line[0](done, total)
+            line[0](done, total, label)
 
     return report
 

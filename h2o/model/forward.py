@@ -29,12 +29,11 @@ import numpy as np
 from h2o.model.closed_loop import EvictionPolicy, LayerHeads, as_heads, check_layers
 from h2o.model.gguf_io import GGUFModel, ModelConfig, find_gguf, read_gguf
 from h2o.model.tokenizer import BPETokenizer
+from h2o.progress import Progress
 
 if TYPE_CHECKING:
     from h2o.policies import Policy
 
-#: ``progress(done, total)``: called as work advances (layers, or generated tokens).
-Progress = Callable[[int, int], None]
 #: ``factory(layer, kv_head) -> policy``: one fresh policy per (layer, KV head).
 PolicyFactory = Callable[[int, int], "Policy"]
 
@@ -228,7 +227,8 @@ class SmolLM:
             x += att.transpose(1, 0, 2).reshape(n, cfg.n_heads * cfg.head_dim) @ lw.wo.T
             x += self._mlp(lw, x)
             if progress is not None:
-                progress(li + 1, cfg.n_layers if stop_after_layer is None else stop_after_layer + 1)
+                last = cfg.n_layers if stop_after_layer is None else stop_after_layer + 1
+                progress(li + 1, last, "layers")
             if stop_after_layer is not None and li >= stop_after_layer:
                 return x
         if cache is not None:

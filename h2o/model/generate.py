@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from h2o.model.forward import KVCache, PolicyFactory, Progress, SmolLM
+from h2o.model.forward import KVCache, PolicyFactory, SmolLM
 from h2o.model.quality import FULL_CACHE, make_banks
+from h2o.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def generate(
 ) -> GenerationResult:
     """Greedy continuation of ``prompt_ids`` under eviction (``policy_factory=None``: full cache).
 
-    ``progress(done, total)`` counts the prompt prefill's layers, then each new token
+    ``progress(done, total, label)`` counts the prompt prefill's layers, then each new token
     (``total = n_layers + max_new``). Generation stops after ``max_new`` tokens, at an
     end-of-sequence token (``model.tokenizer.end_ids``: the GGUF's ``eos_token_id`` and
     ``<|endoftext|>``; not added to the output), or once the continuation contains one of
@@ -76,7 +77,9 @@ def generate(
     cache = KVCache(model.config, len(prompt_ids) + max_new)
     policies = None if policy_factory is None else make_banks(model, policy_factory)
 
-    prefill_progress = None if progress is None else (lambda d, _n: progress(d, total))
+    prefill_progress = (
+        None if progress is None else (lambda d, _n, _w: progress(d, total, "prefill"))
+    )
     hidden = model.forward(prompt_ids, cache=cache, policies=policies, progress=prefill_progress)
     new_ids, stopped = decode_greedy(
         model, hidden, cache, policies, max_new, progress, stop_strings, stop_at_eos
@@ -116,7 +119,7 @@ def decode_greedy(
             break
         new_ids.append(nxt)
         if progress is not None:
-            progress(n_layers + len(new_ids), total)
+            progress(n_layers + len(new_ids), total, "tokens")
         if stop_strings and any(s in model.decode(new_ids) for s in stop_strings):
             stopped = "stop string"
             break

@@ -14,7 +14,7 @@ under a second; the forward pass (~3 s at 1024 tokens) is the expensive part, do
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,11 +28,9 @@ from h2o.model.capture import (
     rows_hook,
     trace_name,
 )
-from h2o.model.forward import Progress, SmolLM
+from h2o.model.forward import SmolLM
+from h2o.progress import Progress
 from h2o.trace import Trace
-
-#: ``progress(done, total, label)``, as in :mod:`h2o.analysis`.
-LabelledProgress = Callable[[int, int, str], None]
 
 
 def capture_layers(
@@ -62,14 +60,14 @@ def capture_layers(
     lower = np.tril_indices(T, k=-1)
     traces: list[Trace] = []
 
-    def layer_done(done: int, total: int) -> None:
+    def layer_done(done: int, total: int, _what: str) -> None:
         layer = done - 1
         meta = capture_meta(model, layer, head, T, text, licence)
         # Rows of every layer overwrite the buffer's lower triangle completely; the upper one
         # (left over from the previous layer) is never read.
         traces.append(Trace(trace_name(source_name, layer, head), dense[lower], meta, tokens))
         if progress is not None:
-            progress(done, total)
+            progress(done, total, "layers")
 
     model.forward(ids, attn_hook=rows_hook(dense, head), progress=layer_done)
     return traces
@@ -166,7 +164,7 @@ def compare_layers(
     lineup: Iterable[tuple[str, dict[str, int]]],
     budget: int,
     top_k: int = 32,
-    progress: LabelledProgress | None = None,
+    progress: Progress | None = None,
 ) -> list[dict]:
     """Replay every policy of ``lineup`` on every layer's trace at ``budget``.
 

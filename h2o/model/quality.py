@@ -18,17 +18,17 @@ instances, bit for bit, with one array step per token for all of them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 
 from h2o.bank import PolicyBank
 from h2o.bank.adaptive import AdaptiveLayer
 from h2o.model.closed_loop import LayerParts, fastest
-from h2o.model.forward import PolicyFactory, Progress, SmolLM
+from h2o.model.forward import PolicyFactory, SmolLM
 from h2o.policies import Policy
+from h2o.progress import Progress, relabel
 
 FULL_CACHE = "full cache"
 
@@ -98,8 +98,8 @@ def perplexity_under_eviction(
     """Perplexity of ``ids`` when every (layer, KV head) cache is managed by a policy.
 
     ``policy_factory(layer, kv_head)`` returns a fresh policy; ``None`` means the full cache.
-    ``progress(done, total)`` is called after each of the model's layers. Each layer's heads
-    run as one bank (:func:`make_banks`); ``lock_step=False`` steps the instances one by one
+    ``progress(done, total, "layers")`` is called after each of the model's layers. Each layer's
+    heads run as one bank (:func:`make_banks`); ``lock_step=False`` steps the instances one by one
     instead (the same numbers, slower: for comparisons).
     """
     ids = [int(i) for i in ids]
@@ -138,14 +138,14 @@ def quality_table(
     ids: Sequence[int],
     policies: Sequence[str],
     budgets: Sequence[int],
-    progress: Callable[[str, int, int], None] | None = None,
+    progress: Progress | None = None,
     seed: int = 0,
     **params: int | None,
 ) -> list[PerplexityResult]:
     """The full-cache run followed by every (policy, budget) run, labelled ``"name@budget"``
     (the runs of :func:`quality_runs`; ``params`` as in :func:`policy_factory`).
 
-    ``progress(label, done_layers, n_layers)`` reports each run: ``done_layers = 0`` as it
+    ``progress(done_layers, n_layers, label)`` reports each run: ``done_layers = 0`` as it
     starts, then after each of the model's layers.
     """
     n_layers = model.config.n_layers
@@ -153,7 +153,7 @@ def quality_table(
     for label, factory in quality_runs(policies, budgets, seed, **params):
         cb = None
         if progress is not None:
-            progress(label, 0, n_layers)
-            cb = partial(progress, label)
+            progress(0, n_layers, label)
+            cb = relabel(progress, label)
         results.append(perplexity_under_eviction(model, ids, factory, cb, label=label))
     return results

@@ -17,7 +17,7 @@ import numpy as np
 from h2o.alloc import Allocation
 from h2o.alloc.adaptive import ada_select, guaranteed_slots
 from h2o.alloc.duo import RETRIEVAL
-from h2o.model.forward import AttnChunk, KVCache, Progress, SmolLM
+from h2o.model.forward import AttnChunk, KVCache, SmolLM
 from h2o.model.generate import GenerationResult, check_prompt, decode_greedy
 from h2o.policies.snapkv import (
     DEFAULT_KERNEL,
@@ -27,6 +27,7 @@ from h2o.policies.snapkv import (
     snapkv_keep,
     snapkv_scores,
 )
+from h2o.progress import Progress
 
 
 def snapkv_window_attention(
@@ -139,7 +140,7 @@ def snapkv_generate(
     total = cfg.n_layers + max_new
     T = len(prompt_ids)
     cache = KVCache(cfg, T + max_new)
-    pre = None if progress is None else (lambda d, _n: progress(d, total))
+    pre = None if progress is None else (lambda d, _n, _w: progress(d, total, "prefill"))
     hidden, acc = snapkv_window_attention(model, prompt_ids, cache, window, pre)
     kept = snapkv_kept(acc, allocation, window, kernel)
     policies = [[FixedKeep(k, T - 1) for k in row] for row in kept]
