@@ -23,6 +23,7 @@ import streamlit as st
 
 import h2o
 from app import data
+from app.player import constants as player_constants
 from h2o import analysis
 
 TRACE, BUDGET, WINDOW, SINKS, STEP = "trace", "budget", "recent_window", "sinks", "step"
@@ -64,7 +65,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     COLOUR: ("log", "linear"),
     ROWS: ("kept", "all"),
     WIDTH: (64, 128, 256),
-    SPEED: (1, 2, 5, 10, 20, 30, 60),
+    SPEED: player_constants.SPEEDS,
     REVEAL: (False, True),
     PRESENTER: (False, True),
 }

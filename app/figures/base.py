@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
+from app.player.constants import COLOURS, LOG_DECADES
+
 FONT = 15
 
 #: One colour per policy, on every page and in the browser's step view (policy A or B alike).
@@ -41,15 +43,15 @@ POLICY_STYLES = {
 #: Policies loaded from a file (``--policy``) take these, in order of registration.
 EXTRA_COLOURS = ("#4E79A7", "#59A14F", "#EDC948", "#FF9DA7", "#76B7B2")
 
-ORACLE_COLOUR = "#E15759"
+ORACLE_COLOUR = COLOURS["oracle"]
 
 #: Markers of a user's own setting (the sidebar's recent_window): a hue no policy or bound uses.
 SETTING_COLOUR = "#C9A227"
 
-NEUTRAL_LINE = "rgba(128,128,128,0.9)"
+NEUTRAL_LINE = COLOURS["neutral"]
 
 #: A faint neutral plot area: evicted (blank) cells stay distinguishable in both themes.
-PLOT_BG = "rgba(128,128,128,0.10)"
+PLOT_BG = COLOURS["plotBg"]
 
 
 def policy_colour(name: str) -> str:
@@ -136,7 +138,7 @@ class ColourScale:
 
     hi: float
     log: bool = True
-    decades: float = 4.0
+    decades: float = float(LOG_DECADES)
 
     @property
     def lo(self) -> float:

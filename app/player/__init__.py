@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -20,12 +21,19 @@ from typing import Any
 import plotly
 import streamlit as st
 
+from app.player import constants
+
 HERE = Path(__file__).parent
 STATIC = HERE.parent / "static"
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 NAME = "h2o_player"
-#: The player's script, in load order: joined into one function scope (see :func:`bundle`).
-JS_FILES = ("common.js", "slots.js", "plots.js", "player.js")
+#: The player's ES modules, each after those it imports (see :func:`bundle`); ``constants.js`` is
+#: generated from :mod:`app.player.constants`.
+JS_FILES = ("constants.js", "common.js", "slots.js", "plots.js", "player.js")
+#: What :func:`bundle` strips: the modules' own imports (one line each, from a sibling) and the
+#: ``export`` keyword of their declarations.
+IMPORT_LINE = re.compile(r'^import \{([^}]*)\} from "\./([\w.]+)";\n', re.M)
+EXPORT_WORD = re.compile(r"^export (?=(?:const|let|function|class) )", re.M)
 
 _LOADER = """
 function loadPlotly(url) {
@@ -72,10 +80,19 @@ def _read(name: str) -> str:
     return (HERE / name).read_text(encoding="utf-8")
 
 
+def module_source(name: str) -> str:
+    """One of the player's ES modules; ``constants.js`` as generated from the Python values."""
+    if name == "constants.js":
+        return constants.js_module()
+    return (HERE / "js" / name).read_text(encoding="utf-8")
+
+
 def bundle() -> str:
-    """``js/*.js`` as one script that defines ``H2OPlayer`` (``decode``, ``mount``) and nothing
-    else: the component's module and the exported file both start from it."""
-    parts = [(HERE / "js" / name).read_text(encoding="utf-8") for name in JS_FILES]
+    """The ES modules as one script that defines ``H2OPlayer`` (``decode``, ``mount``) and
+    nothing else — one scope, in :data:`JS_FILES` order, their imports and ``export`` words
+    stripped: the component's module and the exported file both start from it (a custom
+    component and a file opened from disk take one inline script, not module URLs)."""
+    parts = [EXPORT_WORD.sub("", IMPORT_LINE.sub("", module_source(n))) for n in JS_FILES]
     return (
         'var H2OPlayer = (function () {\n"use strict";\n'
         + "\n".join(parts)
@@ -115,7 +132,7 @@ def _registered(_versions: tuple[int, ...]) -> Callable[..., Any]:
 
 def _component() -> Callable[..., Any]:
     # Keyed by the files' mtimes: an edited script is registered anew without a restart.
-    files = [HERE / "js" / n for n in JS_FILES] + [HERE / "player.css"]
+    files = [HERE / "js" / n for n in JS_FILES] + [HERE / "player.css", Path(constants.__file__)]
     return _registered(tuple(f.stat().st_mtime_ns for f in files))
 
 

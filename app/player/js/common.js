@@ -1,26 +1,10 @@
-/* Shared by the player's files: constants, the payload's decoder, small helpers, colour scales.
- * The files are joined, in the order of app/player/__init__.py's JS_FILES, into one function
- * scope: what one declares at the top level the others see. */
-const SPEEDS = [1, 2, 5, 10, 20, 30, 60]; // steps per second
-const IDLE_REPORT_MS = 700;
-const REQUEST_RETRY_MS = 4000;
-const C = {
-  evict: "#E8175D",
-  oracle: "#E15759",
-  protectFill: "rgba(44,165,141,0.22)",
-  protectLine: "rgba(44,165,141,0.95)",
-  sinkFill: "rgba(242,142,43,0.25)",
-  sinkLine: "rgba(242,142,43,0.95)",
-  neutral: "rgba(128,128,128,0.9)",
-  plotBg: "rgba(128,128,128,0.10)",
-  highlight: ["#E8175D", "#2CA58D", "#B07AA1", "#9C755F"],
-};
-const SEQ_LIGHT = ["#e4f5ff", "#c7ebff", "#a6dcff", "#83c9ff", "#60b4ff", "#3d9df3", "#1c83e1", "#0068c9", "#0054a3", "#004280"];
-const LOG_DECADES = 4;
+/* Shared by the player's modules: the payload's decoder, small helpers, colour scales. The
+ * constants shared with the server come from constants.js (generated from Python). */
+import { C, LOG_DECADES, SEQ_LIGHT } from "./constants.js";
 const TYPES = { f4: Float32Array, i4: Int32Array };
 // Icons as inline SVG: glyphs such as ⏮ are missing from many projector machines' fonts.
 const svg = (d) => `<svg viewBox="0 0 24 24" width="18" height="18" aria-hidden="true"><path fill="currentColor" d="${d}"/></svg>`;
-const ICON = {
+export const ICON = {
   first: svg("M6 5h2v14H6zM20 5v14L9 12z"),
   last: svg("M16 5h2v14h-2zM4 5v14l11-7z"),
   play: svg("M7 4v16l13-8z"),
@@ -28,7 +12,7 @@ const ICON = {
 };
 
 // -- the payload (see app/playback.py) ---------------------------------------------------------
-function decode(bytes) {
+export function decode(bytes) {
   const u8 = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
   const buf = u8.slice().buffer; // own, aligned copy: typed views need aligned offsets
   const magic = String.fromCharCode(u8[0], u8[1], u8[2], u8[3]);
@@ -41,7 +25,7 @@ function decode(bytes) {
 }
 
 /** One panel's arrays for the loaded range, with the kept positions derived at every step. */
-function panelData(h, p, get) {
+export function panelData(h, p, get) {
   if (p.error) return { meta: p, error: p.error };
   const a = {};
   for (const k in p.arrays) a[k] = get(p.arrays[k]);
@@ -72,21 +56,21 @@ function panelData(h, p, get) {
 }
 
 // -- small helpers -----------------------------------------------------------------------------
-function el(tag, cls, text) {
+export function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
   if (text !== undefined) e.textContent = text;
   return e;
 }
 /** Plotly renders a little HTML in hover text: a token or a name from a file must not be it. */
-function esc(s) {
+export function esc(s) {
   return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 }
-const fmt = (x) => (x === 0 ? "0" : Math.abs(x) >= 1e5 || Math.abs(x) < 1e-3 ? x.toExponential(3) : String(Number(x.toPrecision(4))));
-const clamp = (v, lo, hi) => Math.max(lo, Math.min(hi, v));
-const comma = (n) => n.toLocaleString("en-US");
+export const fmt = (x) => (x === 0 ? "0" : Math.abs(x) >= 1e5 || Math.abs(x) < 1e-3 ? x.toExponential(3) : String(Number(x.toPrecision(4))));
+export const clamp = (v, lo, hi) => Math.max(lo, Math.min(hi, v));
+export const comma = (n) => n.toLocaleString("en-US");
 
-function themeOf(node) {
+export function themeOf(node) {
   const cs = getComputedStyle(node);
   const v = (name, dflt) => (cs.getPropertyValue(name) || "").trim() || dflt;
   const bg = v("--st-background-color", "#ffffff");
@@ -96,13 +80,13 @@ function themeOf(node) {
   return { bg, text, dark, font: v("--st-font", "sans-serif"), seq: dark ? SEQ_LIGHT.slice().reverse() : SEQ_LIGHT };
 }
 
-function colourscale(seq) {
+export function colourscale(seq) {
   return seq.map((c, i) => [i / (seq.length - 1), c]);
 }
 
 /** Score → colour value, as app/figures.py ColourScale: log keeps young positions and heavy
  * hitters visible at once; the bottom is pushed below the smallest shown value. */
-function scaleOf(panel, log, steps) {
+export function scaleOf(panel, log, steps) {
   if (!panel.scored) {
     const top = Math.log10(Math.max(steps, 2));
     return { value: (age) => Math.log10(age + 1), zmin: -0.3 * top, zmax: top, ticks: logTicks(0, top, (d) => Math.pow(10, d) - 1), title: "age (steps, log)" };
@@ -121,9 +105,3 @@ function logTicks(lo, hi, label) {
   for (let d = Math.ceil(lo); d <= Math.floor(hi); d++) vals.push(d);
   return { tickvals: vals, ticktext: vals.map((d) => fmt(label(d))) };
 }
-
-
-/**
- * The kept slots at one step, drawn on a canvas: it changes at every step, and a Plotly
- * update costs 30–100 ms where this costs about one. One bar per kept slot (kept order,
- * labelled by position), the protected window and the pinned sinks shaded behind, this step's

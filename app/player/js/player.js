@@ -17,8 +17,12 @@
  * sends the step and settings back when the user pauses or stops interacting, and asks for the
  * next range), and standalone in an exported HTML file (no server: the range is all there is).
  */
+import { C, IDLE_REPORT_MS, REQUEST_RETRY_MS, SPEEDS } from "./constants.js";
+import { clamp, comma, decode, el, ICON, panelData, themeOf } from "./common.js";
+import { PlotMethods } from "./plots.js";
+import { SlotChart } from "./slots.js";
 // -- the player --------------------------------------------------------------------------------
-class Player {
+export class Player {
   constructor(root, bytes, opts) {
     this.root = root;
     this.opts = opts || {};

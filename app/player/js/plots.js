@@ -1,7 +1,9 @@
 /* The player's plotly drawings, mixed into Player (player.js): the detail heatmap (rebuilt when
  * the cursor leaves the steps it shows), the whole-run overview and the metrics (drawn once per
  * view), and the kept slots (every step, on a canvas: slots.js). */
-const PlotMethods = {
+import { C, LOG_DECADES } from "./constants.js";
+import { clamp, colourscale, el, esc, fmt, scaleOf } from "./common.js";
+export const PlotMethods = {
   plotBox(parent, cls, height) {
     const cell = el("div", "h2o-cell");
     parent.appendChild(cell);
