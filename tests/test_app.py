@@ -18,7 +18,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import h2o
-from app import data, playback, state
+from app import controls, data, playback, state
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 PAGES = [
@@ -484,14 +484,14 @@ def test_a_two_step_trace_works_everywhere():
 def test_an_upload_that_fails_late_leaves_the_session_as_it_was(monkeypatch):
     """Everything that can raise runs before the upload is stored (here: the defaults)."""
     at = open_app(trace="toy", step=9, budget=12, recent_window=3)
-    real = state.defaults
+    real = controls.defaults
 
     def defaults(trace):
         if trace.name == "late":
             raise ValueError("its defaults cannot be worked out")
         return real(trace)
 
-    monkeypatch.setattr(state, "defaults", defaults)
+    monkeypatch.setattr(controls, "defaults", defaults)
     before = {k: at.session_state[k] for k in ("trace", "budget", "recent_window", "sinks")}
     upload(at, "late.npz", trace_bytes(h2o.toy_trace()))
     errors = " ".join(e.value for e in at.error)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import claims, data, state
+from app import claims, controls, data, state
 from h2o import analysis
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
@@ -104,7 +104,7 @@ def lineup(budget: int, window: int, sinks: int) -> list[tuple[str, dict]]:
 @pytest.mark.parametrize("key", ["toy", "stale-spike"])
 def test_small_traces_at_every_budget(key):
     trace = data.load(key, {}).trace
-    fit = state.defaults(trace)
+    fit = controls.defaults(trace)
     for budget in range(2, trace.steps):
         for window in sorted({fit[state.WINDOW], 0, budget - 1}):
             if window >= budget:
@@ -116,7 +116,7 @@ def test_small_traces_at_every_budget(key):
 @pytest.mark.parametrize("key", ["canonical", *data.trace_files()])
 def test_long_traces_at_the_budget_charts_budgets(key):
     trace = data.load(key, {}).trace
-    fit = state.defaults(trace)
+    fit = controls.defaults(trace)
     budgets = [b for b in (32, 64, 128, 256, 512, 1024) if b < trace.steps]
     for budget in sorted({*budgets, fit[state.BUDGET]}):
         rows = analysis.bench(trace, budget, fit["top_k"], lineup(budget, 32, fit[state.SINKS]))

@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import data, figures, pages, state
+from app import controls, data, figures, pages, state
 from app.figures import gib
 from app.lesson import Chapter, open_in, predict
 from h2o import explain
@@ -383,7 +383,7 @@ def tie_text(demo: dict) -> str:
 
 def heavy_hitters() -> None:
     ref = data.load("toy", {})
-    fit = state.defaults(ref.trace)
+    fit = controls.defaults(ref.trace)
     budget, window = fit[state.BUDGET], fit[state.WINDOW]
     rep = data.recorded_replay(ref, h2o.H2O(budget, recent_window=window), fit["top_k"])
     f = data.memo(rep, "lesson_heavy_facts", lambda: explain.heavy_facts(ref.trace, rep))

@@ -16,7 +16,7 @@ import numpy as np
 import streamlit as st
 
 import h2o
-from app import data, figures, pages, state
+from app import controls, data, figures, pages, state
 from app.lesson import Chapter, open_in, predict
 from h2o import age_bias, analysis, explain
 
@@ -78,7 +78,7 @@ def window() -> None:
     by_w = dict(zip(windows, h2o_mass, strict=True))
     asked, streaming = (32, band), refs["streaming-llm"]["retained_mass"]
     toy = data.load("toy", {})
-    fit = state.defaults(toy.trace)
+    fit = controls.defaults(toy.trace)
     _freeze(toy, fit)
     st.markdown("So the window is needed. How wide should it be?")
     if predict(
@@ -213,7 +213,7 @@ SCISSORHANDS_SOURCES = (
 def stale_spike() -> None:
     ref = data.load("stale-spike", {})
     trace = ref.trace
-    fit = state.defaults(trace)
+    fit = controls.defaults(trace)
     budget, window, top_k = fit[state.BUDGET], fit[state.WINDOW], fit["top_k"]
     spike = int(trace.meta.get("spike", 0))
     steady = [int(p) for p in trace.meta.get("steady", [])]

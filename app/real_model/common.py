@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 import h2o
-from app import data, pages, state
+from app import controls, data, pages, state
 from app.real_model.claims import MARGIN  # noqa: F401  (re-exported: the sections read it here)
 
 STEP_PAGE = pages.STEP_THROUGH
@@ -31,12 +31,12 @@ class Settings:
     def params_for(self, name: str) -> dict[str, int]:
         """The settings that ``name`` takes (``h2o.policies.policy_params``; TOVA keeps its own
         window, the sliding window takes none)."""
-        return state.policy_settings(name, self.window, self.sinks)
+        return controls.policy_settings(name, self.window, self.sinks)
 
     def refusal(self, name: str, budget: int) -> str | None:
         """Why ``name`` refuses ``budget`` with these settings, naming the fix; None if it
         runs."""
-        return state.refusal(name, budget, self.window, self.sinks)
+        return controls.refusal(name, budget, self.window, self.sinks)
 
 
 def go(flag: str) -> None:
@@ -58,10 +58,10 @@ def fmt_layers(layers: Sequence[int]) -> str:
 def open_in_step_through(key: str, upload: data.Upload | None = None) -> None:
     """Callback: select the trace ``key`` (registering ``upload`` under it once it loads) with its
     suggested settings and H2O vs StreamingLLM, mid-way into the run, then switch to the
-    Step-through page. The sidebar upload's path (``state.open_trace``); a trace that does not
+    Step-through page. The sidebar upload's path (``controls.open_trace``); a trace that does not
     load leaves everything as it was and says why."""
     try:
-        trace = state.open_trace(key, upload)
+        trace = controls.open_trace(key, upload)
     except ValueError as e:
         ss[OPEN_ERROR] = (
             f"Could not open {state.shown(key, 80)} in the step-through view: {state.md(e, 400)}."

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import data, figures, state
+from app import controls, data, figures, state
 from app.real_model.common import GEN_TEXT, MARGIN, open_in_step_through
 from h2o.model.layers import region_shares
 
@@ -41,7 +41,7 @@ def draw() -> list[data.TraceRef]:
         names, h2o_mass, sl_mass, oracle = [], [], [], []
         for ref in captured:
             tr, meta = ref.trace, ref.trace.meta
-            fit = state.defaults(tr)
+            fit = controls.defaults(tr)
             budget = fit[state.BUDGET]
             lineup = [
                 ("h2o", {"recent_window": fit[state.WINDOW]}),

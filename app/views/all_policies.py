@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import claims, data, figures, state
+from app import claims, controls, data, figures, state
 from h2o import analysis
 
 st.title("All policies")
@@ -22,7 +22,7 @@ st.markdown(
     "computed from its bars."
 )
 
-ctx = state.sidebar()
+ctx = controls.sidebar()
 state.publish(state.SHARED)
 if ctx.budget < 2:
     fix = "raise the budget" if ctx.trace.steps > 2 else "this trace has 2 steps: pick a longer one"
@@ -31,10 +31,10 @@ if ctx.budget < 2:
 
 lineup = analysis.standard_lineup(ctx.budget, windows=sorted({32, 64, ctx.recent_window}))
 lineup += [  # policies loaded from a file (streamlit run app/main.py -- --policy …)
-    (n, state.policy_settings(n, ctx.recent_window, ctx.sinks))
+    (n, controls.policy_settings(n, ctx.recent_window, ctx.sinks))
     for n, cls in h2o.POLICIES.items()
     if getattr(cls, "custom", False)
-    and state.refusal(n, ctx.budget, ctx.recent_window, ctx.sinks) is None
+    and controls.refusal(n, ctx.budget, ctx.recent_window, ctx.sinks) is None
 ]
 if ctx.recent_window >= ctx.budget:
     used = sorted({p["recent_window"] for n, p in lineup if n == "h2o"})
@@ -45,7 +45,7 @@ if ctx.recent_window >= ctx.budget:
         f"{ctx.budget} to add yours.",
         icon=":material/warning:",
     )
-sinks_problem = state.refusal("streaming-llm", ctx.budget, ctx.recent_window, ctx.sinks)
+sinks_problem = controls.refusal("streaming-llm", ctx.budget, ctx.recent_window, ctx.sinks)
 if sinks_problem is None:
     lineup = [(n, {"sinks": ctx.sinks} if n == "streaming-llm" else p) for n, p in lineup]
 else:
@@ -98,7 +98,7 @@ budgets = [b for b in (32, 64, 128, 256, 512, 1024) if b < ctx.trace.steps]
 if len(budgets) < 3:  # small traces: the same doubling, lower down
     budgets = [b for b in (4, 6, 8, 12, 16, 24, 32, 48, 64) if b < ctx.trace.steps]
 w, s = ctx.recent_window, ctx.sinks
-curve_lineup = [(name, state.policy_settings(name, w, s)) for name in h2o.POLICIES]
+curve_lineup = [(name, controls.policy_settings(name, w, s)) for name in h2o.POLICIES]
 curve_rows, oracle_by_budget = data.budget_curves(
     ctx.ref.ident, ctx.trace, data.freeze_lineup(curve_lineup), tuple(budgets), ctx.top_k
 )
@@ -137,6 +137,6 @@ refused = {
 skipped = "; ".join(f"{', '.join(who)} at budget {b}" for b, who in refused.items() if who)
 st.caption(
     f"recent_window {w} and sinks {s} from the sidebar, at every budget (TOVA keeps its own "
-    f"recent_window of {state.own_window('tova')})"
+    f"recent_window of {controls.own_window('tova')})"
     + (f". Skipped where a policy refuses its settings: {skipped}." if skipped else ".")
 )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import data, state
+from app import controls, data, state
 from app.real_model import generation, perplexity, shipped, story
 from app.real_model.common import GEN_TEXT, GOTO, OPEN_ERROR, SINKS, WINDOW, Settings, ss
 from h2o.model import ModelNotFoundError
@@ -61,8 +61,8 @@ window = int(
         step=1,
         **state.mirror(WINDOW, 32),
         help="H2O, Scissorhands and random eviction protect this many of the newest slots in "
-        f"every head. TOVA keeps its own window of {state.own_window('tova')}, as on every page. "
-        "Must be smaller than every budget.",
+        f"every head. TOVA keeps its own window of {controls.own_window('tova')}, as on every "
+        "page. Must be smaller than every budget.",
     )
 )
 sinks = int(

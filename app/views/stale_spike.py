@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from app import data, figures, playback, player, state, stepper
+from app import controls, data, figures, playback, player, state, stepper
 from app.lesson import part2
 from h2o import age_bias, analysis
 from h2o.policies import make_policy
@@ -27,7 +27,7 @@ state.publish([STEP_KEY, *state.VIEW_SETTINGS, state.PRESENTER])
 # -- part 1: the distinguishing trace --------------------------------------------------------------
 ref = data.load("stale-spike", {})
 trace = ref.trace
-fit = state.defaults(trace)
+fit = controls.defaults(trace)
 budget, window, top_k = fit[state.BUDGET], fit[state.WINDOW], fit["top_k"]
 spike = int(trace.meta.get("spike", 0))
 steady = [int(p) for p in trace.meta.get("steady", [])]

@@ -5,12 +5,12 @@ from __future__ import annotations
 import streamlit as st
 
 import h2o
-from app import data, figures, player, state, stepper
+from app import controls, data, figures, player, state, stepper
 from h2o import analysis
 
 player.preload()  # plotly.js loads while the server computes the page
 st.title("Step through a replay")
-ctx = state.sidebar()
+ctx = controls.sidebar()
 presenter = state.presenter_toggle()
 state.report_url_problems([state.POLICY_A, state.POLICY_B, state.STEP, *state.VIEW_SETTINGS])
 state.report_url_problems([state.PRESENTER])
@@ -31,8 +31,8 @@ if (origin := data.trace_origin(ctx.trace)) is not None:
     )
 cols = st.columns(2)
 chosen = [
-    state.policy_choice(state.POLICY_A, "Policy A", "h2o", cols[0]),
-    state.policy_choice(state.POLICY_B, "Policy B", "streaming-llm", cols[1]),
+    controls.policy_choice(state.POLICY_A, "Policy A", "h2o", cols[0]),
+    controls.policy_choice(state.POLICY_B, "Policy B", "streaming-llm", cols[1]),
 ]
 state.publish(
     [
@@ -47,7 +47,7 @@ state.publish(
 
 slots = []
 for i, name in enumerate(chosen):
-    policy, error = state.policy_or_error(ctx, name)
+    policy, error = controls.policy_or_error(ctx, name)
     if error is not None:
         cols[i].error(error, icon=":material/error:")
     label = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import claims, data, figures, state
+from app import claims, controls, data, figures, state
 from h2o import analysis
 
 st.title("recentWindow explorer")
@@ -19,11 +19,11 @@ st.markdown(
     "saturates."
 )
 
-ctx = state.sidebar()
+ctx = controls.sidebar()
 state.publish(state.SHARED)
 band = analysis.band_width(ctx.trace)
 windows = data.sweep_windows_for(ctx.budget, band)
-_, sinks_error = state.policy_or_error(ctx, "streaming-llm")
+_, sinks_error = controls.policy_or_error(ctx, "streaming-llm")
 if sinks_error:
     st.error(sinks_error + " The StreamingLLM reference below uses min(sinks, budget − 1).")
 sinks = min(ctx.sinks, ctx.budget - 1)
