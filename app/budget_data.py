@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from app import data
+from app import model_runs
 from h2o.alloc import ALLOCATORS, make_allocator
 
 ALLOCATIONS = tuple(ALLOCATORS)  # uniform, pyramid, adaptive, duo
@@ -28,13 +28,13 @@ N_LAYERS, N_KV_HEADS, HEAD_DIM = 30, 3, 64
 
 def quality() -> dict | None:
     """``allocation-quality.json``, or None."""
-    res = data.shipped_result(QUALITY_FILE)
+    res = model_runs.shipped_result(QUALITY_FILE)
     return res if isinstance(res, dict) and isinstance(res.get("runs"), list) else None
 
 
 def answers(budget: int) -> list[dict] | None:
     """``allocation-generate-<budget>.json``: one entry per policy × allocation, or None."""
-    res = data.shipped_result(f"allocation-generate-{budget}.json")
+    res = model_runs.shipped_result(f"allocation-generate-{budget}.json")
     return res if isinstance(res, list) else None
 
 
@@ -56,13 +56,13 @@ def calibration_rest(name: str, mtime_ns: int, n_tokens: int | None) -> np.ndarr
     window on a text's first ``n_tokens`` tokens (all of it for None; one full-cache prefill)."""
     from h2o.model.allocation import N_RECENT, N_SINKS, head_shares
 
-    ids = data.text_ids(name, mtime_ns, n_tokens)
+    ids = model_runs.text_ids(name, mtime_ns, n_tokens)
     what = f"Calibrating duo's head classes on {len(ids):,} tokens of {name}"
     bar = st.progress(0.0, text=f"{what}…")
-    with data.queued(what, bar):
+    with model_runs.queued(what, bar):
         bar.empty()
-        bar, cb = data.layer_progress(what)
-        shares = head_shares(data.model(), ids, N_SINKS, N_RECENT, progress=cb)
+        bar, cb = model_runs.layer_progress(what)
+        shares = head_shares(model_runs.model(), ids, N_SINKS, N_RECENT, progress=cb)
     bar.empty()
     return shares.kv_rest()
 
@@ -70,7 +70,7 @@ def calibration_rest(name: str, mtime_ns: int, n_tokens: int | None) -> np.ndarr
 def _allocation(allocation: str, budget: int, rest: tuple[tuple[float, ...], ...]) -> Any:
     from h2o.model.allocation import make_allocation
 
-    return make_allocation(data.model(), allocation, budget, np.asarray(rest))
+    return make_allocation(model_runs.model(), allocation, budget, np.asarray(rest))
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
@@ -89,13 +89,13 @@ def perplexity_run(
     from h2o.model import perplexity_under_eviction
     from h2o.model.allocation import allocated_factory
 
-    ids = data.text_ids(name, mtime_ns, n_tokens)
+    ids = model_runs.text_ids(name, mtime_ns, n_tokens)
     alloc = _allocation(allocation, budget, rest)
     factory, notes = allocated_factory(policy, alloc)
     label = f"{policy} / {allocation} @ {budget}"
-    bar, cb = data.run_bar(f"Perplexity, {label}", _index, _total)
-    with data.queued(f"perplexity, {label}", bar, (_index - 1) / _total):
-        res = perplexity_under_eviction(data.model(), ids, factory, progress=cb, label=label)
+    bar, cb = model_runs.run_bar(f"Perplexity, {label}", _index, _total)
+    with model_runs.queued(f"perplexity, {label}", bar, (_index - 1) / _total):
+        res = perplexity_under_eviction(model_runs.model(), ids, factory, progress=cb, label=label)
     bar.empty()
     return {
         "policy": policy,
@@ -128,20 +128,27 @@ def answer_run(
     from h2o.model.snapkv import snapkv_generate
     from h2o.policies.snapkv import DEFAULT_KERNEL, DEFAULT_WINDOW
 
-    ids = data.text_ids(name, mtime_ns)
+    ids = model_runs.text_ids(name, mtime_ns)
     alloc = None if policy == "full" else _allocation(str(allocation), budget, rest)
     label = "full cache" if alloc is None else f"{policy} / {allocation} @ {budget}"
-    bar, cb = data.run_bar(f"Generating, {label}", _index, _total)
-    with data.queued(f"generation, {label}", bar, (_index - 1) / _total):
+    bar, cb = model_runs.run_bar(f"Generating, {label}", _index, _total)
+    with model_runs.queued(f"generation, {label}", bar, (_index - 1) / _total):
         if alloc is None:
-            res = generate(data.model(), ids, max_new, None, cb, label=label)
+            res = generate(model_runs.model(), ids, max_new, None, cb, label=label)
         elif policy == "snapkv":
             res = snapkv_generate(
-                data.model(), ids, alloc, max_new, DEFAULT_WINDOW, DEFAULT_KERNEL, cb, label=label
+                model_runs.model(),
+                ids,
+                alloc,
+                max_new,
+                DEFAULT_WINDOW,
+                DEFAULT_KERNEL,
+                cb,
+                label=label,
             )
         else:
             factory, _ = allocated_factory(policy, alloc)
-            res = generate(data.model(), ids, max_new, factory, cb, label=label)
+            res = generate(model_runs.model(), ids, max_new, factory, cb, label=label)
     bar.empty()
     return {
         "policy": policy,

@@ -1,4 +1,4 @@
-"""Cached traces, replays and comparisons.
+"""Cached traces, replays and comparisons (the real model's runs: :mod:`app.model_runs`).
 
 Everything expensive is computed once per process and shared by every session: traces and
 recorded replays are read-only (``st.cache_resource``); summary tables are small plain data
@@ -13,10 +13,8 @@ import asyncio
 import gc
 import hashlib
 import io
-import json
 import os
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
@@ -29,7 +27,7 @@ from streamlit.runtime import Runtime
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 import h2o
-from app import jobs, playback
+from app import playback
 from app.bytecache import ByteCache, Holds
 from h2o import analysis
 from h2o.progress import Progress
@@ -37,7 +35,7 @@ from h2o.synthetic import BUILTIN
 from h2o.trace import MAX_STEPS
 
 if TYPE_CHECKING:
-    from h2o.model import SmolLM
+    pass
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE_DIR = ROOT / "traces"
@@ -235,7 +233,7 @@ def load(key: str, uploads: dict[str, Upload]) -> TraceRef:
     return TraceRef(key, f"{key}@{mtime}", _file(str(path), mtime))
 
 
-def _said(value: Any, limit: int = 120) -> str:
+def said(value: Any, limit: int = 120) -> str:
     """A metadata value as caption text, cut short (an upload's metadata may hold anything)."""
     text = str(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -247,16 +245,16 @@ def describe_trace(trace: h2o.Trace) -> str:
     meta = trace.meta
     bits = [f"{trace.steps:,} steps"]
     if meta.get("source"):
-        bits.append(_said(meta["source"]))
+        bits.append(said(meta["source"]))
     elif "layer" in meta:  # a captured trace without a source line: say which layer and head
-        head = f", head {_said(meta['head'], 20)}" if "head" in meta else ""
-        bits.append(f"layer {_said(meta['layer'], 20)}{head}")
+        head = f", head {said(meta['head'], 20)}" if "head" in meta else ""
+        bits.append(f"layer {said(meta['layer'], 20)}{head}")
     if trace.tokens is not None:
         bits.append("with token strings")
     if (band := analysis.band_width(trace)) is not None:
         bits.append(f"recency band {band}")
     if "epoch" in meta:
-        bits.append(f"epoch {_said(meta['epoch'], 20)}")
+        bits.append(f"epoch {said(meta['epoch'], 20)}")
     return " · ".join(bits)
 
 
@@ -315,7 +313,7 @@ def pooled(rep: h2o.Replay, step_bins: int, pos_bins: int) -> tuple[np.ndarray, 
 
 
 # -- comparisons (small results, cached as data) ---------------------------------------------------
-def _bar_progress(total: int, what: str) -> tuple[Any, Callable[[int], Progress]]:
+def bar_progress(total: int, what: str) -> tuple[Any, Callable[[int], Progress]]:
     """An ``st.progress`` bar and a factory of library progress callbacks feeding it.
 
     Created inside the cached functions below, so a cache hit replays it (ending empty) and the
@@ -353,7 +351,7 @@ def window_sweep(
 ) -> dict[str, list[dict]]:
     """H2O and Scissorhands against recent_window, with StreamingLLM and sliding window."""
     n = len(windows)
-    bar, at = _bar_progress(2 * n + 2, "Replaying the sweep")
+    bar, at = bar_progress(2 * n + 2, "Replaying the sweep")
     out = {
         name: analysis.sweep_windows(_trace, name, windows, budget, top_k, progress=at(i * n))
         for i, name in enumerate(("h2o", "scissorhands"))
@@ -371,7 +369,7 @@ def bench(
     """``analysis.bench`` (the standard lineup unless one is given)."""
     jobs = [(n, dict(p)) for n, p in lineup] if lineup is not None else None
     total = len(jobs) if jobs is not None else len(analysis.standard_lineup(budget))
-    bar, at = _bar_progress(total, "Replaying every policy")
+    bar, at = bar_progress(total, "Replaying every policy")
     rows = analysis.bench(_trace, budget, top_k, lineup=jobs, progress=at(0))
     bar.empty()
     return rows
@@ -384,7 +382,7 @@ def budget_curves(
     """Mass and recall per (policy, budget), and the oracle bound per budget."""
     jobs = [(n, dict(p)) for n, p in lineup]
     total = len(jobs) * len(budgets)
-    bar, at = _bar_progress(total, "Replaying every policy at every budget")
+    bar, at = bar_progress(total, "Replaying every policy at every budget")
     rows = analysis.budget_curve(_trace, jobs, budgets, top_k, progress=at(0))
     oracle = analysis.oracle_curve(_trace, budgets)
     bar.empty()
@@ -425,281 +423,3 @@ def shared_slots(rep_a: h2o.Replay, rep_b: h2o.Replay, trace: h2o.Trace) -> dict
 
     key = ("shared", rep_b.policy, tuple(sorted(rep_b.params.items())), rep_b.top_k)
     return memo(rep_a, key, compute)
-
-
-# -- the real model (SmolLM2-135M in numpy) --------------------------------------------------------
-# Nothing here runs on page load except `model_path` (a file lookup): the model loads on the
-# first computation a user asks for, once per process, and every result is cached.
-TEXT_DIR = TRACE_DIR / "texts"
-
-
-RESULTS_DIR = TRACE_DIR / "results"
-#: The results files are ours and small (tens of kB); a bigger one is not read.
-RESULT_MAX_BYTES = 4 * 2**20
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def _shipped_result(name: str, mtime_ns: int) -> dict | list | None:
-    path = RESULTS_DIR / name
-    try:
-        if path.stat().st_size > RESULT_MAX_BYTES:
-            return None
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def shipped_result(name: str) -> Any:
-    """A results file of ``traces/results/`` (made by the commands in its README), or None if
-    it is missing, damaged or bigger than :data:`RESULT_MAX_BYTES`."""
-    path = RESULTS_DIR / name
-    return _shipped_result(name, path.stat().st_mtime_ns) if path.is_file() else None
-
-
-def trace_origin(trace: h2o.Trace) -> str | None:
-    """Where a captured trace comes from ("SmolLM2-135M-Instruct, layer 8, mean over its 9
-    query heads, 1,024 tokens of traces/texts/lighthouse.txt"), or None for other traces."""
-    meta = trace.meta
-    if "layer" not in meta:
-        return None
-    head = meta.get("head")
-    if head == "mean":
-        heads = meta.get("n_heads")
-        who = (
-            f"mean over its {_said(heads, 20)} query heads"
-            if heads
-            else "mean over its query heads"
-        )
-    else:
-        who = f"query head {_said(head, 20)}" if head is not None else None
-    bits = [_said(meta.get("model", "a real model")), f"layer {_said(meta['layer'], 20)}"]
-    if who:
-        bits.append(who)
-    text = _said(str(meta.get("text", "")).split(" (")[0])
-    if text and text != "unspecified":
-        bits.append(f"{trace.steps:,} tokens of {text}")
-    return ", ".join(bits)
-
-
-def text_files() -> list[str]:
-    """The shipped texts (``traces/texts/*.txt``), by stem: ``["library", "lighthouse"]``."""
-    return sorted(p.stem for p in TEXT_DIR.glob("*.txt")) if TEXT_DIR.is_dir() else []
-
-
-def text_ref(name: str) -> tuple[str, int]:
-    """``(name, mtime_ns)``: a text's cache identity (an edited file is a different text)."""
-    path = TEXT_DIR / f"{name}.txt"
-    if name not in text_files():
-        raise ValueError(f"no text {name!r} in {TEXT_DIR.relative_to(ROOT)}")
-    return name, path.stat().st_mtime_ns
-
-
-def model_path() -> Path:
-    """The GGUF file (cheap: no loading); ``ModelNotFoundError`` says how to install it."""
-    from h2o.model import find_gguf
-
-    return find_gguf()
-
-
-@st.cache_resource(show_spinner="Loading SmolLM2-135M (once per server)…", max_entries=1)
-def _model(path: str, mtime_ns: int) -> SmolLM:
-    from h2o.model import SmolLM
-
-    return SmolLM.load(path)
-
-
-def model() -> SmolLM:
-    """The one shared :class:`h2o.model.SmolLM` (read-only weights, ~0.8 GB)."""
-    path = model_path()
-    return _model(str(path), path.stat().st_mtime_ns)
-
-
-@st.cache_data(show_spinner=False, max_entries=32)
-def text_ids(name: str, mtime_ns: int, n_tokens: int | None = None) -> list[int]:
-    """The first ``n_tokens`` token ids of a shipped text (all of them for None)."""
-    text = (TEXT_DIR / f"{name}.txt").read_text(encoding="utf-8").rstrip()
-    ids = model().encode(text)
-    return ids if n_tokens is None else ids[:n_tokens]
-
-
-def layer_progress(what: str) -> tuple[Any, Progress]:
-    bar = st.progress(0.0, text=f"{what}…")
-    started = time.monotonic()
-
-    def cb(done: int, total: int, _label: str = "layers") -> None:
-        left = jobs.eta(done, total, started)  # measured: from the layers done so far
-        bar.progress(min(1.0, done / max(total, 1)), text=f"{what}: layer {done}/{total}{left}")
-
-    return bar, cb
-
-
-def queued(label: str, bar: Any, frac: float = 0.0) -> Any:
-    """Hold the server's model queue for ``label`` (its place in the line shown in ``bar``)."""
-    return jobs.model_queue().turn(label, lambda msg: bar.progress(frac, text=msg))
-
-
-#: Captures (30 layer traces of one text prefix, ~60 MB at 1,024 tokens) the server keeps.
-CAPTURES_KEPT = 4
-
-
-@st.cache_resource
-def _capture_store() -> tuple[OrderedDict, threading.Lock]:
-    """The captures, least recently used first: a store the page can look into without running
-    the model (``st.cache_resource`` cannot say whether it holds an entry without computing it)."""
-    return OrderedDict(), threading.Lock()
-
-
-def capture_ready(name: str, mtime_ns: int, n_tokens: int) -> bool:
-    """Whether :func:`captured_layers` would return at once (no model run)."""
-    store, lock = _capture_store()
-    with lock:
-        return (name, mtime_ns, n_tokens) in store
-
-
-def captured_layers(name: str, mtime_ns: int, n_tokens: int) -> list[h2o.Trace]:
-    """Every layer's attention trace of a text's first ``n_tokens`` tokens (one prefill).
-
-    Runs the model unless the capture is kept: call it after a click, or once
-    :func:`capture_ready` says it is there.
-    """
-    store, lock = _capture_store()
-    key = (name, mtime_ns, n_tokens)
-    with lock:
-        if key in store:
-            store.move_to_end(key)
-            return store[key]
-    from h2o.model.layers import capture_layers
-
-    ids = text_ids(name, mtime_ns, n_tokens)
-    what = f"Running SmolLM2 on {len(ids):,} tokens of {name}, every layer"
-    bar = st.progress(0.0, text=f"{what}…")
-    with queued(what, bar):
-        bar.empty()
-        bar, cb = layer_progress(what)
-        traces = capture_layers(
-            model(), ids, progress=cb, text=f"traces/texts/{name}.txt", source_name=name
-        )
-    bar.empty()
-    with lock:
-        store[key] = traces
-        while len(store) > CAPTURES_KEPT:
-            store.popitem(last=False)
-    return traces
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def layer_shares(name: str, mtime_ns: int, n_tokens: int) -> dict[str, Any]:
-    """Per layer, the share of attention on the sinks / the recent 64 / the middle."""
-    from h2o.model.layers import layer_shares as shares_of
-
-    traces = captured_layers(name, mtime_ns, n_tokens)
-    shares = shares_of(traces)
-    return {
-        "n_tokens": traces[0].steps,
-        "sink": shares.sink,
-        "recent": shares.recent,
-        "middle": shares.middle,
-        "n_sinks": shares.n_sinks,
-        "n_recent": shares.n_recent,
-    }
-
-
-@st.cache_data(show_spinner=False, max_entries=64)
-def layer_comparison(
-    name: str, mtime_ns: int, n_tokens: int, budget: int, lineup: tuple, top_k: int
-) -> list[dict]:
-    """``compare_layers`` rows: each policy of ``lineup`` replayed on every layer at ``budget``."""
-    from h2o.model.layers import compare_layers
-
-    traces = captured_layers(name, mtime_ns, n_tokens)
-    bar, at = _bar_progress(len(traces), f"Replaying on every layer at budget {budget}")
-    rows = compare_layers(traces, [(n, dict(p)) for n, p in lineup], budget, top_k, at(0))
-    bar.empty()
-    return rows
-
-
-def policy_label(name: str, params: tuple[tuple[str, int], ...] | dict[str, int]) -> str:
-    """``"TOVA (recent_window=1)"``: the policy as built, its defaults included."""
-    params = dict(params)
-    roomy = 2 + max(64, *params.values()) if params else 66  # above any default window or sinks
-    built = h2o.policies.make_policy(name, roomy, **params)
-    return analysis.describe(name, built.params())
-
-
-def run_bar(label: str, index: int, total: int) -> tuple[Any, Progress]:
-    """A bar for run ``index`` of ``total`` (1-based), advancing with the run's own progress."""
-    bar = st.progress((index - 1) / total, text=f"{label} — run {index} of {total}…")
-    started = time.monotonic()
-
-    def cb(done: int, steps: int, _what: str = "") -> None:
-        frac = (index - 1 + done / max(steps, 1)) / total
-        left = jobs.eta(done, steps, started)  # measured: this run's own progress
-        text = f"{label} — run {index} of {total}: {done}/{steps}{left}"
-        bar.progress(min(1.0, frac), text=text)
-
-    return bar, cb
-
-
-@st.cache_data(show_spinner=False, max_entries=256)
-def perplexity_run(
-    name: str,
-    mtime_ns: int,
-    n_tokens: int,
-    policy: str | None,
-    budget: int | None,
-    params: tuple[tuple[str, int], ...],
-    _index: int = 1,
-    _total: int = 1,
-) -> dict[str, Any]:
-    """Closed-loop perplexity of one (policy, budget) on a text (``policy=None``: full cache)."""
-    from h2o.model import perplexity_under_eviction, policy_factory
-
-    ids = text_ids(name, mtime_ns, n_tokens)
-    label = "full cache" if policy is None else f"{policy_label(policy, params)} @ {budget}"
-    factory = None if policy is None else policy_factory(policy, budget, **dict(params))
-    bar, cb = run_bar(f"Perplexity, {label}", _index, _total)
-    with queued(f"perplexity, {label}", bar, (_index - 1) / _total):
-        res = perplexity_under_eviction(model(), ids, factory, progress=cb, label=label)
-    bar.empty()
-    return {
-        "policy": policy,
-        "budget": budget,
-        "label": label,
-        "perplexity": res.perplexity,
-        "n_tokens": res.n_tokens,
-        "seconds": res.seconds,
-    }
-
-
-@st.cache_data(show_spinner=False, max_entries=64)
-def generation_run(
-    name: str,
-    mtime_ns: int,
-    policy: str | None,
-    budget: int | None,
-    params: tuple[tuple[str, int], ...],
-    max_new: int,
-    stop_strings: tuple[str, ...],
-    _index: int = 1,
-    _total: int = 1,
-) -> dict[str, Any]:
-    """A greedy continuation of a whole shipped text under one policy (``None``: full cache)."""
-    from h2o.model import generate, policy_factory
-
-    ids = text_ids(name, mtime_ns)
-    label = "full cache" if policy is None else f"{policy_label(policy, params)} @ {budget}"
-    factory = None if policy is None else policy_factory(policy, budget, **dict(params))
-    bar, cb = run_bar(f"Generating, {label}", _index, _total)
-    with queued(f"generation, {label}", bar, (_index - 1) / _total):
-        res = generate(model(), ids, max_new, factory, cb, stop_strings=stop_strings, label=label)
-    bar.empty()
-    return {
-        "policy": policy,
-        "budget": budget,
-        "label": label,
-        "text": res.text,
-        "prompt_tokens": res.prompt_tokens,
-        "new_tokens": len(res.new_ids),
-        "seconds": res.seconds,
-        "stopped": res.stopped,
-    }

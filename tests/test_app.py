@@ -18,7 +18,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import h2o
-from app import controls, data, playback, state
+from app import controls, data, playback
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 PAGES = [

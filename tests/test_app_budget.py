@@ -15,7 +15,7 @@ from model_marks import needs_model
 from streamlit.testing.v1 import AppTest
 
 from app import budget_data as bd
-from app import data
+from app import model_runs
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 PAGE = "views/budget_split.py"
@@ -76,7 +76,7 @@ def test_the_page_shows_the_shipped_numbers_and_reads_its_verdicts_from_them(mon
     def never(*a, **k):
         raise AssertionError("the page ran the model without a click")
 
-    monkeypatch.setattr(data, "model", never)
+    monkeypatch.setattr(model_runs, "model", never)
     at = open_page()
     assert not at.error, [e.value for e in at.error]
     figs = charts(at)
@@ -156,9 +156,9 @@ def test_recompute_runs_only_on_a_click_and_shows_what_it_got(monkeypatch):
         }
 
     monkeypatch.setattr(bd, "calibration_rest", fake_cal)
-    monkeypatch.setattr(data, "perplexity_run", fake_full)
+    monkeypatch.setattr(model_runs, "perplexity_run", fake_full)
     monkeypatch.setattr(bd, "perplexity_run", fake_run)
-    monkeypatch.setattr(data, "model_path", lambda: Path("/dev/null"))
+    monkeypatch.setattr(model_runs, "model_path", lambda: Path("/dev/null"))
     at = open_page()
     assert calls == []
     at.button(key="wb_ppl_go").click().run()
@@ -181,9 +181,11 @@ def test_the_recompute_functions_run_the_library_on_the_real_model(monkeypatch):
     from h2o.model.allocation import allocated_factory, head_shares, make_allocation
     from h2o.model.snapkv import snapkv_generate
 
-    model = data.model()
-    short = data.text_ids("lighthouse", data.text_ref("lighthouse")[1], 120)
-    monkeypatch.setattr(data, "text_ids", lambda name, mtime, n=None: short[: n or len(short)])
+    model = model_runs.model()
+    short = model_runs.text_ids("lighthouse", model_runs.text_ref("lighthouse")[1], 120)
+    monkeypatch.setattr(
+        model_runs, "text_ids", lambda name, mtime, n=None: short[: n or len(short)]
+    )
     ref = ("lighthouse", 0)
     rest = bd.calibration_rest(*ref, 120)
     assert np.array_equal(rest, head_shares(model, short).kv_rest())

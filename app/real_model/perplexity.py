@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import data, figures, state
+from app import figures, model_runs, state
 from app.real_model.common import POLICY_NAMES, Settings, go, ss
 
 PPL_TEXT, PPL_TOKENS, PPL_BUDGETS, PPL_POLICIES = (
@@ -46,7 +46,7 @@ def draw(texts: list[str], default_text: str, cfg: Settings) -> None:
     )
     ss[PPL_TEXT], ss[PPL_TOKENS] = ppl_text, ppl_tokens
     ss[PPL_BUDGETS], ss[PPL_POLICIES] = list(ppl_budgets), list(ppl_policies)
-    ppl_ref = data.text_ref(ppl_text)
+    ppl_ref = model_runs.text_ref(ppl_text)
     budgets = sorted(b for b in ppl_budgets if b < ppl_tokens)
     skipped = sorted(b for b in ppl_budgets if b >= ppl_tokens)
     runs: list[tuple[str | None, int | None, tuple]] = [(None, None, ())]
@@ -69,7 +69,7 @@ def draw(texts: list[str], default_text: str, cfg: Settings) -> None:
     missing = [k for k in run_keys if k not in ppl_results]
     if ss.pop(PPL_GO, False) and missing:  # the click: the only place this section runs the model
         for i, k in enumerate(missing, 1):
-            ppl_results[k] = data.perplexity_run(*k, _index=i, _total=len(missing))
+            ppl_results[k] = model_runs.perplexity_run(*k, _index=i, _total=len(missing))
         missing = []
     if missing:
         st.button(
@@ -93,7 +93,7 @@ def draw(texts: list[str], default_text: str, cfg: Settings) -> None:
                 curves.append(
                     (
                         name,
-                        data.policy_label(name, cfg.params_for(name)),
+                        model_runs.policy_label(name, cfg.params_for(name)),
                         [r["budget"] for r in mine],
                         [r["perplexity"] for r in mine],
                     )

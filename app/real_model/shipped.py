@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import controls, data, figures, state
+from app import controls, data, figures, model_runs, state
 from app.real_model.common import GEN_TEXT, MARGIN, open_in_step_through
 from h2o.model.layers import region_shares
 
@@ -76,7 +76,8 @@ def draw() -> list[data.TraceRef]:
             text, layer = str(meta.get("text", "")).split(" (")[0], meta["layer"]
             left, right = st.columns([2.6, 1.4], vertical_alignment="center")
             left.markdown(
-                f"**{tr.name}** — {data.trace_origin(tr)}. Attention on the sinks **{sink:.2f}**, "
+                f"**{tr.name}** — {model_runs.trace_origin(tr)}. Attention on the sinks "
+                f"**{sink:.2f}**, "
                 f"the recent 64 **{recent:.2f}**, the middle **{middle:.2f}**. At budget {budget}, "
                 f"H2O keeps **{hm:.2f}** of the attention mass, StreamingLLM **{sm:.2f}** "
                 f"(oracle {rows[0]['oracle_mass']:.2f}). {look}"

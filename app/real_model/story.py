@@ -9,7 +9,7 @@ import numpy as np
 import streamlit as st
 
 import h2o
-from app import data, figures, state
+from app import data, figures, model_runs, state
 from app.real_model.common import (
     MARGIN,
     TOP_K,
@@ -37,9 +37,9 @@ STORY_BUDGETS = (32, 64, 128, 256, 512)
 
 def _open_layer(name: str, n_tokens: int) -> None:
     """Callback: a layer captured on this page, as a session upload, in the Step-through page."""
-    mtime = data.text_ref(name)[1]
+    mtime = model_runs.text_ref(name)[1]
     layer = int(ss[STORY_LAYER])
-    trace = data.captured_layers(name, mtime, n_tokens)[layer]
+    trace = model_runs.captured_layers(name, mtime, n_tokens)[layer]
     buf = io.BytesIO()
     h2o.save_trace(trace, buf, float16=True)
     key, up = data.make_upload(f"{name}-L{layer}-mean.npz", buf.getvalue())
@@ -64,11 +64,11 @@ def draw(texts: list[str], default_text: str, cfg: Settings, captured: list[data
         "Budget (slots)", STORY_BUDGETS, required=True, **state.mirror(STORY_BUDGET, 128)
     )
     ss[STORY_TEXT], ss[STORY_TOKENS], ss[STORY_BUDGET] = story_text, story_tokens, story_budget
-    story_key = (*data.text_ref(story_text), int(story_tokens))
+    story_key = (*model_runs.text_ref(story_text), int(story_tokens))
     story_results = ss.setdefault(STORY_RESULTS, {})
     if ss.pop(STORY_GO, False):  # the click: the only place this section runs the model
-        data.captured_layers(*story_key)
-        story_results[story_key] = data.layer_shares(*story_key)
+        model_runs.captured_layers(*story_key)
+        story_results[story_key] = model_runs.layer_shares(*story_key)
 
     def story_button(why: str = "") -> None:
         st.button(
@@ -120,8 +120,8 @@ def draw(texts: list[str], default_text: str, cfg: Settings, captured: list[data
             # Replays of the kept capture (no model run); this session remembers what it saw.
             compare_key = (*story_key, story_budget, data.freeze_lineup(lineup))
             rows = story_results.get(compare_key)
-            if rows is None and data.capture_ready(*story_key):
-                rows = data.layer_comparison(*compare_key, TOP_K)
+            if rows is None and model_runs.capture_ready(*story_key):
+                rows = model_runs.layer_comparison(*compare_key, TOP_K)
                 story_results[compare_key] = rows
             if rows is None:
                 st.info(

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import claims, controls, data, figures, state
+from app import claims, controls, data, figures, model_runs, state
 from h2o import analysis
 
 st.title("All policies")
@@ -114,7 +114,7 @@ for tab, metric, title in (
             curves.append(
                 (
                     name,
-                    data.policy_label(name, params),
+                    model_runs.policy_label(name, params),
                     [r["budget"] for r in mine],
                     [r[metric] for r in mine],
                 )

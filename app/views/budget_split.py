@@ -20,7 +20,7 @@ import streamlit as st
 
 import h2o
 from app import budget_data as bd
-from app import data, figures, state
+from app import figures, model_runs, state
 from app.real_model import budget_claims as claims
 from app.real_model.claims import answer_key, is_right, stated
 from h2o.alloc import ALLOCATORS
@@ -207,7 +207,7 @@ else:
         if ok:
             right.setdefault(plabel(name), []).append(ALLOC_LABELS[alloc])
     n_prompt = next((a.get("prompt_tokens") for a in answers if a.get("prompt_tokens")), None)
-    story = (data.TEXT_DIR / "lighthouse.txt").read_text(encoding="utf-8")
+    story = (model_runs.TEXT_DIR / "lighthouse.txt").read_text(encoding="utf-8")
     st.markdown(
         "The brass-owl question: the story of `lighthouse.txt`"
         + (f" ({n_prompt:,} tokens)" if n_prompt else "")
@@ -230,7 +230,7 @@ with st.expander("Recompute on this server", icon=":material/refresh:"):
         "runs gets them at once."
     )
     try:
-        data.model_path()
+        model_runs.model_path()
         model_missing = None
     except Exception as e:  # ModelNotFoundError: say how to install it
         model_missing = str(e)
@@ -264,22 +264,22 @@ with st.expander("Recompute on this server", icon=":material/refresh:"):
         on_click=lambda: ss.__setitem__(ANS_GO, True),
         help="Greedy decoding of up to 8 tokens after the whole story, 13 runs.",
     )
-    text_key = data.text_ref("lighthouse")
+    text_key = model_runs.text_ref("lighthouse")
     fresh_ppl = ss.setdefault(FRESH_PPL, {})
     fresh_ans = ss.setdefault(FRESH_ANS, {})
     if ss.pop(PPL_GO, False):  # the click: the only place this page runs the model
-        rest_now = bd.calibration_rest(*data.text_ref(bd.CALIBRATION), tokens)
+        rest_now = bd.calibration_rest(*model_runs.text_ref(bd.CALIBRATION), tokens)
         rest_t = tuple(map(tuple, rest_now.tolist()))
         plan = [(p, a) for p in policies for a in bd.ALLOCATIONS]
         n = len(plan) + 1
-        full_now = data.perplexity_run(*text_key, tokens, None, None, (), _index=1, _total=n)
+        full_now = model_runs.perplexity_run(*text_key, tokens, None, None, (), _index=1, _total=n)
         rows = [
             bd.perplexity_run(*text_key, tokens, p, a, budget, rest_t, _index=i, _total=n)
             for i, (p, a) in enumerate(plan, 2)
         ]
         fresh_ppl[(budget, tokens)] = {"full": full_now["perplexity"], "rows": rows}
     if ss.pop(ANS_GO, False):
-        rest_now = bd.calibration_rest(*data.text_ref(bd.CALIBRATION), None)
+        rest_now = bd.calibration_rest(*model_runs.text_ref(bd.CALIBRATION), None)
         rest_t = tuple(map(tuple, rest_now.tolist()))
         plan = [("full", None)] + [
             (p, a) for p in ("h2o", "streaming-llm", "snapkv") for a in bd.ALLOCATIONS

@@ -7,14 +7,14 @@ are cached per run (shared by every session, so another session's click is a cac
 the session keeps its own finished results (small plain data), so coming back to the page or to
 earlier settings shows them again at once even after the server's caches dropped them. The
 layer story replays a kept capture on a budget change only while the server still holds it
-(``data.capture_ready``); otherwise it asks for a click again.
+(``model_runs.capture_ready``); otherwise it asks for a click again.
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
-from app import controls, data, state
+from app import controls, model_runs, state
 from app.real_model import generation, perplexity, shipped, story
 from app.real_model.common import GEN_TEXT, GOTO, OPEN_ERROR, SINKS, WINDOW, Settings, ss
 from h2o.model import ModelNotFoundError
@@ -36,7 +36,7 @@ if (problem := ss.pop(OPEN_ERROR, None)) is not None:
     st.error(problem, icon=":material/error:")
 
 try:
-    data.model_path()  # a file lookup: the model itself loads on the first computation
+    model_runs.model_path()  # a file lookup: the model itself loads on the first computation
     MODEL_ERROR = None
 except ModelNotFoundError as e:
     MODEL_ERROR = str(e)
@@ -82,7 +82,7 @@ c3.caption(
 )
 cfg = Settings(window, sinks)
 
-texts = data.text_files()
+texts = model_runs.text_files()
 if not texts:
     st.error("No texts in traces/texts/: the sections that run the model need one.")
     st.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 import h2o
-from app import controls, data, figures, player, state, stepper
+from app import controls, data, figures, model_runs, player, state, stepper
 from h2o import analysis
 
 player.preload()  # plotly.js loads while the server computes the page
@@ -23,7 +23,7 @@ if not presenter:
         "are veiled. Below each heatmap: the kept slots right now, before this step's eviction. "
         "Keys: ←/→ one step, Shift+←/→ ten, Space play/pause, Home/End."
     )
-if (origin := data.trace_origin(ctx.trace)) is not None:
+if (origin := model_runs.trace_origin(ctx.trace)) is not None:
     st.caption(
         f"**{state.shown(ctx.trace.name, 60)}**: the attention of {state.md(origin, 300)}. Hover "
         "a cell for its "
