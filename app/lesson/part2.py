@@ -44,7 +44,9 @@ def _listing(items: Sequence[str]) -> str:
 # -- 4. the window is load-bearing: sentences ------------------------------------------------------
 NEW_TOKEN = (
     "The convention matters here. This library admits a new token with score 0, as the card "
-    "writes it (`admit(pos, score = 0)`), so with no window the newcomer is always the lowest. "
+    "writes it (`admit(pos, score = 0)`), so with no window the newcomer holds the lowest score "
+    "there can be: it goes at once unless an older position also sits at exactly 0 (a tie evicts "
+    "the lower position). "
     "The H2O authors' reference code scores a new token with its own self-attention instead, so "
     "it starts above 0 and need not lose at once: the freeze above is this convention's. The "
     "traces here do not record a token's attention to itself, so the lesson cannot say by how "
