@@ -32,12 +32,11 @@ SETTINGS: dict[str, Any] = {name: state.VIEW_DEFAULTS[name] for name in state.VI
 
 
 #: One side-by-side panel: a replay (or the error that prevented it), its title and colour.
-Slot = playback.Panel
 
 
-def _view_id(ref: data.TraceRef, slots: Sequence[Slot], extra: dict[str, Any]) -> str:
+def _view_id(ref: data.TraceRef, panels: Sequence[playback.Panel], extra: dict[str, Any]) -> str:
     parts: list[Any] = [ref.ident, extra]
-    for s in slots:
+    for s in panels:
         rep = s.replay
         parts.append(
             [s.title, s.colour, s.dash, s.error]
@@ -69,13 +68,13 @@ def apply_report(key: str, view: dict[str, Any] | None, steps: int) -> None:
 
 def render(
     ref: data.TraceRef,
-    slots: Sequence[Slot],
+    panels: Sequence[playback.Panel],
     *,
     key: str,
     highlights: Sequence[tuple[int, str]] = (),
     title: str = "Step through",
 ) -> None:
-    """The player for ``slots`` on ``ref``'s trace; ``key`` is the URL-bound session key of the
+    """The player for ``panels`` on ``ref``'s trace; ``key`` is the URL-bound session key of the
     step (``step`` or ``spike_step``)."""
     trace = ref.trace
     ss = st.session_state
@@ -97,13 +96,13 @@ def render(
         # query-string change one run late): the step's parameter and the settings' defaults.
         "url": {"step": key, "defaults": SETTINGS},
     }
-    view = _view_id(ref, slots, extra)
+    view = _view_id(ref, panels, extra)
     # Where the browser starts: the session's step and settings as of this (whole-page) run. A
     # browser that still shows this view keeps its own step (it is ahead of any report while
     # playing); one that mounts the player afresh — a page switch, a reload — starts here.
     start = {"step": ss[key], **settings()}
-    slots_n = max((s.replay.n_kept.max() for s in slots if s.replay is not None), default=1)
-    length = playback.range_length(int(slots_n), trace.steps)
+    panels_n = max((s.replay.n_kept.max() for s in panels if s.replay is not None), default=1)
+    length = playback.range_length(int(panels_n), trace.steps)
     comp_key = f"{key}_player"
 
     def reported() -> None:
@@ -123,14 +122,14 @@ def render(
                 view=view,
                 trace_id=ref.ident,
                 trace=trace,
-                panels=slots,
+                panels=panels,
                 rng=r,
                 range_blocks=[
                     data.range_block(s.replay, trace, *r) if s.replay is not None else None
-                    for s in slots
+                    for s in panels
                 ],
                 run_blocks=[
-                    data.run_block(s.replay) if s.replay is not None else None for s in slots
+                    data.run_block(s.replay) if s.replay is not None else None for s in panels
                 ],
                 start=start,
                 extra=extra,
@@ -144,7 +143,7 @@ def render(
             ss[f"{key}__payload"] = (ident, payload)
         player.mount(payload, key=comp_key, on_change=reported)
         _export(
-            Export(payload, encode, rng, length, title, trace, slots),
+            Export(payload, encode, rng, length, title, trace, panels),
             ss.get(key, rng[0]),
             key,
         )
@@ -152,14 +151,14 @@ def render(
     view_fragment()
 
 
-def export_step(step: int, slots: Sequence[Slot]) -> int:
+def export_step(step: int, panels: Sequence[playback.Panel]) -> int:
     """Where an exported file opens: the view's step; at step 0, where nothing has happened yet,
     the first eviction of any panel (0 if none evicts)."""
     if step > 0:
         return step
     firsts = [
         int(s.replay.victim_step[0])
-        for s in slots
+        for s in panels
         if s.replay is not None and len(s.replay.victim_step)
     ]
     return min(firsts, default=0)
@@ -176,7 +175,7 @@ class Export:
     length: int
     title: str
     trace: h2o.Trace
-    slots: Sequence[Slot]
+    panels: Sequence[playback.Panel]
 
 
 def export_file(
@@ -185,7 +184,7 @@ def export_file(
     """The exported file's name and its builder (run on click): it opens at
     :func:`export_step`, in the range that holds that step (the loaded one if it does), with
     ``view_settings``."""
-    t = export_step(step, ex.slots)
+    t = export_step(step, ex.panels)
     a, b = ex.rng
     if not a <= t < b:
         a, b = playback.range_around(t, ex.trace.steps, ex.length)

@@ -212,29 +212,29 @@ def test_how_it_works_shows_every_line_of_code_whole(server, browser, size, side
 def view(trace: h2o.Trace, budget: int, window: int) -> stepper.Export:
     """A step view of two replays, as the Step through page builds it, at its loaded range for
     step 0."""
-    slots = [
-        stepper.Slot(
+    panels = [
+        playback.Panel(
             "A · H2O", "#1f77b4", h2o.replay(h2o.H2O(budget, recent_window=window), trace)
         ),
-        stepper.Slot("B · StreamingLLM", "#ff7f0e", h2o.replay(h2o.StreamingLLM(budget), trace)),
+        playback.Panel("B · StreamingLLM", "#ff7f0e", h2o.replay(h2o.StreamingLLM(budget), trace)),
     ]
-    slots_n = max(int(s.replay.n_kept.max()) for s in slots if s.replay is not None)
-    length = playback.range_length(slots_n, trace.steps)
+    panels_n = max(int(s.replay.n_kept.max()) for s in panels if s.replay is not None)
+    length = playback.range_length(panels_n, trace.steps)
 
     def encode(rng: tuple[int, int]) -> bytes:
         return playback.encode(
             view="test",
             trace_id=trace.name,
             trace=trace,
-            panels=slots,
+            panels=panels,
             rng=rng,
-            range_blocks=[playback.range_block(s.replay, trace, *rng) for s in slots],
-            run_blocks=[playback.run_block(s.replay) for s in slots],
+            range_blocks=[playback.range_block(s.replay, trace, *rng) for s in panels],
+            run_blocks=[playback.run_block(s.replay) for s in panels],
             start={"step": 0},
         )
 
     rng = playback.range_around(0, trace.steps, length)
-    return stepper.Export(encode(rng), encode, rng, length, "Step through", trace, slots)
+    return stepper.Export(encode(rng), encode, rng, length, "Step through", trace, panels)
 
 
 def opened(html: bytes) -> dict:
@@ -262,7 +262,7 @@ def test_the_export_opens_at_the_views_step(toy, step):
         ex.length,
         ex.title,
         ex.trace,
-        ex.slots,
+        ex.panels,
     )
     name, build = stepper.export_file(ex, step, SETTINGS)
     header = opened(build())
@@ -276,10 +276,10 @@ def test_at_step_0_the_export_opens_at_the_first_eviction(toy):
     ex = view(toy, 8, 2)
     _, build = stepper.export_file(ex, 0, SETTINGS)
     header = opened(build())
-    # The card: a cache of B slots holds positions 0..B-1; position B's arrival is the first
+    # The card: a cache of B panels holds positions 0..B-1; position B's arrival is the first
     # step over budget. Both policies of the view evict first there.
     assert header["start"]["step"] == 8
-    assert [explain.first_eviction(s.replay) for s in ex.slots] == [8, 8]
+    assert [explain.first_eviction(s.replay) for s in ex.panels] == [8, 8]
 
 
 def test_a_first_eviction_beyond_the_loaded_range_brings_its_own_range():
@@ -293,6 +293,6 @@ def test_a_first_eviction_beyond_the_loaded_range_brings_its_own_range():
     assert name == f"h2o-{trace.name}-steps-{a}-{b - 1}.html"
     # The file's range is the player's own data for those steps, not the step-0 range's.
     _, arrays = playback.decode(base64.b64decode(re.findall(rb'atob\("([^"]+)"\)', build())[0]))
-    rep = ex.slots[0].replay
+    rep = ex.panels[0].replay
     assert rep is not None
     assert list(arrays["0"]["n_kept"]) == list(rep.n_kept[a:b])

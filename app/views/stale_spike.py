@@ -99,15 +99,15 @@ st.markdown(
     f"On this trace: {said}\n\n" + part2.spike_view_opening(start, parting, spike)
 )
 
-slots = [
-    stepper.Slot(
+panels = [
+    playback.Panel(
         f"{'AB'[i]} · {analysis.describe(name, rep.params)}", figures.policy_colour(name), rep
     )
     for i, (name, rep) in enumerate(reps.items())
 ]
 stepper.render(
     ref,
-    slots,
+    panels,
     key=STEP_KEY,
     highlights=[(spike, f"stale spike (position {spike})")]
     + [(p, f"steady positions ({', '.join(map(str, steady))})") for p in steady],
@@ -170,7 +170,7 @@ st.markdown(
     + f" At recent_window {c_window}, a canonical heavy hitter takes a steady share of every row "
     f"for {epoch} steps: its sum climbs (H2O) *and* it earns a vote every step (Scissorhands), "
     f"so both rules rank it on top while it matters. The caches disagree on "
-    f"{1 - agree['share']:.0%} of the slots, holding ≈ {agree['only_a']:.3f} of the mass either "
+    f"{1 - agree['share']:.0%} of the panels, holding ≈ {agree['only_a']:.3f} of the mass either "
     "way. Below, the two whole runs side by side (the dotted lines are epoch boundaries)."
 )
 his = playback.colour_his([playback.Panel("", "", r) for r in c_reps])

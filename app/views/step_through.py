@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 import h2o
-from app import controls, data, figures, model_runs, player, state, stepper
+from app import controls, data, figures, model_runs, playback, player, state, stepper
 from h2o import analysis
 
 player.preload()  # plotly.js loads while the server computes the page
@@ -20,7 +20,7 @@ if not presenter:
         "score the policy keeps for it — blank once it is evicted. ✕ marks an eviction (hover for "
         "who, with what score, and why; click one to jump to its step), the green band is the "
         "protected recent window, the dashed line is the current step, and steps not reached yet "
-        "are veiled. Below each heatmap: the kept slots right now, before this step's eviction. "
+        "are veiled. Below each heatmap: the kept panels right now, before this step's eviction. "
         "Keys: ←/→ one step, Shift+←/→ ten, Space play/pause, Home/End."
     )
 if (origin := model_runs.trace_origin(ctx.trace)) is not None:
@@ -45,7 +45,7 @@ state.publish(
     ]
 )
 
-slots = []
+panels = []
 for i, name in enumerate(chosen):
     policy, error = controls.policy_or_error(ctx, name)
     if error is not None:
@@ -56,6 +56,6 @@ for i, name in enumerate(chosen):
     replay = data.recorded_replay(ctx.ref, policy, ctx.top_k) if policy is not None else None
     dash = "dash" if i == 1 and chosen[0] == chosen[1] else "solid"
     colour = figures.policy_colour(name)
-    slots.append(stepper.Slot(f"{'AB'[i]} · {label}", colour, replay, error, dash))
+    panels.append(playback.Panel(f"{'AB'[i]} · {label}", colour, replay, error, dash))
 
-stepper.render(ctx.ref, slots, key=state.STEP)
+stepper.render(ctx.ref, panels, key=state.STEP)

@@ -194,7 +194,7 @@ class PolicyBank(LockstepReplay):
         return self._fill
 
     @property
-    def slots(self) -> np.ndarray:
+    def positions(self) -> np.ndarray:
         """The positions storage, ``(N, capacity)``: lane ``i``'s kept positions, in kept
         order, are the first ``fills[i]`` of row ``i``. Read it; never write it."""
         return self._pos

@@ -231,7 +231,7 @@ def _step_bank(
         # each head's kept columns of row i marked (t itself is, for the chunk: _attention),
         # and gathered: one compiled loop
         pk = np.empty((p.shape[0], p.shape[1], n), dtype=p.dtype)
-        gather_kept(p, bank.slots, n, i, mask, pk)
+        gather_kept(p, bank.positions, n, i, mask, pk)
         if bank.reads_attention:
             sig = _mean_unchecked(pk)  # (its 0-division warnings are off: _attention)
             if bank.step_trusted(t, sig):
@@ -322,7 +322,7 @@ def _step_parts(
     for heads, b in parts:
         f = b.lockstep_fill
         if f >= 0:  # the bank's lanes in lock-step: one block
-            rows = b.slots[:, :f]
+            rows = b.positions[:, :f]
             mask[heads[:, None], i, rows] = True
             sig = None
             if b.reads_attention and f:
