@@ -258,7 +258,7 @@ def your_turn() -> None:
     )
     if EXAMPLE.is_file():
         st.code(EXAMPLE.read_text(encoding="utf-8"), language="python", line_numbers=True)
-    custom = [n for n, cls in h2o.POLICIES.items() if getattr(cls, "custom", False)]
+    custom = h2o.policies.custom_policies()
     if custom:
         st.success(
             "Loaded in this server: "

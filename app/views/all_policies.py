@@ -32,9 +32,8 @@ if ctx.budget < 2:
 lineup = analysis.standard_lineup(ctx.budget, windows=sorted({32, 64, ctx.recent_window}))
 lineup += [  # policies loaded from a file (streamlit run app/main.py -- --policy …)
     (n, controls.policy_settings(n, ctx.recent_window, ctx.sinks))
-    for n, cls in h2o.POLICIES.items()
-    if getattr(cls, "custom", False)
-    and controls.refusal(n, ctx.budget, ctx.recent_window, ctx.sinks) is None
+    for n in h2o.policies.custom_policies()
+    if controls.refusal(n, ctx.budget, ctx.recent_window, ctx.sinks) is None
 ]
 if ctx.recent_window >= ctx.budget:
     used = sorted({p["recent_window"] for n, p in lineup if n == "h2o"})

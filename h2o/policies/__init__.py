@@ -4,7 +4,7 @@ CLI/app names to the classes."""
 from .base import Policy, ScoredPolicy
 from .h2o import H2O
 from .random import RandomEviction
-from .registry import POLICIES, make_policy, policy_params, refusal
+from .registry import POLICIES, custom_policies, make_policy, policy_params, refusal
 from .scissorhands import Scissorhands
 from .sliding_window import SlidingWindow
 from .streaming_llm import StreamingLLM
@@ -20,6 +20,7 @@ __all__ = [
     "ScoredPolicy",
     "SlidingWindow",
     "StreamingLLM",
+    "custom_policies",
     "make_policy",
     "policy_params",
     "refusal",

@@ -52,3 +52,9 @@ def policy_params(name: str) -> list[str]:
     """The tunable keyword parameters of a policy (besides ``budget`` and ``rng``)."""
     sig = inspect.signature(POLICIES[name].__init__).parameters
     return [k for k in sig if k not in ("self", "budget", "rng")]
+
+
+def custom_policies() -> list[str]:
+    """The names of the policies loaded from your files (:func:`h2o.custom.load_policy`), in the
+    order they were loaded."""
+    return [n for n, cls in POLICIES.items() if getattr(cls, "custom", False)]
