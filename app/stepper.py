@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +60,7 @@ def apply_report(key: str, view: dict[str, Any] | None, steps: int) -> None:
         return
     ss = st.session_state
     step = view.get("step")
-    if isinstance(step, int | float) and not isinstance(step, bool) and step == step:
+    if isinstance(step, int | float) and not isinstance(step, bool) and math.isfinite(step):
         ss[key] = max(0, min(int(step), steps - 1))
     for name, value in view.items():
         if name in SETTINGS and state.setting_ok(name, value):

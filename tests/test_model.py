@@ -48,6 +48,10 @@ from h2o.model import (  # noqa: E402
 from h2o.model import forward as fwd  # noqa: E402
 from h2o.model.gguf_io import GGUF_ENV, read_gguf  # noqa: E402
 
+#: float32 against the float64 reference over 36-40 decode steps: a random model's token NLLs
+#: reach 30+, where float32's rounding through three layers is ~1e-5 of the value.
+NLL_RTOL = 2e-5
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.ndarray]]:
@@ -402,7 +406,7 @@ def test_closed_loop_with_stand_in_matches_reference_decoding(model, tiny) -> No
     assert len(made) == NL * NKV and all(p.calls == 35 for p in made)
     ref = _ref_decode_with_eviction(tiny[1], ids[:-1], lambda i, g: WindowStandIn(9))
     ref_nll = -_logprobs(ref, ids[1:])
-    np.testing.assert_allclose(res.nll, ref_nll, atol=2e-4)
+    np.testing.assert_allclose(res.nll, ref_nll, atol=2e-4, rtol=NLL_RTOL)
     assert res.perplexity == pytest.approx(np.exp(ref_nll.mean()), rel=1e-4)
 
 
@@ -421,7 +425,7 @@ def test_closed_loop_matches_reference_decoding(model, tiny, name, budget, param
     ids = token_ids(40, seed=5)
     res = perplexity_under_eviction(model, ids, policy_factory(name, budget, **params))
     ref = _ref_decode_with_eviction(tiny[1], ids[:-1], policy_factory(name, budget, **params))
-    np.testing.assert_allclose(res.nll, -_logprobs(ref, ids[1:]), atol=2e-4)
+    np.testing.assert_allclose(res.nll, -_logprobs(ref, ids[1:]), atol=2e-4, rtol=NLL_RTOL)
 
 
 def test_budget_at_least_T_reproduces_full_cache_exactly(model) -> None:
@@ -448,7 +452,9 @@ def test_generate_under_eviction_matches_reference(model, tiny) -> None:
     prompt = token_ids(25, seed=3)
     seen: list[tuple[int, int]] = []
     factory = policy_factory("h2o", 10, recent_window=3)
-    res = generate(model, prompt, 6, factory, lambda d, n: seen.append((d, n)), stop_at_eos=False)
+    res = generate(
+        model, prompt, 6, factory, lambda d, n, _w: seen.append((d, n)), stop_at_eos=False
+    )
     assert len(res.new_ids) == 6 and res.prompt_tokens == 25
     assert seen[-1] == (NL + 6, NL + 6)
     # reference: greedy decoding, token by token, with the same policies
@@ -507,7 +513,12 @@ def test_quality_table_is_perplexity_under_eviction_per_run(model, monkeypatch) 
     ids = token_ids(40, seed=2)
     seen: list[tuple[str, int, int]] = []
     rows = quality_table(
-        model, ids, ["h2o", "sliding-window"], [8, 12], lambda *a: seen.append(a), recent_window=2
+        model,
+        ids,
+        ["h2o", "sliding-window"],
+        [8, 12],
+        lambda d, n, lab: seen.append((lab, d, n)),
+        recent_window=2,
     )
     labels = ["full cache", "h2o@8", "h2o@12", "sliding-window@8", "sliding-window@12"]
     assert [r.label for r in rows] == labels

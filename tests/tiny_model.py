@@ -13,9 +13,12 @@ import numpy as np
 
 Q = gguf.GGMLQuantizationType
 
-# Tiny llama: d=64, 4 query heads over 2 KV heads (GQA), head dim 16, FFN 96, 3 layers.
-D, FF, NH, NKV, HD, NL = 64, 96, 4, 2, 16, 3
-ROPE_BASE, EPS = 10000.0, 1e-5
+# Tiny llama: d=96, 4 query heads over 2 KV heads (GQA), head dim 16, FFN 96, 3 layers. What
+# the code must read from the file differs from every default and from SmolLM2's values: the
+# head dim is not d / heads (24), the RoPE base not 10000, the RMS-norm epsilon not 1e-5 (and
+# large enough to move the output), the KV heads not the query heads.
+D, FF, NH, NKV, HD, NL = 96, 96, 4, 2, 16, 3
+ROPE_BASE, EPS = 500.0, 0.05
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 MERGES = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "Ġa n", "Ġan d", "e r", "o n"]
 
@@ -77,7 +80,7 @@ def write_tiny_gguf(path: Path, seed: int = 0) -> dict[str, np.ndarray]:
             w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=qtype)
             expected[name] = gguf.quants.dequantize(q, qtype)
 
-    add("token_embd.weight", rng.normal(0, 1.0, (len(words), D)), Q.Q8_0)
+    add("token_embd.weight", rng.normal(0, 0.8, (len(words), D)), Q.Q8_0)
     for i in range(NL):
         p = f"blk.{i}."
         add(p + "attn_norm.weight", 1 + 0.1 * rng.normal(size=D), Q.F32)
