@@ -17,7 +17,8 @@ from .policies import (
 )
 from .replay import Replay, replay
 from .synthetic import builtin_trace, canonical_trace, stale_spike_trace, toy_trace
-from .trace import Trace, load_trace, save_trace
+from .trace import Trace, save_trace
+from .trace_npz import load_trace
 
 __all__ = [
     "H2O",

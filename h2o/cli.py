@@ -13,7 +13,8 @@ from . import analysis, policies
 from .custom import load_policy
 from .policies import POLICIES
 from .synthetic import BUILTIN, builtin_trace
-from .trace import Trace, load_trace
+from .trace import Trace
+from .trace_npz import load_trace
 
 
 def _trace(arg: str) -> Trace:

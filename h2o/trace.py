@@ -1,4 +1,5 @@
-"""Attention traces: the full-cache attention of every decode step, and their ``.npz`` format.
+"""Attention traces: the full-cache attention of every decode step (reading their ``.npz``
+files, hardened against hostile ones: :mod:`h2o.trace_npz`).
 
 A trace of ``T`` steps holds, for each step ``t``, the attention of the query at position ``t``
 over the positions ``0..t-1`` before it (row 0 is empty). Each row sums to 1. A replay shows a
@@ -11,19 +12,13 @@ float32: ``T (T - 1) / 2`` weights, 33.5 MB at ``T = 4096``. The file format is 
 
 from __future__ import annotations
 
-import ast
-import contextlib
 import json
 import math
 import os
-import re
-import struct
-import zipfile
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -38,14 +33,14 @@ _minimum = np.minimum.reduce
 _maximum = np.maximum.reduce
 
 
-def _offset(t: int) -> int:
+def offset(t: int) -> int:
     return t * (t - 1) // 2
 
 
-def _steps_for(length: int) -> int:
+def steps_for(length: int) -> int:
     """Invert ``T (T - 1) / 2``; raise if ``length`` is not such a number (exact for any int)."""
     t = (1 + math.isqrt(1 + 8 * length)) // 2
-    if t >= 1 and _offset(t) == length:
+    if t >= 1 and offset(t) == length:
         return t
     raise ValueError(
         f"packed weights have length {length}, which is not T(T-1)/2 for any number of steps T"
@@ -67,7 +62,7 @@ class Trace:
             raise ValueError("weights must be a 1-D array of packed rows")
         if w.dtype != np.float32:
             raise ValueError(f"weights must be float32, got {w.dtype}")
-        steps = _steps_for(w.shape[0])
+        steps = steps_for(w.shape[0])
         if steps < 2:
             raise ValueError(f"a trace needs at least 2 steps (one row of attention), got {steps}")
         if self.tokens is not None and len(self.tokens) != steps:
@@ -95,7 +90,9 @@ class Trace:
         dense = np.asarray(dense)
         if dense.ndim != 2 or dense.shape[0] != dense.shape[1]:
             raise ValueError(f"attention must be a square (T, T) matrix, got shape {dense.shape}")
-        return cls._build(name, _pack_lower(dense), meta, tokens, normalize)
+        return cls.from_packed(
+            name, _pack_lower(dense), meta, tokens, normalize=normalize, take=True
+        )
 
     @classmethod
     def from_rows(
@@ -112,16 +109,28 @@ class Trace:
             if np.shape(r) != (t,):
                 raise ValueError(f"row {t} must have length {t}, got shape {np.shape(r)}")
         packed = np.concatenate([np.asarray(r, dtype=np.float64) for r in rows]) if rows else []
-        return cls._build(name, np.asarray(packed, dtype=np.float64), meta, tokens, normalize)
+        return cls.from_packed(
+            name, np.asarray(packed, dtype=np.float64), meta, tokens, normalize=normalize, take=True
+        )
 
     @classmethod
-    def _build(
-        cls, name, packed: np.ndarray, meta, tokens, normalize: bool, sums: np.ndarray | None = None
+    def from_packed(
+        cls,
+        name: str,
+        packed: np.ndarray,
+        meta: dict[str, Any] | None = None,
+        tokens: list[str] | tuple[str, ...] | None = None,
+        *,
+        normalize: bool = False,
+        sums: np.ndarray | None = None,
+        take: bool = False,
     ) -> Trace:
-        """``packed`` (a fresh array the trace may take over) as float32, each row rescaled to
-        sum to 1 if ``normalize`` — by ``sums`` if given (row sums at the precision the weights
-        had before they became float32), else by the sums of ``packed``."""
-        steps = _steps_for(packed.shape[0])
+        """From rows packed back to back, as float32, each row rescaled to sum to 1 if
+        ``normalize`` — by ``sums`` if given (row sums at the precision the weights had before
+        they became float32), else by the sums of ``packed``. ``packed`` is copied unless
+        ``take`` (a fresh array the trace may take over and make read-only)."""
+        packed = np.asarray(packed) if take else np.array(packed, copy=True)
+        steps = steps_for(packed.shape[0])
         if normalize and sums is None:
             sums = _row_sums(packed, steps)  # from the given precision
         weights = packed.astype(np.float32, copy=False)
@@ -130,7 +139,7 @@ class Trace:
                 bad = int(np.flatnonzero(~(sums[1:] > 0))[0]) + 1
                 raise ValueError(f"row {bad} sums to {sums[bad]}, cannot normalise it")
             for t in range(1, steps):  # in place, row by row: no trace-sized temporaries
-                o = _offset(t)
+                o = offset(t)
                 weights[o : o + t] *= np.float32(1.0 / sums[t])
         return cls(
             str(name),
@@ -148,7 +157,7 @@ class Trace:
         """Attention of the query at step ``t`` over positions ``0..t-1`` (a read-only view)."""
         if not 0 <= t < self.steps:
             raise IndexError(f"step {t} out of range for a trace of {self.steps} steps")
-        o = _offset(t)
+        o = offset(t)
         return self.weights[o : o + t]
 
     def dense(self, start: int = 0, stop: int | None = None) -> np.ndarray:
@@ -243,19 +252,19 @@ def _row_sums(packed: np.ndarray, steps: int) -> np.ndarray:
     sums = np.zeros(steps)
     t = 1
     while t < steps:
-        u = _block_end(t, steps, packed.dtype.itemsize)
-        base = _offset(t)
-        starts = np.array([_offset(r) - base for r in range(t, u)])
-        sums[t:u] = np.add.reduceat(packed[base : _offset(u)].astype(np.float64), starts)
+        u = block_end(t, steps, packed.dtype.itemsize)
+        base = offset(t)
+        starts = np.array([offset(r) - base for r in range(t, u)])
+        sums[t:u] = np.add.reduceat(packed[base : offset(u)].astype(np.float64), starts)
         t = u
     return sums
 
 
-def _block_end(t: int, steps: int, itemsize: int) -> int:
-    """End (exclusive) of the block of whole rows from ``t`` that fits in ``_CHUNK`` bytes (at
+def block_end(t: int, steps: int, itemsize: int) -> int:
+    """End (exclusive) of the block of whole rows from ``t`` that fits in ``CHUNK`` bytes (at
     least one row)."""
     u, n = t + 1, t
-    while u < steps and (n + u) * itemsize <= _CHUNK:
+    while u < steps and (n + u) * itemsize <= CHUNK:
         n, u = n + u, u + 1
     return u
 
@@ -265,23 +274,23 @@ def _pack_lower(dense: np.ndarray) -> np.ndarray:
     T = dense.shape[0]
     packed = np.empty(T * (T - 1) // 2, dtype=np.result_type(dense.dtype, np.float32))
     for t in range(1, T):
-        o = _offset(t)
+        o = offset(t)
         packed[o : o + t] = dense[t, :t]
     return packed
 
 
 def _check_weights(w: np.ndarray, steps: int) -> None:
-    _check_values(w, _row_of)
+    check_values(w, row_of)
     sums = _row_sums(w, steps)
-    _check_sums(sums, 1, steps)
+    check_sums(sums, 1, steps)
 
 
-def _row_of(index: int) -> int:
+def row_of(index: int) -> int:
     # The row t holding packed index i satisfies offset(t) <= i < offset(t + 1).
     t = int((1 + np.sqrt(1 + 8 * index)) / 2)
-    while _offset(t) > index:
+    while offset(t) > index:
         t -= 1
-    while _offset(t + 1) <= index:
+    while offset(t + 1) <= index:
         t += 1
     return t
 
@@ -312,368 +321,13 @@ def save_trace(trace: Trace, path: str | os.PathLike[str], *, float16: bool = Fa
 
 #: Longest string members accepted, in characters: far above what the format needs, small
 #: enough that no header can make them costly.
-MAX_NAME_CHARS = 256
-MAX_META_CHARS = 65536
-MAX_TOKEN_CHARS = 256
-#: Deepest nesting of lists and objects accepted in ``meta`` (the format's meta is flat).
-MAX_META_DEPTH = 32
-#: The archive members a trace may have (``<key>.npy``); any other member is never read.
-_KEYS = ("format", "name", "meta", "tokens", "weights", "attention")
-_MAX_MEMBERS = 64
-_MAX_FORMAT_CHARS = 64
-_MAX_HEADER = 10_000  # bytes of .npy header dictionary (numpy's own limit)
-_CHUNK = 1 << 20  # bytes of array data per read
-# Deflate reaches ~1000:1 only on degenerate data; attention rows hold noise and compress a few
-# fold. Past 64 MiB a member may not claim more than 100 times its compressed size, so a small
-# file never costs more than ~100 MB of decompression (a second or so) before it is refused.
-_RATIO_FREE = 64 << 20
-_MAX_RATIO = 100
-# The dtypes np.save writes for the arrays a trace holds: floats for weights, strings otherwise.
-_DESCR = re.compile(r"[<>|=]?(?:f[248]|U[1-9][0-9]{0,8}|S[1-9][0-9]{0,8})")
 
 
-def load_trace(
-    source: str | os.PathLike[str] | Any, *, name: str | None = None, max_steps: int = MAX_STEPS
-) -> Trace:
-    """Read a trace from a path or a binary file object; ``ValueError`` names what is wrong.
-
-    Accepts the packed ``weights`` layout written by :func:`save_trace`, or a square
-    ``attention`` matrix (row ``t`` in columns ``0..t-1``) as other tools may write it. Any
-    malformed file is refused with a ``ValueError``, at a cost bounded by the trace it claims
-    to be (see ``traces/README.md`` for the rules).
-    """
-    magic = _magic(source)
-    if magic.startswith(b"\x93NUMPY"):
-        raise ValueError("not a trace file: expected an .npz archive, got a single .npy array")
-    if not magic.startswith(b"PK"):
-        # Checked before any parser sees it: numpy would call unknown bytes "pickled data" and
-        # suggest allow_pickle=True, which is the one thing not to do with an untrusted file.
-        raise ValueError("not an .npz file (a trace is a NumPy .npz archive: traces/README.md)")
-    with _reading("the archive", "not a readable .npz file"):
-        zf = zipfile.ZipFile(source)
-    with zf:
-        arrays = {key: _header(zf, info, key) for key, info in _members(zf).items()}
-        w, steps = _weights_header(arrays, max_steps)
-        _check_string_header(arrays.get("format"), (), _MAX_FORMAT_CHARS)
-        _check_string_header(arrays.get("name"), (), MAX_NAME_CHARS)
-        _check_string_header(arrays.get("meta"), (), MAX_META_CHARS)
-        if "tokens" in arrays:
-            tok = arrays["tokens"]
-            if len(tok.shape) != 1:
-                raise ValueError(f"'tokens' must be a 1-D array of strings, got shape {tok.shape}")
-            if tok.shape[0] != steps:
-                raise ValueError(f"{tok.shape[0]} tokens for a trace of {steps} steps")
-            _check_string_header(tok, (steps,), MAX_TOKEN_CHARS)
-        # Every header fits: now the data, smallest first.
-        fmt = _read_strings(zf, arrays["format"]) if "format" in arrays else FORMAT
-        if fmt != FORMAT:
-            raise ValueError(f"unsupported trace format {fmt!r} (this version reads {FORMAT})")
-        stored_name = _read_strings(zf, arrays["name"]) if "name" in arrays else "uploaded"
-        meta = _parse_meta(_read_strings(zf, arrays["meta"])) if "meta" in arrays else {}
-        tokens = _read_strings(zf, arrays["tokens"]) if "tokens" in arrays else None
-        packed_bytes = _offset(steps) * 4
-        if packed_bytes > 8 * w.info.compress_size:
-            # Far more compressible than attention rows are: validate every row in a first pass
-            # that keeps nothing, so that a small file that is bad only near its end never gets
-            # the trace-sized buffer. Real traces (a few fold) are read in one pass.
-            _scan_weights(zf, w, steps)
-        packed = np.empty(_offset(steps), dtype=np.float32)
-        sums = _scan_weights(zf, w, steps, out=packed)
-    name = name or stored_name or "uploaded"
-    return Trace._build(name, packed, meta, tokens, normalize=True, sums=sums)
+#: Bytes of array data read (or checked) at a time.
+CHUNK = 1 << 20
 
 
-@dataclass(frozen=True)
-class _Member:
-    """One ``.npy`` member of the archive, as its header describes it."""
-
-    key: str
-    info: zipfile.ZipInfo
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    fortran_order: bool
-    data_offset: int  # bytes of magic and header before the data
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * self.dtype.itemsize  # Python ints: no overflow
-
-
-#: What zipfile, zlib and the file object raise on a damaged archive.
-_DAMAGED = (
-    ValueError,
-    OSError,
-    EOFError,
-    zipfile.BadZipFile,
-    zlib.error,
-    struct.error,
-    OverflowError,
-    NotImplementedError,  # an unsupported compression method
-    RuntimeError,  # an encrypted member
-)
-
-
-@contextlib.contextmanager
-def _reading(what: str, problem: str = "damaged .npz file") -> Iterator[None]:
-    """Turn what the archive machinery raises into one ``ValueError``. Only library calls run
-    inside, so the loader's own messages are never rewrapped."""
-    try:
-        yield
-    except _DAMAGED as e:
-        raise ValueError(f"{problem} ({what}): {type(e).__name__}: {e}") from None
-
-
-def _members(zf: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
-    infos = zf.infolist()
-    if len(infos) > _MAX_MEMBERS:
-        raise ValueError(f"the archive has {len(infos)} members; at most {_MAX_MEMBERS}")
-    found: dict[str, zipfile.ZipInfo] = {}
-    for info in infos:
-        key = info.filename.removesuffix(".npy")
-        if key not in _KEYS or not info.filename.endswith(".npy"):
-            continue  # not part of the format: never read
-        if key in found:
-            raise ValueError(f"the archive has two {info.filename!r} members")
-        if info.flag_bits & 0x1:
-            raise ValueError(f"{info.filename!r} is encrypted")
-        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-            raise ValueError(
-                f"{info.filename!r} uses compression method {info.compress_type}; a trace's "
-                "members are stored or deflated (as numpy writes them)"
-            )
-        found[key] = info
-    if "weights" not in found and "attention" not in found:
-        names = sorted(i.filename.removesuffix(".npy")[:40] for i in infos)
-        shown = ", ".join(repr(n) for n in names[:10]) + (", ..." if len(names) > 10 else "")
-        raise ValueError(
-            f"not a trace file: found arrays [{shown}], expected 'weights' or 'attention'"
-        )
-    if "weights" in found and "attention" in found:
-        raise ValueError("the archive has both 'weights' and 'attention'; a trace has one")
-    return found
-
-
-@contextlib.contextmanager
-def _open(zf: zipfile.ZipFile, info: zipfile.ZipInfo, key: str) -> Iterator[IO[bytes]]:
-    with _reading(f"{key!r}"):
-        f = zf.open(info)
-    with f:
-        yield f
-
-
-def _read_exact(f: IO[bytes], n: int, key: str) -> bytes:
-    """``n`` bytes (a bounded read: decompression stops there), or refuse a short member."""
-    with _reading(f"{key!r}"):
-        data = f.read(n)
-    if len(data) != n:
-        raise ValueError(f"{key!r} is truncated: the archive member ends early")
-    return data
-
-
-def _header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, key: str) -> _Member:
-    """Shape and dtype of a member, from its header alone; checked against the member's size."""
-    with _open(zf, info, key) as f:
-        magic = _read_exact(f, 8, key)
-        if magic[:6] != b"\x93NUMPY":
-            raise ValueError(f"{key!r} is not a .npy array")
-        version = (magic[6], magic[7])
-        if version not in ((1, 0), (2, 0), (3, 0)):
-            raise ValueError(f"{key!r} has .npy format version {version[0]}.{version[1]}")
-        size = 2 if version == (1, 0) else 4
-        length = int.from_bytes(_read_exact(f, size, key), "little")
-        if length > _MAX_HEADER:
-            # numpy itself reads a version 2 header of any declared length before checking it
-            raise ValueError(f"{key!r} has a {length}-byte header; at most {_MAX_HEADER}")
-        raw = _read_exact(f, length, key)
-    shape, dtype, fortran_order = _parse_header(raw, version, key)
-    m = _Member(key, info, shape, dtype, fortran_order, 8 + size + length)
-    if info.file_size != m.data_offset + m.nbytes:
-        raise ValueError(
-            f"{key!r} declares shape {_short(shape)} of {dtype} ({_short(m.nbytes, 20)} bytes), "
-            f"but the archive member holds {info.file_size - m.data_offset} bytes of data"
-        )
-    if info.file_size > max(_RATIO_FREE, _MAX_RATIO * info.compress_size):
-        raise ValueError(
-            f"{key!r} would inflate {info.file_size // max(info.compress_size, 1)}-fold, from "
-            f"{info.compress_size} to {info.file_size} bytes: refused as a likely decompression "
-            "bomb. If the trace is genuine, save it uncompressed (np.savez, not savez_compressed)"
-        )
-    return m
-
-
-def _parse_header(
-    raw: bytes, version: tuple[int, int], key: str
-) -> tuple[tuple[int, ...], np.dtype, bool]:
-    try:
-        d = ast.literal_eval(raw.decode("utf-8" if version == (3, 0) else "latin-1"))
-    except (UnicodeDecodeError, SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
-        raise ValueError(f"{key!r} has an unreadable .npy header") from None
-    if not isinstance(d, dict) or set(d) != {"descr", "fortran_order", "shape"}:
-        raise ValueError(f"{key!r} has a malformed .npy header")
-    shape, descr, fortran_order = d["shape"], d["descr"], d["fortran_order"]
-    if not (isinstance(shape, tuple) and all(type(n) is int and n >= 0 for n in shape)):
-        raise ValueError(f"{key!r} has an invalid shape {_short(shape)} in its header")
-    if not isinstance(fortran_order, bool):
-        raise ValueError(f"{key!r} has a malformed .npy header (fortran_order)")
-    if not isinstance(descr, str):  # a list of fields
-        raise ValueError(f"{key!r} is a structured array; a trace holds plain arrays")
-    if descr.lstrip("<>|=").startswith("O"):
-        raise ValueError(f"{key!r} holds pickled (object) data; it is refused, never unpickled")
-    if not _DESCR.fullmatch(descr):
-        raise ValueError(
-            f"{key!r} has dtype {_short(descr)}; a trace holds float16/32/64 weights and strings"
-        )
-    return shape, np.dtype(descr), fortran_order
-
-
-def _short(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _weights_header(arrays: dict[str, _Member], max_steps: int) -> tuple[_Member, int]:
-    """The member holding the attention, and the number of steps it implies."""
-    if "weights" in arrays:
-        w = arrays["weights"]
-        if len(w.shape) != 1 or w.dtype.kind != "f":
-            raise ValueError(f"'weights' must be a 1-D float array, got {w.shape} {w.dtype}")
-        steps = _steps_for(w.shape[0])
-    else:
-        w = arrays["attention"]
-        if len(w.shape) != 2 or w.shape[0] != w.shape[1] or w.dtype.kind != "f":
-            raise ValueError(f"'attention' must be a square float matrix, got {w.shape} {w.dtype}")
-        steps = w.shape[0]
-    _check_size(steps, max_steps)
-    if steps < 2:
-        raise ValueError(f"a trace needs at least 2 steps (one row of attention), got {steps}")
-    return w, steps
-
-
-def _check_string_header(m: _Member | None, shape: tuple[int, ...], max_chars: int) -> None:
-    if m is None:
-        return
-    if m.shape != shape or m.dtype.kind not in "US":
-        what = "a string" if shape == () else "an array of strings"
-        raise ValueError(f"{m.key!r} must be {what}, got shape {m.shape} {m.dtype}")
-    chars = m.dtype.itemsize // 4 if m.dtype.kind == "U" else m.dtype.itemsize
-    if chars > max_chars:
-        raise ValueError(
-            f"{m.key!r} holds strings of up to {chars} characters; at most {max_chars}"
-        )
-
-
-def _read_strings(zf: zipfile.ZipFile, m: _Member) -> Any:
-    """A string member's value (a str, or a list for 1-D), every code point checked."""
-    with _open(zf, m.info, m.key) as f:
-        _read_exact(f, m.data_offset, m.key)  # the header, parsed already
-        raw = _read_exact(f, m.nbytes, m.key)
-    if m.dtype.kind == "U":
-        # numpy turns a code point above U+10FFFF into a SystemError; surrogates would fail
-        # later, when the string is encoded for a page or a JSON file.
-        cps = np.frombuffer(raw, dtype=np.dtype(np.uint32).newbyteorder(m.dtype.byteorder))
-        bad = np.flatnonzero((cps > 0x10FFFF) | ((cps >= 0xD800) & (cps <= 0xDFFF)))
-        if bad.size:
-            i, cp = int(bad[0]) // (m.dtype.itemsize // 4), int(cps[bad[0]])
-            where = f" (entry {i})" if m.shape else ""
-            raise ValueError(f"{m.key!r} holds an invalid character U+{cp:X}{where}")
-        return np.frombuffer(raw, dtype=m.dtype).reshape(m.shape).tolist()
-    values = np.frombuffer(raw, dtype=m.dtype).reshape(m.shape).tolist()
-    try:
-        if isinstance(values, bytes):
-            return values.decode("utf-8")
-        return [v.decode("utf-8") for v in values]
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{m.key!r} is not valid UTF-8 ({e.reason})") from None
-
-
-def _parse_meta(text: str) -> dict[str, Any]:
-    def bounded_int(digits: str) -> int:  # before Python's own, less helpful, limit
-        if len(digits) > 100:
-            raise ValueError(f"an integer of {len(digits)} digits")
-        return int(digits)
-
-    try:
-        # NaN and Infinity are accepted, as Python's json (and so save_trace) writes them.
-        meta = json.loads(text, parse_int=bounded_int)
-    except RecursionError:
-        raise ValueError(f"meta nests deeper than {MAX_META_DEPTH} levels") from None
-    except ValueError as e:  # json.JSONDecodeError, or one of the hooks above
-        raise ValueError(f"malformed trace file: meta is not valid JSON ({e})") from None
-    if not isinstance(meta, dict):
-        raise ValueError("meta must be a JSON object")
-    stack: list[tuple[object, int]] = [(meta, 1)]
-    while stack:  # iterative: nesting the parser accepted must not recurse elsewhere
-        value, depth = stack.pop()
-        if depth > MAX_META_DEPTH:
-            raise ValueError(f"meta nests deeper than {MAX_META_DEPTH} levels")
-        if isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in (*value.keys(), *value.values()))
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in value)
-        elif isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise ValueError("meta holds an invalid character (a lone surrogate)") from None
-    return meta
-
-
-def _scan_weights(
-    zf: zipfile.ZipFile, m: _Member, steps: int, out: np.ndarray | None = None
-) -> np.ndarray:
-    """Check every row of the attention member (finite, non-negative, summing to 1), reading
-    ``_CHUNK`` bytes at a time; with ``out``, also write the rows packed as float32.
-
-    Returns the float64 sum of each row as stored (row 0: 0), for renormalising.
-    """
-    sums = np.zeros(steps)
-    item = m.dtype.itemsize
-    with _open(zf, m.info, m.key) as f:
-        _read_exact(f, m.data_offset, m.key)  # the header, parsed already
-        if m.key == "weights":  # packed rows, back to back
-            t = 1
-            while t < steps:
-                u = _block_end(t, steps, item)
-                base = _offset(t)
-                a = np.frombuffer(_read_exact(f, (_offset(u) - base) * item, m.key), m.dtype)
-                _check_values(a, lambda i, base=base: _row_of(base + i))
-                starts = np.array([_offset(r) - base for r in range(t, u)])
-                sums[t:u] = np.add.reduceat(a.astype(np.float64), starts)
-                _check_sums(sums, t, u)
-                if out is not None:
-                    out[base : _offset(u)] = a
-                t = u
-        elif not m.fortran_order:  # a dense matrix, row after row
-            per = max(1, _CHUNK // (steps * item))
-            for r0 in range(0, steps, per):
-                r1 = min(steps, r0 + per)
-                a = np.frombuffer(_read_exact(f, (r1 - r0) * steps * item, m.key), m.dtype)
-                a = a.reshape(r1 - r0, steps)
-                for r in range(max(r0, 1), r1):
-                    row = a[r - r0, :r]
-                    _check_values(row, lambda _, r=r: r)
-                    sums[r] = row.sum(dtype=np.float64)
-                    if out is not None:
-                        out[_offset(r) : _offset(r) + r] = row
-                _check_sums(sums, max(r0, 1), r1)
-        else:  # a dense matrix, column after column: rows are complete only at the end
-            offsets = np.array([_offset(r) for r in range(steps)])
-            per = max(1, _CHUNK // (steps * item))
-            for c0 in range(0, steps, per):
-                c1 = min(steps, c0 + per)
-                a = np.frombuffer(_read_exact(f, (c1 - c0) * steps * item, m.key), m.dtype)
-                a = a.reshape(c1 - c0, steps)
-                for c in range(c0, c1):
-                    col = a[c - c0, c + 1 :]  # rows c+1 .. steps-1
-                    _check_values(col, lambda i, c=c: c + 1 + i)
-                    sums[c + 1 :] += col
-                    if out is not None:
-                        out[offsets[c + 1 :] + c] = col
-            _check_sums(sums, 1, steps)
-    return sums
-
-
-def _check_values(a: np.ndarray, row_of: Callable[[int], int]) -> None:
+def check_values(a: np.ndarray, row_of: Callable[[int], int]) -> None:
     """Refuse NaN, inf or a negative weight; ``row_of`` maps an index of ``a`` to its row."""
     if a.size == 0:
         return
@@ -686,30 +340,8 @@ def _check_values(a: np.ndarray, row_of: Callable[[int], int]) -> None:
     raise ValueError(f"trace has a negative weight in row {row_of(int(np.argmax(a < 0)))}")
 
 
-def _check_sums(sums: np.ndarray, lo: int, hi: int) -> None:
+def check_sums(sums: np.ndarray, lo: int, hi: int) -> None:
     off = np.abs(sums[lo:hi] - 1.0) > ROW_SUM_TOLERANCE
     if off.any():
         t = lo + int(np.argmax(off))
         raise ValueError(f"row {t} of the trace sums to {sums[t]:.6f}, not 1")
-
-
-def _magic(source: str | os.PathLike[str] | Any) -> bytes:
-    """The first bytes of a path or a seekable binary file (its position is left unchanged)."""
-    if isinstance(source, str | os.PathLike):
-        try:
-            with open(source, "rb") as f:
-                return f.read(8)
-        except OSError as e:
-            raise ValueError(f"cannot read {os.fspath(source)!r}: {e.strerror}") from None
-    try:
-        start = source.tell()
-        head = source.read(8)
-        source.seek(start)
-    except (AttributeError, OSError) as e:
-        raise ValueError(f"cannot read the trace: {e}") from None
-    return head if isinstance(head, bytes) else b""
-
-
-def _check_size(steps: int, max_steps: int) -> None:
-    if steps > max_steps:
-        raise ValueError(f"trace has {steps} steps; at most {max_steps} are accepted")

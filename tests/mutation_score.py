@@ -20,6 +20,7 @@ MODULES = (
     "h2o/bank/",
     "h2o/replay.py",
     "h2o/trace.py",
+    "h2o/trace_npz.py",
     "h2o/alloc/",
     "app/stepper.py",
     "app/state.py",

@@ -38,7 +38,7 @@ from trace_corpus import CHECKS, CORPUS, TRIPPED, expected_check
 
 from h2o import Trace, load_trace
 from h2o.cli import main
-from h2o.trace import _offset
+from h2o.trace import offset as _offset
 
 PEAK = 16 << 20  # what refusing any case of the corpus may cost (the issue allows 100 MB)
 

@@ -1,6 +1,6 @@
 """Every limit of the trace loader, at its edge: the largest value loads, one more is refused.
 
-The loader's limits (h2o/trace.py): steps (``max_steps``, ``MAX_STEPS`` by default, and at
+The loader's limits (h2o/trace_npz.py): steps (``max_steps``, ``MAX_STEPS`` by default, and at
 least 2), characters of the name, tokens, meta and format strings, meta nesting, digits of a
 meta integer, members of the archive, bytes of a ``.npy`` header, the decompression-bomb rule
 (64 MiB free, then at most 100:1), and the row-sum tolerance. A limit off by one fails here.
@@ -16,15 +16,8 @@ import pytest
 from npz_forge import T, archive, base, declared, dense, entries_of, npy, packed, raw_archive, save
 
 from h2o import load_trace, toy_trace
-from h2o.trace import (
-    MAX_META_CHARS,
-    MAX_META_DEPTH,
-    MAX_NAME_CHARS,
-    MAX_STEPS,
-    MAX_TOKEN_CHARS,
-    ROW_SUM_TOLERANCE,
-    save_trace,
-)
+from h2o.trace import MAX_STEPS, ROW_SUM_TOLERANCE, save_trace
+from h2o.trace_npz import MAX_META_CHARS, MAX_META_DEPTH, MAX_NAME_CHARS, MAX_TOKEN_CHARS
 
 MIB = 1 << 20
 

@@ -1,4 +1,4 @@
-"""The loader's row bookkeeping (h2o/trace.py), where mutation testing found it unguarded.
+"""The loader's row bookkeeping (h2o/trace_npz.py), where mutation testing found it unguarded.
 
 A bad weight is named by its row, wherever it sits in the packed layout; a dense matrix larger
 than one read chunk is read chunk by chunk, row-major or column-major, and every row is checked;

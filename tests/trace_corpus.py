@@ -3,7 +3,7 @@
 For each member of the format (format, name, meta, tokens, weights, attention): truncations,
 header-shape lies, deflate bombs (honest and lying zip sizes), bad dtypes, pickled object arrays
 and bad unicode; then archive-level damage, deep meta, bad values and limits read from headers.
-:func:`expected_check` names, for every case, the one check of ``h2o/trace.py`` that must refuse
+:func:`expected_check` names, for every case, the one check of ``h2o/trace_npz.py`` that must refuse
 it (:data:`CHECKS`: its message), so that a check that stops working is seen.
 """
 
@@ -35,7 +35,8 @@ from npz_forge import (
     with_member,
 )
 
-from h2o.trace import MAX_STEPS, _offset
+from h2o.trace import MAX_STEPS
+from h2o.trace import offset as _offset
 
 TRIPPED: list[str] = []
 
