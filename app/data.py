@@ -27,8 +27,8 @@ from streamlit.runtime import Runtime
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 import h2o
-from app import playback
 from app.bytecache import ByteCache, Holds
+from app.player import playback
 from h2o import analysis
 from h2o.progress import Progress
 from h2o.synthetic import BUILTIN

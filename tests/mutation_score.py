@@ -22,7 +22,7 @@ MODULES = (
     "h2o/trace.py",
     "h2o/trace_npz.py",
     "h2o/alloc/",
-    "app/stepper.py",
+    "app/player/stepper.py",
     "app/state.py",
     "app/controls.py",
 )

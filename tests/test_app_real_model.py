@@ -19,7 +19,8 @@ from model_marks import INSTALL, needs_model
 from streamlit.testing.v1 import AppTest
 
 import h2o
-from app import data, model_runs, playback
+from app import data, model_runs
+from app.player import playback
 from h2o import analysis
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")

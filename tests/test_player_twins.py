@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import h2o
-from app import figures, playback, player
+from app import figures, player
+from app.player import playback
 
 NODE = shutil.which("node")
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")

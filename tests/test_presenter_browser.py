@@ -20,7 +20,7 @@ from streamlit_server import CHROMIUM, launch, serve, shown_step, wait_player, w
 from test_browser import new_page
 
 import h2o
-from app import playback, stepper
+from app.player import playback, stepper
 from h2o import explain
 
 VIEWPORT = (1280, 720)

@@ -1,4 +1,5 @@
-"""The step view's report path (app/stepper.py): a browser report is checked where it is stored.
+"""The step view's report path (app/player/stepper.py): a browser report is checked where it is
+stored.
 
 In the app, a report from the player reruns only the step view's fragment, not the page, so
 ``render()``'s own clamp never sees it: what ``apply_report`` stores is what the fragment's
@@ -21,7 +22,8 @@ from streamlit.runtime.scriptrunner_utils import script_requests
 from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1 import local_script_runner as runner
 
-from app import playback, state, stepper
+from app import state
+from app.player import playback, stepper
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 TOY_STEPS = 40  # h2o.toy_trace()
@@ -186,7 +188,8 @@ def _page(refused: bool = False, b: str = "tova", titles: bool = True) -> None:
     are titled "A" and "B" only."""
     import numpy as np
 
-    from app import data, playback, state, stepper
+    from app import data, state
+    from app.player import playback, stepper
     from h2o import analysis
 
     state.read_url()

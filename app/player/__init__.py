@@ -1,11 +1,14 @@
 """The step-through player: ``js/*.js`` (drawing with plotly.js in the browser) as a Streamlit
-component, and as a self-contained HTML file for slides.
+component, and as a self-contained HTML file for slides. The package owns all of it: the ES
+modules and the constants they share with Python (``constants.py``), the payload
+(``playback.py``), the step view's server side (``stepper.py``) and the colour scale
+(``colours.py``).
 
-Inside the app it is a custom component v2 (inline HTML/CSS/JS, no iframe): the page sends a view's
-payload (:mod:`app.playback`) once per range of steps; stepping and playing happen in the browser;
-the component's ``view`` state (step and view settings) comes back when the user pauses or stops
-interacting. plotly.js is served by the app itself (``app/static/plotly.min.js``, copied from the
-``plotly`` package), never from a CDN: classrooms are often offline.
+Inside the app it is a custom component v2 (inline HTML/CSS/JS, no iframe): the page sends a
+view's payload (:mod:`app.player.playback`) once per range of steps; stepping and playing happen
+in the browser; the component's ``view`` state (step and view settings) comes back when the user
+pauses or stops interacting. plotly.js is served by the app itself (``app/static/plotly.min.js``,
+copied from the ``plotly`` package), never from a CDN: classrooms are often offline.
 """
 
 from __future__ import annotations

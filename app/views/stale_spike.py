@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from app import controls, data, figures, playback, player, state, stepper
+from app import controls, data, figures, player, state
 from app.lesson import part2
+from app.player import playback, stepper
 from h2o import age_bias, analysis
 from h2o.policies import make_policy
 

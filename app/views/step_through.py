@@ -5,7 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 import h2o
-from app import controls, data, figures, model_runs, playback, player, state, stepper
+from app import controls, data, figures, model_runs, player, state
+from app.player import playback, stepper
 from h2o import analysis
 
 player.preload()  # plotly.js loads while the server computes the page
