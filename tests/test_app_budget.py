@@ -14,8 +14,8 @@ import pytest
 from model_marks import needs_model
 from streamlit.testing.v1 import AppTest
 
-from app import budget_data as bd
 from app import model_runs
+from app.budget_split import data as bd
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 PAGE = "views/budget_split.py"

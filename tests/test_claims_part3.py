@@ -21,9 +21,10 @@ from model_marks import needs_model
 from streamlit.testing.v1 import AppTest
 
 import h2o
-from app import budget_data as bd
+from app.budget_split import claims as budget_claims
+from app.budget_split import data as bd
 from app.lesson import part3
-from app.real_model import budget_claims, claims
+from app.real_model import claims
 from h2o import analysis
 from h2o.alloc import ALLOCATORS, make_allocator
 from h2o.model.layers import region_shares

@@ -9,7 +9,7 @@ SnapKV, which compresses once after reading the whole prompt, question included.
 
 The page opens on results computed ahead (``traces/results/allocation-*.json``); a button
 recomputes them on this server through the model queue. Every sentence that states a number or
-a winner is built by :mod:`app.real_model.budget_claims` from the numbers shown beside it.
+a winner is built by :mod:`app.budget_split.claims` from the numbers shown beside it.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import budget_data as bd
 from app import figures, model_runs, state
-from app.real_model import budget_claims as claims
+from app.budget_split import claims
+from app.budget_split import data as bd
 from app.real_model.claims import answer_key, is_right, stated
 from h2o.alloc import ALLOCATORS
 
