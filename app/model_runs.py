@@ -18,7 +18,8 @@ import streamlit as st
 
 import h2o
 from app import jobs
-from app.data import ROOT, TRACE_DIR, bar_progress, said
+from app.data import ROOT, TRACE_DIR, said
+from app.sweeps import bar_progress
 from h2o import analysis
 from h2o.progress import Progress
 

@@ -347,7 +347,7 @@ def measure_banks(trace, repeats: int) -> dict:
 
 def measure_explorer(repeats: int) -> dict:
     """What a cold recentWindow explorer page computes, at the default budget 256 (the app's
-    ``data.window_sweep``: H2O and Scissorhands at its windows, two reference replays)."""
+    ``app.sweeps.window_sweep``: H2O and Scissorhands at its windows, two reference replays)."""
     band = 64
     windows = sorted({*range(0, 3 * BUDGET // 4 + 1, BUDGET // 32), 32, band})
     refs = [("streaming-llm", {"sinks": 4}), ("sliding-window", {})]

@@ -125,7 +125,7 @@ def test_freeze_is_measured_on_the_replay():
 @pytest.fixture(scope="module")
 def sweep(canonical):
     """Chapter 4's sweep, one plain replay per window: (windows, H2O mass, Scissorhands mass)."""
-    windows = part2.data.sweep_windows_for(256, 64)
+    windows = part2.sweeps.sweep_windows_for(256, 64)
     h = [mass_of(canonical, "h2o", 256, recent_window=w) for w in windows]
     s = [mass_of(canonical, "scissorhands", 256, recent_window=w) for w in windows]
     return windows, h, s

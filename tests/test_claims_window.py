@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import claims, data
+from app import claims, data, sweeps
 from h2o import analysis
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
@@ -39,7 +39,7 @@ def canonical():
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_the_headline_at_every_budget(canonical, budget):
     band = analysis.band_width(canonical)
-    windows = data.sweep_windows_for(budget, band)
+    windows = sweeps.sweep_windows_for(budget, band)
     rows = analysis.sweep_windows(canonical, "h2o", windows, budget, 32)
     sl = analysis.bench(canonical, budget, 32, [("streaming-llm", {"sinks": 4})])[0]
     text = claims.window_headline(rows, band, sl["retained_mass"], sl["top_k_recall"], "SL", 32)

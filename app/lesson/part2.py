@@ -16,7 +16,7 @@ import numpy as np
 import streamlit as st
 
 import h2o
-from app import controls, data, figures, pages, state
+from app import controls, data, figures, pages, state, sweeps
 from app.lesson import Chapter, open_in, predict
 from h2o import age_bias, analysis, explain
 
@@ -32,8 +32,8 @@ CANON_BUDGET = 256
 def canonical_sweep(ref: data.TraceRef) -> tuple[list[int], dict[str, list[dict]]]:
     """Chapter 4's recent_window sweep (H2O, Scissorhands, StreamingLLM, sliding window) at
     budget 256, top-32, 4 sinks: computed once, shared with chapter 5."""
-    windows = data.sweep_windows_for(CANON_BUDGET, analysis.band_width(ref.trace))
-    return windows, data.window_sweep(ref.ident, ref.trace, CANON_BUDGET, 32, tuple(windows), 4)
+    windows = sweeps.sweep_windows_for(CANON_BUDGET, analysis.band_width(ref.trace))
+    return windows, sweeps.window_sweep(ref.ident, ref.trace, CANON_BUDGET, 32, tuple(windows), 4)
 
 
 def _listing(items: Sequence[str]) -> str:
@@ -466,7 +466,7 @@ WINDOWS = (32, 64)
 
 def family_rows(ref: data.TraceRef, budget: int) -> list[dict]:
     lineup = analysis.standard_lineup(budget, windows=WINDOWS)
-    return data.bench(ref.ident, ref.trace, budget, 32, data.freeze_lineup(lineup))
+    return sweeps.bench(ref.ident, ref.trace, budget, 32, sweeps.freeze_lineup(lineup))
 
 
 def family() -> None:

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import card, data, figures, model_runs, pages, state
+from app import card, data, figures, model_runs, pages, state, sweeps
 from app.lesson import Chapter, open_in
 from app.real_model import claims
 from h2o.model.layers import region_shares
@@ -86,7 +86,7 @@ def real_model() -> None:
         ref = data.load(key, {})
         # Where the attention goes, split where StreamingLLM's ring is: its sinks, its window.
         shares[layer] = region_shares(ref.trace, SINKS, budget - SINKS)
-        for row in data.bench(ref.ident, ref.trace, budget, 32, data.freeze_lineup(lineup)):
+        for row in sweeps.bench(ref.ident, ref.trace, budget, 32, sweeps.freeze_lineup(lineup)):
             mass[row["policy"]].append(row["retained_mass"])
             by_layer.setdefault(layer, {})[row["policy"]] = row["retained_mass"]
     names = labels()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import controls, data, figures, model_runs, state
+from app import controls, data, figures, model_runs, state, sweeps
 from app.real_model.common import GEN_TEXT, MARGIN, open_in_step_through
 from h2o.model.layers import region_shares
 
@@ -47,7 +47,7 @@ def draw() -> list[data.TraceRef]:
                 ("h2o", {"recent_window": fit[state.WINDOW]}),
                 ("streaming-llm", {"sinks": 4}),
             ]
-            rows = data.bench(ref.ident, tr, budget, fit["top_k"], data.freeze_lineup(lineup))
+            rows = sweeps.bench(ref.ident, tr, budget, fit["top_k"], sweeps.freeze_lineup(lineup))
             hm, sm = rows[0]["retained_mass"], rows[1]["retained_mass"]
             sink, recent, middle = region_shares(tr)
             names.append(f"{tr.name} (budget {budget})")

@@ -9,7 +9,7 @@ import numpy as np
 import streamlit as st
 
 import h2o
-from app import data, figures, model_runs, state
+from app import data, figures, model_runs, state, sweeps
 from app.real_model.common import (
     MARGIN,
     TOP_K,
@@ -118,7 +118,7 @@ def draw(texts: list[str], default_text: str, cfg: Settings, captured: list[data
         rows = None
         if not problems:
             # Replays of the kept capture (no model run); this session remembers what it saw.
-            compare_key = (*story_key, story_budget, data.freeze_lineup(lineup))
+            compare_key = (*story_key, story_budget, sweeps.freeze_lineup(lineup))
             rows = story_results.get(compare_key)
             if rows is None and model_runs.capture_ready(*story_key):
                 rows = model_runs.layer_comparison(*compare_key, TOP_K)

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import claims, controls, data, figures, model_runs, state
+from app import claims, controls, figures, model_runs, state, sweeps
 from h2o import analysis
 
 st.title("All policies")
@@ -50,7 +50,7 @@ if sinks_problem is None:
 else:
     st.error(sinks_problem + " The table uses the standard lineup's sinks instead.")
 
-rows = data.bench(ctx.ref.ident, ctx.trace, ctx.budget, ctx.top_k, data.freeze_lineup(lineup))
+rows = sweeps.bench(ctx.ref.ident, ctx.trace, ctx.budget, ctx.top_k, sweeps.freeze_lineup(lineup))
 oracle = rows[0]["oracle_mass"]
 
 st.subheader(f"{state.md(ctx.trace.name, 60)}, budget {ctx.budget}")
@@ -98,8 +98,8 @@ if len(budgets) < 3:  # small traces: the same doubling, lower down
     budgets = [b for b in (4, 6, 8, 12, 16, 24, 32, 48, 64) if b < ctx.trace.steps]
 w, s = ctx.recent_window, ctx.sinks
 curve_lineup = [(name, controls.policy_settings(name, w, s)) for name in h2o.POLICIES]
-curve_rows, oracle_by_budget = data.budget_curves(
-    ctx.ref.ident, ctx.trace, data.freeze_lineup(curve_lineup), tuple(budgets), ctx.top_k
+curve_rows, oracle_by_budget = sweeps.budget_curves(
+    ctx.ref.ident, ctx.trace, sweeps.freeze_lineup(curve_lineup), tuple(budgets), ctx.top_k
 )
 tabs = st.tabs(["Retained mass", f"Top-{ctx.top_k} recall"])
 for tab, metric, title in (

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from app import controls, data, figures, player, state
+from app import controls, data, figures, player, state, sweeps
 from app.lesson import part2
 from app.player import playback, stepper
 from h2o import age_bias, analysis
@@ -125,7 +125,7 @@ sweep_h2o = [r["retained_mass"] for r in sweep["h2o"]]
 sweep_sc = [r["retained_mass"] for r in sweep["scissorhands"]]
 c_budget, c_window, c_top_k = part2.CANON_BUDGET, analysis.band_width(canon.trace) or 64, 32
 lineup = [(n, {"recent_window": c_window}) for n in ("h2o", "scissorhands")]
-rows = data.bench(canon.ident, canon.trace, c_budget, c_top_k, data.freeze_lineup(lineup))
+rows = sweeps.bench(canon.ident, canon.trace, c_budget, c_top_k, sweeps.freeze_lineup(lineup))
 h_row, s_row = rows
 diff = abs(h_row["retained_mass"] - s_row["retained_mass"])
 st.header(
@@ -133,7 +133,7 @@ st.header(
     + ("they tie" if diff < part2.TIE else "they part")
 )
 c_reps = [data.recorded_replay(canon, make_policy(n, c_budget, **p), c_top_k) for n, p in lineup]
-agree = data.shared_slots(*c_reps, canon.trace)
+agree = sweeps.shared_slots(*c_reps, canon.trace)
 m1, m2, m3 = st.columns(3)
 m1.metric(f"{h_row['label']} mass", f"{h_row['retained_mass']:.4f}")
 m2.metric(

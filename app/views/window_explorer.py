@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import claims, controls, data, figures, state
+from app import claims, controls, figures, state, sweeps
 from h2o import analysis
 
 st.title("recentWindow explorer")
@@ -22,7 +22,7 @@ st.markdown(
 ctx = controls.sidebar()
 state.publish(state.SHARED)
 band = analysis.band_width(ctx.trace)
-windows = data.sweep_windows_for(ctx.budget, band)
+windows = sweeps.sweep_windows_for(ctx.budget, band)
 _, sinks_error = controls.policy_or_error(ctx, "streaming-llm")
 if sinks_error:
     st.error(sinks_error + " The StreamingLLM reference below uses min(sinks, budget − 1).")
@@ -41,7 +41,7 @@ if ctx.recent_window >= ctx.budget:
         f"{ctx.budget} to mark it.",
         icon=":material/warning:",
     )
-result = data.window_sweep(ctx.ref.ident, ctx.trace, ctx.budget, ctx.top_k, tuple(windows), sinks)
+result = sweeps.window_sweep(ctx.ref.ident, ctx.trace, ctx.budget, ctx.top_k, tuple(windows), sinks)
 h2o_rows, sc_rows, refs = result["h2o"], result["scissorhands"], result["refs"]
 oracle = h2o_rows[0]["oracle_mass"]
 ref_mass = {r["policy"]: r["retained_mass"] for r in refs}
@@ -64,7 +64,7 @@ for col, w in zip(cols[:2], [32, band], strict=True):
 cols[2].metric(f"{ref_label['streaming-llm']} mass", f"{sl_mass:.4f}")
 cols[3].metric(f"Oracle bound (best {ctx.budget})", f"{oracle:.4f}")
 if band is not None and band in by_w and 32 in by_w:
-    share = data.band_share(ctx.ref.ident, ctx.trace, band)
+    share = sweeps.band_share(ctx.ref.ident, ctx.trace, band)
     st.markdown(
         f"This trace puts **{share:.2f}** of its attention on the most recent {band} positions. "
         + claims.window_headline(
