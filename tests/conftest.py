@@ -1,4 +1,5 @@
-"""Shared test setup: make the app package (``app/``, next to ``h2o/``) importable."""
+"""Shared test setup: make the app package (``app/``, next to ``h2o/``) importable; the live
+server and the Chromium the browser tests share (one of each per test module)."""
 
 from __future__ import annotations
 
@@ -8,3 +9,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+import pytest  # noqa: E402
+from streamlit_server import launch, serve  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def server():
+    """``streamlit run`` of the app on a free local port, for one test module."""
+    with serve() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium under Playwright, for one test module."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = launch(p)
+        yield b
+        b.close()

@@ -127,3 +127,20 @@ def wait_player(page, plots: int = 4, timeout: float = 120) -> None:
 
 def shown_step(page) -> int:
     return int(page.get_attribute(PLAYER, "data-rendered"))
+
+
+def _needs_chromium():
+    try:
+        import pytest
+    except ImportError:  # a benchmark run without the test extra: no mark needed
+        return None
+    return pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason=f"browser tests need Debian's Chromium at {CHROMIUM}: run `apt-get install -y "
+        "chromium` (Playwright cannot download its own browsers here), or point H2O_CHROMIUM at "
+        "a Chromium binary",
+    )
+
+
+#: The browser tests' mark: they need Debian's Chromium, and say how to get it when it is missing.
+needs_chromium = _needs_chromium()

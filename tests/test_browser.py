@@ -15,7 +15,14 @@ from urllib.parse import parse_qs, urlparse
 
 import numpy as np
 import pytest
-from streamlit_server import CHROMIUM, PLAYER, launch, serve, shown_step, wait_player, wait_ready
+from streamlit_server import (
+    PLAYER,
+    needs_chromium,
+    serve,
+    shown_step,
+    wait_player,
+    wait_ready,
+)
 
 import h2o
 
@@ -40,30 +47,7 @@ DEEP_LINKS = [
     ("how-it-works", "How it works"),
 ]
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not CHROMIUM.exists(),
-        reason=f"browser tests need Debian's Chromium at {CHROMIUM}: run `apt-get install -y "
-        "chromium` (Playwright cannot download its own browsers here), or point H2O_CHROMIUM "
-        "at a Chromium binary",
-    ),
-]
-
-
-@pytest.fixture(scope="module")
-def server():
-    with serve() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = launch(p)
-        yield b
-        b.close()
+pytestmark = [pytest.mark.browser, needs_chromium]
 
 
 def new_page(browser, scheme: str = "light", size: tuple[int, int] = (1500, 2400)):

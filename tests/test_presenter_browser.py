@@ -16,7 +16,7 @@ import base64
 import re
 
 import pytest
-from streamlit_server import CHROMIUM, launch, serve, shown_step, wait_player, wait_ready
+from streamlit_server import needs_chromium, shown_step, wait_player, wait_ready
 from test_browser import new_page
 
 import h2o
@@ -31,28 +31,6 @@ CHAPTERS = 9
 FIRST_FIGURE = {8: '[data-testid="stHorizontalBlock"]', 9: '[data-testid="stCode"]'}
 CHART = ".stPlotlyChart"
 CHAPTER = ".st-key-lesson_chapter"
-
-needs_chromium = pytest.mark.skipif(
-    not CHROMIUM.exists(),
-    reason=f"browser tests need Debian's Chromium at {CHROMIUM}: run `apt-get install -y "
-    "chromium` (Playwright cannot download its own browsers here), or point H2O_CHROMIUM at a "
-    "Chromium binary",
-)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with serve() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = launch(p)
-        yield b
-        b.close()
 
 
 def settled_box(page, locator, tries: int = 40) -> dict[str, float]:
