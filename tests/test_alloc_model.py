@@ -172,7 +172,7 @@ def test_cli_quality_and_generate_with_allocations(tiny_path, tmp_path, capsys) 
 
 
 def test_cli_capture_every_head(tiny_path, tmp_path, capsys) -> None:
-    from h2o.trace import load_trace
+    from h2o.trace_npz import load_trace
 
     text = tmp_path / "t.txt"
     text.write_text("the hen and the heron " * 12, encoding="utf-8")

@@ -271,7 +271,7 @@ def test_capture_rows_are_softmax_over_previous_positions(model, tiny) -> None:
 
 
 def test_capture_wraps_into_a_trace(model, tmp_path) -> None:
-    trace_mod = pytest.importorskip("h2o.trace")
+    trace_mod = pytest.importorskip("h2o.trace_npz")
     from h2o.model.capture import save_capture, to_trace
 
     dense, meta, tokens = capture_attention(model, token_ids(20), 0, "mean")
