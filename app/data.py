@@ -29,8 +29,8 @@ from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 import h2o
 from app.bytecache import ByteCache, Holds
-from app.player import playback
 from h2o import analysis
+from h2o.player import playback
 from h2o.synthetic import BUILTIN
 from h2o.trace import MAX_STEPS
 

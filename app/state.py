@@ -20,7 +20,7 @@ from typing import Any
 
 import streamlit as st
 
-from app.player import constants as player_constants
+from h2o.player import constants as player_constants
 
 TRACE, BUDGET, WINDOW, SINKS, STEP = "trace", "budget", "recent_window", "sinks", "step"
 POLICY_A, POLICY_B, SPIKE_STEP, CHAPTER = "policy_a", "policy_b", "spike_step", "chapter"

@@ -19,7 +19,7 @@ from streamlit.testing.v1 import AppTest
 
 import h2o
 from app import controls, data
-from app.player import playback
+from h2o.player import playback
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 PAGES = [
@@ -77,7 +77,7 @@ def player(at: AppTest):
 
 
 def view(at: AppTest) -> tuple[dict, dict]:
-    """The payload the browser receives: header and arrays (see app/player/playback.py)."""
+    """The payload the browser receives: header and arrays (see h2o/player/playback.py)."""
     return playback.decode(player(at).proto.bytes)
 
 

@@ -20,8 +20,8 @@ from streamlit.testing.v1 import AppTest
 
 import h2o
 from app import data, model_runs
-from app.player import playback
 from h2o import analysis
+from h2o.player import playback
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 PAGE = "views/real_model.py"

@@ -1,7 +1,7 @@
 """The player's JavaScript as ES modules: explicit imports, constants from Python, one bundle.
 
 Each file under app/player/js/ imports what it uses from the others and exports what they use;
-``constants.js`` is generated from app/player/constants.py, which the Python side reads too; the
+``constants.js`` is generated from h2o/player/constants.py, which the Python side reads too; the
 bundle the app and the exported file run strips the imports into one scope. Node (where it is
 installed) loads the modules as real ES modules and parses the bundle.
 """
@@ -14,9 +14,10 @@ import subprocess
 
 import pytest
 
-from app import player, state
+from app import state
 from app.figures import base
-from app.player import constants
+from h2o import player
+from h2o.player import constants
 
 DECL = re.compile(r"^(export )?(?:const|let|function|class) ([A-Za-z_$][\w$]*)", re.M)
 

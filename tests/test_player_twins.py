@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 import h2o
-from app import figures, player
-from app.player import playback
+from app import figures
+from h2o import player
+from h2o.player import playback
 
 NODE = shutil.which("node")
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")

@@ -20,8 +20,9 @@ from streamlit_server import needs_chromium, shown_step, wait_player, wait_ready
 from test_browser import new_page
 
 import h2o
-from app.player import playback, stepper
+from app.player import stepper
 from h2o import explain
+from h2o.player import playback
 
 VIEWPORT = (1280, 720)
 #: The lesson's chapters (``app.lesson.chapters()``; not imported here, to keep collection light).

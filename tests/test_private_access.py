@@ -91,3 +91,25 @@ def test_no_module_in_the_library_reads_another_modules_private_members():
     for path in sorted(LIB.rglob("*.py")):
         found += violations(path.read_text("utf-8"), str(path.relative_to(LIB.parent)))
     assert found == [], "\n".join(found)
+
+
+def test_the_library_imports_neither_streamlit_nor_plotly():
+    """``h2o/`` (the player's front end included) is the app's library, not the app: importing
+    every module of it pulls in neither streamlit nor plotly."""
+    import subprocess
+    import sys
+
+    mods = sorted(
+        ".".join(p.relative_to(LIB.parent).with_suffix("").parts).removesuffix(".__init__")
+        for p in LIB.rglob("*.py")
+        if p.name != "__main__.py"
+    )
+    probe = (
+        "import importlib, sys\n"
+        f"for m in {mods!r}: importlib.import_module(m)\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('streamlit', 'plotly'))\n"
+        "print(bad)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

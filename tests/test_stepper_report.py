@@ -23,7 +23,8 @@ from streamlit.testing.v1 import AppTest
 from streamlit.testing.v1 import local_script_runner as runner
 
 from app import state
-from app.player import playback, stepper
+from app.player import stepper
+from h2o.player import playback
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 TOY_STEPS = 40  # h2o.toy_trace()
@@ -189,8 +190,9 @@ def _page(refused: bool = False, b: str = "tova", titles: bool = True) -> None:
     import numpy as np
 
     from app import data, state
-    from app.player import playback, stepper
+    from app.player import stepper
     from h2o import analysis
+    from h2o.player import playback
 
     state.read_url()
     ref = data.load("toy", {})

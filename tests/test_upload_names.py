@@ -23,7 +23,7 @@ from streamlit.runtime.media_file_manager import MediaFileManager
 from streamlit.testing.v1 import AppTest
 
 import h2o
-from app.player import playback
+from h2o.player import playback
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 STEM = "<img src=x onerror=alert(1)> [sign in](evil.example)"

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from app.player.colours import ColourScale  # noqa: F401  (the player's; figures read it here)
-from app.player.constants import COLOURS
+from h2o.player.colours import ColourScale  # noqa: F401  (the player's; figures read it here)
+from h2o.player.constants import COLOURS
 
 FONT = 15
 

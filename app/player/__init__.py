@@ -1,11 +1,10 @@
-"""The step-through player: ``js/*.js`` (drawing with plotly.js in the browser) as a Streamlit
-component, and as a self-contained HTML file for slides. The package owns all of it: the ES
-modules and the constants they share with Python (``constants.py``), the payload
-(``playback.py``), the step view's server side (``stepper.py``) and the colour scale
-(``colours.py``).
+"""The step-through player in the Streamlit app: its front end (:mod:`h2o.player`: the ES
+modules, the constants they share with Python, the payload and the colour scale — one front end
+for every host) as a Streamlit component, and as a self-contained HTML file for slides; the step
+view's server side is ``stepper.py``.
 
 Inside the app it is a custom component v2 (inline HTML/CSS/JS, no iframe): the page sends a
-view's payload (:mod:`app.player.playback`) once per range of steps; stepping and playing happen
+view's payload (:mod:`h2o.player.playback`) once per range of steps; stepping and playing happen
 in the browser; the component's ``view`` state (step and view settings) comes back when the user
 pauses or stops interacting. plotly.js is served by the app itself (``app/static/plotly.min.js``,
 copied from the ``plotly`` package), never from a CDN: classrooms are often offline.
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import html
-import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -24,19 +22,12 @@ from typing import Any
 import plotly
 import streamlit as st
 
-from app.player import constants
+from h2o.player import JS_DIR, JS_FILES, bundle, constants
 
 HERE = Path(__file__).parent
 STATIC = HERE.parent / "static"
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 NAME = "h2o_player"
-#: The player's ES modules, each after those it imports (see :func:`bundle`); ``constants.js`` is
-#: generated from :mod:`app.player.constants`.
-JS_FILES = ("constants.js", "common.js", "slots.js", "plots.js", "player.js")
-#: What :func:`bundle` strips: the modules' own imports (one line each, from a sibling) and the
-#: ``export`` keyword of their declarations.
-IMPORT_LINE = re.compile(r'^import \{([^}]*)\} from "\./([\w.]+)";\n', re.M)
-EXPORT_WORD = re.compile(r"^export (?=(?:const|let|function|class) )", re.M)
 
 _LOADER = """
 function loadPlotly(url) {
@@ -83,27 +74,6 @@ def _read(name: str) -> str:
     return (HERE / name).read_text(encoding="utf-8")
 
 
-def module_source(name: str) -> str:
-    """One of the player's ES modules; ``constants.js`` as generated from the Python values."""
-    if name == "constants.js":
-        return constants.js_module()
-    return (HERE / "js" / name).read_text(encoding="utf-8")
-
-
-def bundle() -> str:
-    """The ES modules as one script that defines ``H2OPlayer`` (``decode``, ``mount``) and
-    nothing else — one scope, in :data:`JS_FILES` order, their imports and ``export`` words
-    stripped: the component's module and the exported file both start from it (a custom
-    component and a file opened from disk take one inline script, not module URLs)."""
-    parts = [EXPORT_WORD.sub("", IMPORT_LINE.sub("", module_source(n))) for n in JS_FILES]
-    return (
-        'var H2OPlayer = (function () {\n"use strict";\n'
-        + "\n".join(parts)
-        + "\nreturn { decode, mount: (root, bytes, opts) => new Player(root, bytes, opts) };\n"
-        + "})();\n"
-    )
-
-
 def ensure_static() -> Path:
     """Put the ``plotly`` package's own plotly.min.js where the app serves static files."""
     target = STATIC / "plotly.min.js"
@@ -135,7 +105,7 @@ def _registered(_versions: tuple[int, ...]) -> Callable[..., Any]:
 
 def _component() -> Callable[..., Any]:
     # Keyed by the files' mtimes: an edited script is registered anew without a restart.
-    files = [HERE / "js" / n for n in JS_FILES] + [HERE / "player.css", Path(constants.__file__)]
+    files = [JS_DIR / n for n in JS_FILES] + [HERE / "player.css", Path(constants.__file__)]
     return _registered(tuple(f.stat().st_mtime_ns for f in files))
 
 

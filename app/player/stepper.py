@@ -3,7 +3,7 @@
 Used by the Step through page (any trace, two chosen policies) and the stale-spike lesson. The
 server computes, the browser animates (:mod:`app.player`): per *view* — the trace, the two
 replays, presenter mode — and per *range* of steps the page sends one payload
-(:mod:`app.player.playback`); every
+(:mod:`h2o.player.playback`); every
 step, play tick, slider drag and eviction click inside the range happens in the browser. The
 browser reports its step and view settings when the user pauses or stops interacting (and asks
 for the next range near an edge): that runs only the fragment below, which stores them, rewrites
@@ -28,7 +28,7 @@ import streamlit as st
 
 import h2o
 from app import data, player, state
-from app.player import playback
+from h2o.player import playback
 
 #: View settings the browser changes (and reports), with their defaults; each rides in the URL.
 SETTINGS: dict[str, Any] = {name: state.VIEW_DEFAULTS[name] for name in state.VIEW_SETTINGS}

@@ -9,8 +9,9 @@ import streamlit as st
 
 from app import controls, data, figures, player, state, sweeps
 from app.lesson import part2
-from app.player import playback, stepper
+from app.player import stepper
 from h2o import age_bias, analysis
+from h2o.player import playback
 from h2o.policies import make_policy
 
 STEP_KEY = state.SPIKE_STEP

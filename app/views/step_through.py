@@ -6,8 +6,9 @@ import streamlit as st
 
 import h2o
 from app import controls, data, figures, model_runs, player, state
-from app.player import playback, stepper
+from app.player import stepper
 from h2o import analysis
+from h2o.player import playback
 
 player.preload()  # plotly.js loads while the server computes the page
 st.title("Step through a replay")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.player.constants import LOG_DECADES
+from h2o.player.constants import LOG_DECADES
 
 
 @dataclass(frozen=True)

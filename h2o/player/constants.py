@@ -1,10 +1,10 @@
 """What the player's Python and its JavaScript share, defined once, here.
 
 The browser's copy is the ES module ``js/constants.js``, generated from these values by
-:func:`js_module` (``python -m app.player.constants`` rewrites it; a test keeps it current), and
+:func:`js_module` (``python -m h2o.player.constants`` rewrites it; a test keeps it current), and
 the bundle the app and the exported file run is built with the generated text itself. The
-Python side reads the same names: the speed choices (:mod:`app.state`), the colour scale's
-decades and the fixed colours (:mod:`app.figures`).
+Python side reads the same names: the speed choices (the app's ``state``), the colour scale's
+decades (:mod:`h2o.player.colours`) and the fixed colours (the app's ``figures``).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ _SHARED = {
 def js_module() -> str:
     """``js/constants.js``: each shared value as an exported constant."""
     head = (
-        "/* Generated from app/player/constants.py (python -m app.player.constants): edit the\n"
+        "/* Generated from h2o/player/constants.py (python -m h2o.player.constants): edit the\n"
         " * values there. The player's Python reads the same names. */\n"
     )
     return head + "".join(f"export const {k} = {json.dumps(v)};\n" for k, v in _SHARED.items())

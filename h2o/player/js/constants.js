@@ -1,4 +1,4 @@
-/* Generated from app/player/constants.py (python -m app.player.constants): edit the
+/* Generated from h2o/player/constants.py (python -m h2o.player.constants): edit the
  * values there. The player's Python reads the same names. */
 export const SPEEDS = [1, 2, 5, 10, 20, 30, 60];
 export const IDLE_REPORT_MS = 700;
