@@ -48,23 +48,9 @@ URL_PARAMS: dict[str, tuple[type, int]] = {
     CHAPTER: (int, 1),
 }
 #: Their defaults (left out of links) …
-VIEW_DEFAULTS: dict[str, Any] = {
-    COLOUR: "log",
-    ROWS: "kept",
-    WIDTH: 128,
-    SPEED: 5,
-    REVEAL: False,
-    PRESENTER: False,
-}
+VIEW_DEFAULTS: dict[str, Any] = {**player_constants.VIEW_DEFAULTS, PRESENTER: False}
 #: … and allowed values (a link or a browser report may carry anything else).
-CHOICES: dict[str, tuple[Any, ...]] = {
-    COLOUR: ("log", "linear"),
-    ROWS: ("kept", "all"),
-    WIDTH: (64, 128, 256),
-    SPEED: player_constants.SPEEDS,
-    REVEAL: (False, True),
-    PRESENTER: (False, True),
-}
+CHOICES: dict[str, tuple[Any, ...]] = {**player_constants.VIEW_CHOICES, PRESENTER: (False, True)}
 UPLOADS, UPLOAD, TRACE_OK = "_uploads", "w_upload", "_trace_ok"
 TRACE_ERROR, URL_READ, URL_PROBLEMS = "_trace_error", "_url_read", "_url_problems"
 FROM_URL = "_from_url"

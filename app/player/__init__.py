@@ -22,7 +22,7 @@ from typing import Any
 import plotly
 import streamlit as st
 
-from h2o.player import JS_DIR, JS_FILES, bundle, constants
+from h2o.player import CSS_FILE, JS_DIR, JS_FILES, bundle, constants
 
 HERE = Path(__file__).parent
 STATIC = HERE.parent / "static"
@@ -71,7 +71,7 @@ export default function (component) {
 
 
 def _read(name: str) -> str:
-    return (HERE / name).read_text(encoding="utf-8")
+    return (CSS_FILE.parent / name).read_text(encoding="utf-8")
 
 
 def ensure_static() -> Path:
@@ -105,7 +105,7 @@ def _registered(_versions: tuple[int, ...]) -> Callable[..., Any]:
 
 def _component() -> Callable[..., Any]:
     # Keyed by the files' mtimes: an edited script is registered anew without a restart.
-    files = [JS_DIR / n for n in JS_FILES] + [HERE / "player.css", Path(constants.__file__)]
+    files = [JS_DIR / n for n in JS_FILES] + [CSS_FILE, Path(constants.__file__)]
     return _registered(tuple(f.stat().st_mtime_ns for f in files))
 
 

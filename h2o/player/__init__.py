@@ -16,6 +16,8 @@ from pathlib import Path
 from h2o.player import constants
 
 JS_DIR = Path(__file__).parent / "js"
+#: The player's stylesheet (every host puts it in the page once).
+CSS_FILE = Path(__file__).parent / "player.css"
 #: The player's ES modules, each after those it imports (see :func:`bundle`); ``constants.js`` is
 #: generated from :mod:`h2o.player.constants`.
 JS_FILES = ("constants.js", "common.js", "slots.js", "plots.js", "player.js")

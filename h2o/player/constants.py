@@ -14,6 +14,16 @@ from pathlib import Path
 
 #: Play speeds, steps per second (the speed control's choices).
 SPEEDS = (1, 2, 5, 10, 20, 30, 60)
+#: The view settings a host starts the player with (the browser then owns them), and the values
+#: each may take (anything else a link or a report carries is ignored).
+VIEW_DEFAULTS = {"colour": "log", "rows": "kept", "width": 128, "speed": 5, "reveal": False}
+VIEW_CHOICES = {
+    "colour": ("log", "linear"),
+    "rows": ("kept", "all"),
+    "width": (64, 128, 256),
+    "speed": SPEEDS,
+    "reveal": (False, True),
+}
 #: After this long without input the browser reports its step and settings to the server.
 IDLE_REPORT_MS = 700
 #: A range requested from the server and not delivered is asked for again after this long.

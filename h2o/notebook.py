@@ -1,0 +1,164 @@
+"""The step-through player in a notebook (Jupyter, JupyterLab, VS Code, Colab, marimo).
+
+An anywidget whose front end is the app's own (:mod:`h2o.player`: the same ES modules, payload
+and colour scale), offline: plotly.js comes from the installed ``plotly`` package, sent once with
+the widget, never from a CDN. ::
+
+    import h2o
+    from h2o.notebook import Player
+
+    Player(h2o.canonical_trace(), "h2o", "scissorhands", budget=256)
+
+A policy is a name from :data:`h2o.POLICIES`, a class (yours too, defined in a cell) or a fresh
+instance. Stepping, playing, the slider and the keys run in the browser; when the step nears the
+edge of the loaded range the browser asks the kernel for the next one, as the app asks its
+server. Needs ``pip install 'h2o[notebook]'`` (anywidget).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets
+
+from h2o import player as front
+from h2o.player import constants, playback
+from h2o.policies import POLICIES, Policy, make_policy
+from h2o.replay import replay
+from h2o.trace import Trace
+
+#: Panel colours: the app's H2O blue and StreamingLLM orange (mid-tones for light and dark).
+COLOURS = ("#3D9DF3", "#F28E2B")
+
+_ESM = """
+const bytesOf = (v) => (v instanceof DataView ? new Uint8Array(v.buffer, v.byteOffset, v.byteLength)
+  : v instanceof ArrayBuffer ? new Uint8Array(v) : new Uint8Array(v.buffer || v));
+function ensurePlotly(source) {
+  if (window.Plotly) return;
+  const s = document.createElement("script");
+  s.textContent = source;  // the installed plotly package's own file: no network
+  document.head.appendChild(s);
+}
+export default {
+  render({ model, el }) {
+    if (!document.getElementById("h2o-player-css")) {
+      const style = document.createElement("style");
+      style.id = "h2o-player-css";
+      style.textContent = model.get("css");
+      document.head.appendChild(style);
+    }
+    const root = document.createElement("div");
+    root.className = "h2o-root";
+    root.tabIndex = 0;  // a click gives the player the keys; else they are the notebook's
+    el.appendChild(root);
+    const player = H2OPlayer.mount(root, bytesOf(model.get("payload")), {
+      report: (view) => model.send({ view }),
+      keysInside: true,
+    });
+    model.on("change:payload", () => player.load(bytesOf(model.get("payload"))));
+    ensurePlotly(model.get("plotly_js"));
+    player.plotlyReady();
+    return () => player.destroy();
+  },
+};
+"""
+
+
+def plotly_js() -> str:
+    """The installed ``plotly`` package's plotly.min.js, read without importing plotly."""
+    spec = importlib.util.find_spec("plotly")
+    if spec is None or spec.origin is None:
+        raise ValueError("the player needs the plotly package for plotly.js: pip install plotly")
+    return (Path(spec.origin).parent / "package_data" / "plotly.min.js").read_text("utf-8")
+
+
+def make(spec: str | type[Policy] | Policy, budget: int, params: dict[str, Any]) -> Policy:
+    """A fresh policy from a name, a class or an instance (``ValueError`` naming what is wrong)."""
+    if isinstance(spec, str):
+        return make_policy(spec, budget, **params)
+    if isinstance(spec, type) and issubclass(spec, Policy):
+        name = getattr(spec, "name", "") or spec.__name__
+        POLICIES.setdefault(name, spec)  # so make_policy keeps only the params it takes
+        return make_policy(name, budget, **params) if POLICIES[name] is spec else spec(budget)
+    if isinstance(spec, Policy):
+        if len(spec) or spec.last_pos >= 0:
+            raise ValueError(f"{spec!r} has already taken steps: pass a fresh one, or its class")
+        return spec
+    raise ValueError(f"a policy is a name ({', '.join(POLICIES)}), a Policy class or instance")
+
+
+class Player(anywidget.AnyWidget):
+    """Two policies side by side on a trace, stepped in the browser (see the module docstring).
+
+    ``budget``, ``recent_window``, ``sinks`` and ``top_k`` go to the policies that take them.
+    A policy that fails on the trace raises ``ValueError`` here, naming it, rather than leaving
+    a blank widget.
+    """
+
+    _esm = traitlets.Unicode(front.bundle() + _ESM).tag(sync=True)
+    payload = traitlets.Bytes().tag(sync=True)
+    css = traitlets.Unicode().tag(sync=True)
+    plotly_js = traitlets.Unicode().tag(sync=True)
+
+    def __init__(
+        self,
+        trace: Trace,
+        a: str | type[Policy] | Policy = "h2o",
+        b: str | type[Policy] | Policy = "streaming-llm",
+        *,
+        budget: int = 256,
+        top_k: int = 32,
+        step: int = 0,
+        **params: Any,
+    ) -> None:
+        if not isinstance(trace, Trace):
+            raise ValueError(f"trace must be an h2o.Trace, got {type(trace).__name__}")
+        panels = []
+        for side, spec, colour in zip("AB", (a, b), COLOURS, strict=True):
+            policy = make(spec, budget, params)
+            try:
+                rep = replay(policy, trace, top_k, record=True)
+            except Exception as e:
+                raise ValueError(f"policy {side} ({policy!r}) failed on {trace.name}: {e}") from e
+            panels.append(playback.Panel(f"{side} · {rep.label}", colour, rep))
+        self.trace, self.panels = trace, panels
+        fill = max(int(p.replay.n_kept.max()) for p in panels if p.replay is not None)
+        self.length = playback.range_length(fill, trace.steps)
+        self.step = max(0, min(int(step), trace.steps - 1))
+        self.view = f"notebook:{trace.name}:{panels[0].title}:{panels[1].title}"
+        self.rng = playback.range_around(self.step, trace.steps, self.length)
+        super().__init__(
+            payload=self._encode(self.rng),
+            css=front.CSS_FILE.read_text("utf-8"),
+            plotly_js=plotly_js(),
+        )
+        self.on_msg(self._on_report)
+
+    def _encode(self, rng: tuple[int, int]) -> bytes:
+        return playback.encode(
+            view=self.view,
+            trace_id=self.trace.name,
+            trace=self.trace,
+            panels=self.panels,
+            rng=rng,
+            range_blocks=[playback.range_block(p.replay, self.trace, *rng) for p in self.panels],
+            run_blocks=[playback.run_block(p.replay) for p in self.panels],
+            start={"step": self.step, **constants.VIEW_DEFAULTS},
+        )
+
+    def _on_report(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        """The browser's step (when it pauses, or nears the edge of the loaded range): send the
+        range around it if that is another one. Browser input: anything else is ignored."""
+        view = content.get("view") if isinstance(content, dict) else None
+        t = view.get("step") if isinstance(view, dict) else None
+        if not isinstance(t, int | float) or isinstance(t, bool) or not math.isfinite(t):
+            return
+        self.step = max(0, min(int(t), self.trace.steps - 1))
+        rng = playback.range_around(self.step, self.trace.steps, self.length, self.rng)
+        if rng != self.rng:
+            self.rng = rng
+            self.payload = self._encode(rng)
