@@ -28,6 +28,7 @@ import traitlets
 from h2o import player as front
 from h2o.player import constants, playback
 from h2o.policies import POLICIES, Policy, make_policy
+from h2o.policies.registry import build
 from h2o.replay import replay
 from h2o.trace import Trace
 
@@ -81,9 +82,7 @@ def make(spec: str | type[Policy] | Policy, budget: int, params: dict[str, Any])
     if isinstance(spec, str):
         return make_policy(spec, budget, **params)
     if isinstance(spec, type) and issubclass(spec, Policy):
-        name = getattr(spec, "name", "") or spec.__name__
-        POLICIES.setdefault(name, spec)  # so make_policy keeps only the params it takes
-        return make_policy(name, budget, **params) if POLICIES[name] is spec else spec(budget)
+        return build(spec, budget, **params)  # the registry is left as it is
     if isinstance(spec, Policy):
         if len(spec) or spec.last_pos >= 0:
             raise ValueError(f"{spec!r} has already taken steps: pass a fresh one, or its class")

@@ -49,6 +49,7 @@ class Replay:
     kept_pos: np.ndarray | None = None  # (T, cap) int32, -1 padded
     kept_score: np.ndarray | None = None  # (T, cap) float64, nan padded
     extra: dict[str, Any] = field(default_factory=dict)
+    reads_attention: bool = True  # the policy's own flag (its class may be in no registry)
 
     # -- summaries -----------------------------------------------------------------------------
     def summary(self) -> dict[str, float]:
@@ -342,6 +343,7 @@ def result(
         victim_score=np.full(victim_pos.shape[0], np.nan) if victim_score is None else victim_score,
         kept_pos=kept_pos,
         kept_score=kept_score,
+        reads_attention=bool(policy.reads_attention),
     )
     _freeze(out.mass, out.recall, out.n_kept, out.victim_step, out.victim_pos, out.victim_score)
     if kept_pos is not None:

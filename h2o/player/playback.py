@@ -136,7 +136,7 @@ def story(rep: h2o.Replay, trace: h2o.Trace, t: int) -> str:
 
 def scored(rep: h2o.Replay) -> bool:
     """Whether the panel colours by score (a policy that reads attention and ever scored > 0)."""
-    return h2o.POLICIES[rep.policy].reads_attention and score_max(rep) > 0
+    return rep.reads_attention and score_max(rep) > 0
 
 
 def score_max(rep: h2o.Replay) -> float:

@@ -32,7 +32,12 @@ def make_policy(name: str, budget: int, **params: Any) -> Policy:
     """
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
-    cls = POLICIES[name]
+    return build(POLICIES[name], budget, **params)
+
+
+def build(cls: type[Policy], budget: int, **params: Any) -> Policy:
+    """``cls(budget, ...)`` with the keyword parameters it accepts (others and ``None`` dropped):
+    :func:`make_policy` for a class that is in no registry (one defined in a notebook cell)."""
     accepted = inspect.signature(cls.__init__).parameters
     kw = {k: v for k, v in params.items() if k in accepted and v is not None}
     return cls(budget, **kw)  # rng passes through: every policy accepts one
