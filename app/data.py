@@ -273,11 +273,25 @@ def recorded_replay(ref: TraceRef, policy: h2o.Policy, top_k: int) -> h2o.Replay
     return _replays_cache().get((ref.ident, policy.name, params, top_k), record)
 
 
+_gates_lock = threading.Lock()
+
+
+def _gate(rep: h2o.Replay, key: Any) -> threading.Lock:
+    """One lock per derived value of a replay: a class arriving on one view computes it once
+    while the others wait for it, instead of each computing its own copy."""
+    with _gates_lock:
+        return rep.extra.setdefault("app_gates", {}).setdefault(key, threading.Lock())
+
+
 def memo(rep: h2o.Replay, key: Any, fn: Callable[[], Any]) -> Any:
-    """Derived data kept on the (shared, cached) replay itself, so it lives as long as it does."""
+    """Derived data kept on the (shared, cached) replay itself, so it lives as long as it does;
+    computed once however many sessions ask for it at the same moment."""
     cache = rep.extra.setdefault("app", {})
-    if key not in cache:
-        cache[key] = fn()
+    if key in cache:
+        return cache[key]
+    with _gate(rep, key):
+        if key not in cache:
+            cache[key] = fn()
     return cache[key]
 
 
@@ -288,17 +302,28 @@ _ranges_lock = threading.Lock()
 
 def range_block(rep: h2o.Replay, trace: h2o.Trace, a: int, b: int) -> playback.Block:
     """The player's data for steps ``a..b-1`` of a replay; the most recent ranges are kept on the
-    (shared, cached) replay itself, so many students on the same view compute each range once."""
-    with _ranges_lock:
-        kept: OrderedDict = rep.extra.setdefault("app_ranges", OrderedDict())
-        if (a, b) in kept:
-            kept.move_to_end((a, b))
-            return kept[(a, b)]
-    block = playback.range_block(rep, trace, a, b)
-    with _ranges_lock:
-        kept[(a, b)] = block
-        while len(kept) > RANGES_KEPT:
-            kept.popitem(last=False)
+    (shared, cached) replay itself, so many students on the same view compute each range once
+    (the others wait for it)."""
+
+    def kept_block() -> playback.Block | None:
+        with _ranges_lock:
+            kept: OrderedDict = rep.extra.setdefault("app_ranges", OrderedDict())
+            if (a, b) in kept:
+                kept.move_to_end((a, b))
+                return kept[(a, b)]
+        return None
+
+    if (block := kept_block()) is not None:
+        return block
+    with _gate(rep, ("range", a, b)):
+        if (block := kept_block()) is not None:
+            return block
+        block = playback.range_block(rep, trace, a, b)
+        with _ranges_lock:
+            kept: OrderedDict = rep.extra["app_ranges"]
+            kept[(a, b)] = block
+            while len(kept) > RANGES_KEPT:
+                kept.popitem(last=False)
     return block
 
 

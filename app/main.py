@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from app import jobs, pages, state  # noqa: E402
+from app import collector, jobs, pages, state  # noqa: E402
 from h2o.bank.kernels import warm  # noqa: E402
 from h2o.custom import load_policy  # noqa: E402
 
@@ -77,6 +77,10 @@ page = st.navigation(PAGES)
 warm_kernels()
 try:
     jobs.bound_blas_threads()  # once per server: a model job leaves a core to the class
+except ValueError as e:
+    st.error(state.md(e, 200), icon=":material/error:")
+try:  # one garbage collection every few seconds, not one per run (app/collector.py)
+    collector.collector().script_ran()
 except ValueError as e:
     st.error(state.md(e, 200), icon=":material/error:")
 state.read_url()  # once per session: a pasted link opens its view

@@ -102,6 +102,16 @@ def band_share(ident: str, _trace: h2o.Trace, width: int) -> float:
     return analysis.band_share(_trace, width)
 
 
+@st.cache_data(show_spinner=False, max_entries=32)
+def region_shares(ident: str, _trace: h2o.Trace) -> tuple[float, float, float]:
+    """``h2o.model.layers.region_shares`` (sinks, recent, middle) of the trace ``ident``, once
+    per server: a prefix sum over the whole trace, which the Real model page redid for every
+    student on every run."""
+    from h2o.model.layers import region_shares as shares  # only pages about the model
+
+    return shares(_trace)
+
+
 def freeze_lineup(lineup: Sequence[tuple[str, dict[str, int]]]) -> tuple:
     """A lineup as nested tuples, hashable for the caches above."""
     return tuple((n, tuple(sorted(p.items()))) for n, p in lineup)

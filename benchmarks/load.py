@@ -32,17 +32,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.append(str(ROOT / "benchmarks"))  # after app/: benchmarks/app.py is a script
 
+from measure import Sampler, pct  # noqa: E402
 from streamlit_server import CHROMIUM, CHROMIUM_ARGS, PLAYER, serve_process  # noqa: E402
 
 PAGES = {  # menu title → URL path
@@ -76,41 +76,6 @@ IDLE_JS = """() => {
   return app && app.dataset.testConnectionState === 'CONNECTED'
     && !['running', 'rerunRequested', 'initial'].includes(app.dataset.testScriptState);
 }"""
-
-
-class Sampler:
-    """The server's RSS every 0.2 s and its CPU seconds, from /proc."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def rss(self) -> int:
-        with open(f"/proc/{self.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        return 0
-
-    def cpu(self) -> float:
-        with open(f"/proc/{self.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            self.peak = max(self.peak, self.rss())
-
-    def __enter__(self) -> Sampler:
-        self.peak = self.rss()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 async def idle(page, timeout: float = TIMEOUT_MS / 1000) -> None:
@@ -201,11 +166,6 @@ async def student(
         failures.append(f"student {i}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
     finally:
         await ctx.close()
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
 
 
 async def drive(url: str, n: int, full: int, distinct: bool, ramp: float) -> dict:

@@ -9,7 +9,6 @@ import streamlit as st
 
 from app import controls, data, figures, model_runs, state, sweeps
 from app.real_model.common import GEN_TEXT, MARGIN, open_in_step_through
-from h2o.model.layers import region_shares
 
 
 def draw() -> list[data.TraceRef]:
@@ -49,7 +48,7 @@ def draw() -> list[data.TraceRef]:
             ]
             rows = sweeps.bench(ref.ident, tr, budget, fit["top_k"], sweeps.freeze_lineup(lineup))
             hm, sm = rows[0]["retained_mass"], rows[1]["retained_mass"]
-            sink, recent, middle = region_shares(tr)
+            sink, recent, middle = sweeps.region_shares(ref.ident, tr)
             names.append(f"{tr.name} (budget {budget})")
             h2o_mass.append(hm)
             sl_mass.append(sm)

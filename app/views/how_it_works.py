@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import state
+from app import sources, state
 from app.card import CARD_NOTES, CARD_PSEUDOCODE, CARD_SUMMARY, WHEN, WHEN_NOT
 from h2o.policies.base import ScoredPolicy
 
@@ -63,8 +63,11 @@ with left:
 with right:
     st.subheader("The library: `h2o.policies.h2o.H2O`")
     source = Path(inspect.getsourcefile(h2o.H2O) or "h2o/policies/h2o.py")
-    st.caption(f"`h2o/policies/{source.name}`, read with `inspect.getsource` when this page runs.")
-    fitted_code(inspect.getsource(h2o.H2O), "hiw_h2o", line_numbers=True)
+    st.caption(
+        f"`h2o/policies/{source.name}`, read with `inspect.getsource` (again whenever the file "
+        "changes)."
+    )
+    fitted_code(sources.source(h2o.H2O), "hiw_h2o", line_numbers=True)
     st.markdown(
         "H2O itself is one line: `np.add(score, attn, out=score)` — the card's loop over "
         "`enumerate(attn)`, all at once. The storage, the protected window and the eviction "
@@ -77,7 +80,7 @@ st.caption(
     "repeated argmin (first minimum = lower position on ties), `_evict` drops the victims and "
     "closes the gaps in kept order."
 )
-fitted_code(inspect.getsource(ScoredPolicy), "hiw_scored", line_numbers=True, height=520)
+fitted_code(sources.source(ScoredPolicy), "hiw_scored", line_numbers=True, height=520)
 
 st.header("Cost")
 default = h2o.H2O
