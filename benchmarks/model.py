@@ -15,6 +15,12 @@
   with its window scores, each as a ratio to the plain full-cache run of the same repeat;
   ``--per-head`` adds adaptive and duo stepped one policy per head (``lock_step=False``, the
   path before their fast paths: an adaptive layer stepped whole, duo's mixed layers as banks).
+* cells (issue 17): one needle-grid cell, :func:`h2o.model.answer.score_answer`, per row of
+  ``--cell-rows`` at ``--cell-tokens`` prompt tokens: the teacher-forced score alone
+  (``max_new=0``: the prompt's prefill under the row and the answer as one more chunk) and the
+  whole cell with ``--cell-max-new`` greedy tokens, each as a ratio to one plain full-cache
+  evaluation (``perplexity_under_eviction(..., None)``) of prompt + answer, the same length
+  (target for the teacher-forced cell: <= 1.2x); ``--cell-only`` runs this section alone.
 
 Times are medians over ``--repeats`` runs, and each quality ratio is the median of the ratios
 measured within one repeat (the machine is shared and noisy: a ratio taken inside one run
@@ -99,6 +105,12 @@ def main() -> int:
         help="also run adaptive and duo one policy per head (lock_step=False: the path before "
         "their fast paths; the same perplexity)",
     )
+    ap.add_argument("--cell-tokens", type=int, default=2048)
+    ap.add_argument(
+        "--cell-rows", default="full,h2o@256,tova@256,snapkv@256,kivi4,kivi2+sinks,h2o@256+kivi4"
+    )
+    ap.add_argument("--cell-max-new", type=int, default=8)
+    ap.add_argument("--cell-only", action="store_true", help="only the per-cell cost")
     args = ap.parse_args()
 
     t = time.perf_counter()
@@ -107,6 +119,10 @@ def main() -> int:
     print(f"model load: {load_s:.2f} s, RSS after load {_rss_mb():.0f} MB", flush=True)
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     ids_all = [i for p in TEXTS for i in model.encode(p.read_text("utf-8"))]
+    if args.cell_rows:
+        _cells(model, ids_all, args)
+    if args.cell_only:
+        return 0
 
     print(
         f"\n{'T':>6} | {'capture L' + str(args.layer):>14} {'cpu':>7} {'peak':>7} "
@@ -217,6 +233,51 @@ def _allocations(model: SmolLM, ids: list[int], args: argparse.Namespace) -> Non
     for label in runs:
         r = med(a / b for a, b in zip(wall[label], base, strict=True))
         print(f"{label:<22} {med(wall[label]):>6.2f} s {r:>6.2f}", flush=True)
+
+
+def _cells(model: SmolLM, ids_all: list[int], args: argparse.Namespace) -> None:
+    """Per-cell cost of the needle grid: each row's teacher-forced score and whole cell, as a
+    ratio to the plain full-cache evaluation of the same tokens in the same repeat."""
+    from h2o.model.answer import score_answer
+    from h2o.model.rows import parse_rows
+
+    rows = parse_rows(args.cell_rows)
+    T = args.cell_tokens
+    prompt, answer = ids_all[:T], ids_all[T : T + 4]  # a 4-token answer
+    same = prompt + answer
+    runs: dict[str, Callable[[], object]] = {
+        "full-cache forward": lambda: perplexity_under_eviction(model, same, None)
+    }
+    for row in rows:
+        runs[f"{row.label} teacher-forced"] = lambda row=row: score_answer(
+            model, prompt, answer, row, max_new=0
+        )
+        runs[f"{row.label} + {args.cell_max_new} greedy"] = lambda row=row: score_answer(
+            model, prompt, answer, row, max_new=args.cell_max_new, stop_at_eos=False
+        )
+    wall: dict[str, list[float]] = {k: [] for k in runs}
+    cpu: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(args.repeats):
+        for label, fn in runs.items():
+            wall[label].append(_timed(fn, 1))
+            cpu[label].append(_CPU[0])
+    med = statistics.median
+    base, base_c = wall["full-cache forward"], cpu["full-cache forward"]
+    print(
+        f"\nneedle-grid cells at {T} prompt tokens + a {len(answer)}-token answer; ratio = "
+        f"time / one plain full-cache evaluation of the {len(same)} tokens in the same repeat "
+        f"(medians of {args.repeats}; target <= 1.2x teacher-forced); load average "
+        f"{os.getloadavg()[0]:.2f}"
+    )
+    print(f"{'run':<34} {'wall':>8} {'ratio':>6} {'cpu':>8} {'ratio':>6}")
+    for label in runs:
+        r = med(a / b for a, b in zip(wall[label], base, strict=True))
+        rc = med(a / b for a, b in zip(cpu[label], base_c, strict=True))
+        print(
+            f"{label:<34} {med(wall[label]):>6.2f} s {r:>6.2f} "
+            f"{med(cpu[label]):>6.1f} s {rc:>6.2f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

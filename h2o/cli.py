@@ -264,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         register(sub)
+    from .needle.cli import register as register_needle  # needle grid, frontier
+
+    register_needle(sub)
     return parser
 
 

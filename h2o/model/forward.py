@@ -32,6 +32,7 @@ from h2o.model.tokenizer import BPETokenizer
 from h2o.progress import Progress
 
 if TYPE_CHECKING:
+    from h2o.model.quant import QuantState
     from h2o.policies import Policy
 
 #: ``factory(layer, kv_head) -> policy``: one fresh policy per (layer, KV head).
@@ -181,6 +182,7 @@ class SmolLM:
         attn_hook: AttnHook | None = None,
         progress: Progress | None = None,
         stop_after_layer: int | None = None,
+        quant: QuantState | None = None,
     ) -> np.ndarray:
         """Run the new tokens ``ids`` through all layers; return final-normed hidden ``(n, d)``.
 
@@ -199,6 +201,10 @@ class SmolLM:
         not halfway through a step. ``policies[layer]`` may be any form
         :func:`h2o.model.closed_loop.as_heads` takes (instances, a bank, layer parts, an
         adaptive layer).
+
+        ``quant`` (a :class:`h2o.model.quant.QuantState`) makes every query attend to the keys
+        and values a KIVI-style quantized cache holds at its step (see :mod:`h2o.model.quant`);
+        with a cache it must be the same state for every call of one run.
         """
         cfg = self.config
         ids = np.asarray(ids, dtype=np.int64)
@@ -222,7 +228,8 @@ class SmolLM:
                 cache.v[li, :, t0 : t0 + n] = v
                 k, v = cache.k[li, :, : t0 + n], cache.v[li, :, : t0 + n]
             heads = None if policies is None else as_heads(policies[li])
-            att = self._attention(li, q, k, v, t0, chunk, heads, attn_hook)
+            qz = None if quant is None else (quant, *quant.layer(li, k, v, t0))
+            att = self._attention(li, q, k, v, t0, chunk, heads, attn_hook, qz)
             # (heads, n, hd) -> (n, heads*hd), the layout attn_output expects
             x += att.transpose(1, 0, 2).reshape(n, cfg.n_heads * cfg.head_dim) @ lw.wo.T
             x += self._mlp(lw, x)
@@ -270,6 +277,7 @@ class SmolLM:
         chunk: int,
         heads: LayerHeads | None,
         hook: AttnHook | None,
+        qz: tuple[QuantState, np.ndarray, np.ndarray] | None = None,
     ) -> np.ndarray:
         """Attention of new queries ``q (H, n, hd)`` over keys/values ``(G, t0 + n, hd)``.
 
@@ -288,6 +296,11 @@ class SmolLM:
         of ``0..t-1`` keep the causal softmax untouched (so a budget ``>= T`` is the plain
         prefill bit for bit); the others use the causal softmax restricted to the mask and
         renormalised, which equals the softmax over ``kept ∪ {t}``.
+
+        With ``qz = (state, kq, vq)`` (a quantized cache: :mod:`h2o.model.quant`), query ``t``
+        scores keys ``j < state.key_cut(t)`` against the dequantized keys ``kq`` and the rest
+        against the full-precision ones, and reads values ``j < state.value_cut(t)`` from the
+        dequantized ``vq``: what a decoder holding that cache at step ``t`` computes.
         """
         cfg = self.config
         H, n, hd = q.shape
@@ -298,9 +311,16 @@ class SmolLM:
         for cs in range(0, n, chunk):
             ce = min(n, cs + chunk)
             c, kv = ce - cs, t0 + ce
-            # (G, gs*c, hd) @ (G, hd, kv): one batched matmul per chunk
-            s = np.matmul(qg[:, :, cs:ce].reshape(G, gs * c, hd), kT[:, :, :kv])
-            s = s.reshape(G, gs, c, kv)
+            vcut = None
+            if qz is None:
+                # (G, gs*c, hd) @ (G, hd, kv): one batched matmul per chunk
+                s = np.matmul(qg[:, :, cs:ce].reshape(G, gs * c, hd), kT[:, :, :kv])
+                s = s.reshape(G, gs, c, kv)
+            else:
+                rows_t = np.arange(t0 + cs, t0 + ce)
+                kqT = qz[1].transpose(0, 2, 1)
+                s = _mixed_scores(qg[:, :, cs:ce], kT, kqT, kv, qz[0].key_cut(rows_t))
+                vcut = qz[0].value_cut(rows_t)
             s[..., t0 + cs : kv] += _causal_bias(c)
             p = _softmax_rows(s)
             if hook is not None:
@@ -317,10 +337,13 @@ class SmolLM:
                         stepped = heads.step(p, t0 + cs + i, i, mask, layer)
                         if stepped and first == c:
                             first = i
-            if first == c:  # nothing evicted: the plain causal prefill, bit for bit
+            if first == c and vcut is None:  # nothing evicted: the plain prefill, bit for bit
                 o = np.matmul(p.reshape(G, gs * c, kv), v[:, :kv])
+            elif first == c:  # a quantized cache, nothing evicted
+                o = _mixed_values(p, v[:, :kv], qz[2][:, :kv], vcut)  # type: ignore[index]
             else:
-                o = _masked_output(s, p, mask, v, first)
+                vq = None if vcut is None else (qz[2], vcut)  # type: ignore[index]
+                o = _masked_output(s, p, mask, v, first, vq)
             out[:, cs:ce] = o.reshape(H, c, hd)
         return out
 
@@ -401,8 +424,56 @@ def _causal_bias(c: int) -> np.ndarray:
     return b
 
 
+def _mixed_scores(
+    qc: np.ndarray, kT: np.ndarray, kqT: np.ndarray, kv: int, cut: np.ndarray
+) -> np.ndarray:
+    """Scores ``(G, gs, c, kv)`` of a chunk's queries ``qc (G, gs, c, hd)`` where row ``i``
+    reads the dequantized keys (``kqT``, ``(G, hd, keys)``) on columns ``j < cut[i]`` and the
+    full-precision ones (``kT``) elsewhere. ``cut`` grows with the row, so the columns below
+    its first value are all dequantized, those from its last value on all full precision, and
+    only the band between needs both (the band is at most the chunk wide)."""
+    G, gs, c, hd = qc.shape
+    lo, hi = int(cut[0]), int(cut[-1])
+    qf = qc.reshape(G, gs * c, hd)
+    s = np.empty((G, gs * c, kv), dtype=np.float32)
+    if lo:
+        s[:, :, :lo] = np.matmul(qf, kqT[:, :, :lo])
+    s[:, :, hi:] = np.matmul(qf, kT[:, :, hi:kv])
+    s4 = s.reshape(G, gs, c, kv)
+    if hi > lo:
+        w = hi - lo
+        sd = np.matmul(qf, kqT[:, :, lo:hi]).reshape(G, gs, c, w)
+        sf = np.matmul(qf, kT[:, :, lo:hi]).reshape(G, gs, c, w)
+        s4[..., lo:hi] = np.where(np.arange(lo, hi)[None, :] < cut[:, None], sd, sf)
+    return s4
+
+
+def _mixed_values(p: np.ndarray, v: np.ndarray, vq: np.ndarray, cut: np.ndarray) -> np.ndarray:
+    """``p (G, gs, c, kv)`` times the values, row ``i`` reading the dequantized values ``vq``
+    on columns ``j < cut[i]`` and the full-precision ``v`` elsewhere (the band scheme of
+    :func:`_mixed_scores`): ``(G, gs, c, hd)``."""
+    G, gs, c, kv = p.shape
+    lo, hi = int(cut[0]), int(cut[-1])
+    pf = p.reshape(G, gs * c, kv)
+    o = np.matmul(pf[:, :, hi:kv], v[:, hi:kv])
+    if lo:
+        o += np.matmul(pf[:, :, :lo], vq[:, :lo])
+    if hi > lo:
+        w = hi - lo
+        sel = np.arange(lo, hi)[None, :] < cut[:, None]  # (c, w)
+        pb = p[..., lo:hi]
+        o += np.matmul(np.where(sel, pb, 0).reshape(G, gs * c, w), vq[:, lo:hi])
+        o += np.matmul(np.where(sel, 0, pb).reshape(G, gs * c, w), v[:, lo:hi])
+    return o.reshape(G, gs, c, -1)
+
+
 def _masked_output(
-    s: np.ndarray, p: np.ndarray, mask: np.ndarray, v: np.ndarray, first: int
+    s: np.ndarray,
+    p: np.ndarray,
+    mask: np.ndarray,
+    v: np.ndarray,
+    first: int,
+    vq: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Attention output ``(G, gs, c, hd)`` of a chunk whose rows ``>= first`` are masked.
 
@@ -420,6 +491,9 @@ def _masked_output(
         pm[bad] = _softmax_rows(sm[bad])
         z[bad] = 1.0
     G, gs, c, kv = p.shape
-    o = np.matmul(p.reshape(G, gs * c, kv), v[:, :kv]).reshape(G, gs, c, -1)
+    if vq is None:
+        o = np.matmul(p.reshape(G, gs * c, kv), v[:, :kv]).reshape(G, gs, c, -1)
+    else:  # a quantized cache: its dequantized values where held so
+        o = _mixed_values(p, v[:, :kv], vq[0][:, :kv], vq[1])
     o[:, :, first:] /= z
     return o

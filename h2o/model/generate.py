@@ -12,12 +12,16 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from h2o.model.forward import KVCache, PolicyFactory, SmolLM
 from h2o.model.quality import FULL_CACHE, make_banks
 from h2o.progress import Progress
+
+if TYPE_CHECKING:
+    from h2o.model.quant import QuantState
 
 
 @dataclass(frozen=True)
@@ -103,10 +107,12 @@ def decode_greedy(
     progress: Progress | None = None,
     stop_strings: Sequence[str] = (),
     stop_at_eos: bool = True,
+    quant: QuantState | None = None,
 ) -> tuple[list[int], str]:
     """Greedy decoding after a prefill (``hidden``: its final states) from ``cache`` under
     ``policies``: the new ids and why it stopped. ``progress(n_layers + done, n_layers +
-    max_new)`` after each token."""
+    max_new)`` after each token. ``quant``: the quantized cache's state of the prefill
+    (:mod:`h2o.model.quant`), if any."""
     n_layers = model.config.n_layers
     total = n_layers + max_new
     eos = model.tokenizer.end_ids
@@ -125,5 +131,5 @@ def decode_greedy(
             break
         if len(new_ids) >= max_new:
             break
-        hidden = model.forward([nxt], cache=cache, policies=policies)
+        hidden = model.forward([nxt], cache=cache, policies=policies, quant=quant)
     return new_ids, stopped

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,6 +30,9 @@ from h2o.policies.snapkv import (
 )
 from h2o.progress import Progress
 
+if TYPE_CHECKING:
+    from h2o.model.quant import QuantState
+
 
 def snapkv_window_attention(
     model: SmolLM,
@@ -36,10 +40,12 @@ def snapkv_window_attention(
     cache: KVCache,
     window: int,
     progress: Progress | None = None,
+    quant: QuantState | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Prefill ``prompt_ids`` into ``cache`` with the full cache; return the final hidden states
     and ``(n_layers, n_kv_heads, T)``: the attention each position got from the last ``window``
-    queries, summed over them and over each KV head's query heads."""
+    queries, summed over them and over each KV head's query heads. ``quant``: the prompt is
+    read through a KIVI-style quantized cache (:mod:`h2o.model.quant`), nothing evicted."""
     cfg = model.config
     T = len(prompt_ids)
     acc = np.zeros((cfg.n_layers, cfg.n_kv_heads, T))
@@ -53,7 +59,7 @@ def snapkv_window_attention(
         g = p.reshape(cfg.n_kv_heads, cfg.group_size, -1).sum(axis=1)
         acc[ch.layer, :, : g.shape[1]] += g
 
-    hidden = model.forward(prompt_ids, cache=cache, attn_hook=hook, progress=progress)
+    hidden = model.forward(prompt_ids, cache=cache, attn_hook=hook, progress=progress, quant=quant)
     return hidden, acc
 
 

@@ -1,0 +1,252 @@
+"""Scoring an answer, and a text's perplexity, under a :class:`~h2o.model.rows.Row`.
+
+* :func:`score_answer` — one prefill of the prompt under the row, then (a) the answer
+  teacher-forced from that state (the closed loop continued over the answer tokens: their
+  log-probabilities, with no generation) and (b) a greedy continuation of ``max_new`` tokens
+  from the same prefill (the cache rewound, the policies restored from a copy taken after the
+  prompt) — so a cell costs one prefill, one chunk of ``len(answer) - 1`` tokens and
+  ``max_new`` single-token steps;
+* :func:`row_perplexity` — the closed-loop perplexity of a text under the row.
+
+Each row kind runs as its module does: the full cache; a decode-time policy in every (layer,
+KV head), each layer one lock-step bank (:mod:`h2o.model.quality`), under an allocation
+(:mod:`h2o.model.allocation`; duo classifies heads on ``calibration_ids``); SnapKV's one-shot
+compression after the prompt (:mod:`h2o.model.snapkv`); a KIVI-style quantized cache
+(:mod:`h2o.model.quant`), alone or holding a policy's kept slots.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from h2o.alloc import Allocation
+from h2o.model.allocation import N_RECENT, N_SINKS, allocated_factory, head_shares, make_allocation
+from h2o.model.forward import KVCache, SmolLM
+from h2o.model.generate import decode_greedy
+from h2o.model.quality import make_banks, policy_factory
+from h2o.model.quant import QuantState
+from h2o.model.rows import Row
+from h2o.model.snapkv import check_snapkv, snapkv_kept, snapkv_window_attention
+from h2o.policies.snapkv import DEFAULT_WINDOW, FixedKeep
+
+
+@dataclass
+class AnswerScore:
+    """One cell: the answer's teacher-forced log-probability and a greedy continuation."""
+
+    logprob: float  # sum of the answer tokens' log-probs, teacher-forced, under the row
+    token_logprobs: list[float]
+    produced_ids: list[int]  # greedy continuation under the row (max_new tokens)
+    produced: str
+    held: list[float] | None  # per layer: share of KV heads holding every needle token
+    kv_bytes: int
+    seconds: float
+
+
+# -- building a row ------------------------------------------------------------------------------
+_SHARES: dict[tuple[int, int, int], np.ndarray] = {}
+
+
+def calibration_shares(model: SmolLM, calibration_ids: Sequence[int] | None) -> np.ndarray:
+    """Duo's head classes are read from ``calibration_ids`` (one full prefill, remembered per
+    model and text: a grid reuses it): :meth:`HeadShares.kv_rest` with the sinks and window
+    duo keeps."""
+    if calibration_ids is None:
+        raise ValueError(
+            "a duo row needs calibration_ids: the text on which duo classifies heads "
+            "(the app uses traces/texts/library.txt)"
+        )
+    ids = [int(i) for i in calibration_ids]
+    key = (id(model), len(ids), hash(tuple(ids)))
+    if key not in _SHARES:
+        if len(_SHARES) >= 4:
+            _SHARES.pop(next(iter(_SHARES)))
+        _SHARES[key] = head_shares(model, ids, N_SINKS, N_RECENT).kv_rest()
+    return _SHARES[key]
+
+
+def row_allocation(
+    model: SmolLM, row: Row, calibration_ids: Sequence[int] | None = None
+) -> Allocation:
+    """The allocation of an evicting row (uniform when it names none)."""
+    if not row.evicts:
+        raise ValueError(f"row {row.label!r} evicts nothing: it has no allocation")
+    name = row.allocation or "uniform"
+    shares = calibration_shares(model, calibration_ids) if name == "duo" else None
+    return make_allocation(model, name, int(row.budget), shares)  # type: ignore[arg-type]
+
+
+def row_policies(model: SmolLM, row: Row, calibration_ids: Sequence[int] | None = None):
+    """``policies[layer]`` of a decode-time policy row (each layer its fastest exact form)."""
+    if row.kind != "policy":
+        raise ValueError(f"row {row.label!r} runs no decode-time policy")
+    if row.allocation is None:
+        factory = policy_factory(row.policy, int(row.budget))  # type: ignore[arg-type]
+    else:
+        alloc = row_allocation(model, row, calibration_ids)
+        factory, _ = allocated_factory(row.policy, alloc)  # type: ignore[arg-type]
+    return make_banks(model, factory)
+
+
+def row_quant(row: Row) -> QuantState | None:
+    """A fresh quantized-cache state for one run of ``row`` (None: full precision)."""
+    spec = row.kivi
+    return None if spec is None else QuantState(spec)
+
+
+def kept_sets(policies) -> list[list[np.ndarray]]:
+    """``kept[layer][kv_head]`` of whatever holds each layer's heads (instances, a bank, layer
+    parts, an adaptive layer: each indexes as its row of policies)."""
+    return [[np.asarray(layer[g].kept) for g in range(len(layer))] for layer in policies]
+
+
+def held_shares(policies, span: tuple[int, int]) -> list[float]:
+    """Per layer: the share of KV heads whose kept set holds every position of ``span``
+    (``(start, stop)``, half-open)."""
+    lo, hi = int(span[0]), int(span[1])
+    need = np.arange(lo, hi)
+    return [
+        float(np.mean([bool(np.isin(need, kk).all()) for kk in row])) for row in kept_sets(policies)
+    ]
+
+
+def _check_span(span: object, n_prompt: int) -> tuple[int, int] | None:
+    if span is None:
+        return None
+    try:
+        lo, hi = (int(x) for x in span)  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"needle_span must be (start, stop) token positions, got {span!r}"
+        ) from None
+    if not 0 <= lo < hi <= n_prompt:
+        raise ValueError(f"needle_span {span!r} is not a non-empty range inside 0..{n_prompt}")
+    return lo, hi
+
+
+# -- one cell ------------------------------------------------------------------------------------
+def score_answer(
+    model: SmolLM,
+    prompt_ids: Sequence[int],
+    answer_ids: Sequence[int],
+    row: Row,
+    *,
+    needle_span: tuple[int, int] | None = None,
+    max_new: int = 8,
+    calibration_ids: Sequence[int] | None = None,
+    stop_at_eos: bool = True,
+) -> AnswerScore:
+    """The answer's teacher-forced log-probability and a greedy continuation under ``row``.
+
+    The prompt is prefilled under the row once. From that state the answer runs as one more
+    closed-loop chunk (token-by-token semantics): ``logprob`` is the sum of ``log p(answer[i]
+    | prompt, answer[:i])``. The cache is then rewound to the prompt and the policies restored
+    (a copy taken after the prompt), and ``max_new`` tokens are decoded greedily (stopping
+    early at an end-of-sequence token unless ``stop_at_eos=False``); ``max_new=0`` skips
+    the continuation (the teacher-forced score alone).
+
+    ``held`` (rows that evict): per layer, the share of KV heads whose cache still holds every
+    position of ``needle_span`` (``(start, stop)`` in the prompt, half-open) once the prompt
+    has been read — the cache the first answer token's query sees, besides itself. ``kv_bytes``
+    is :meth:`Row.kv_bytes` of what the row holds after the prompt (for an evicting row,
+    counted from its policies' kept sets).
+    """
+    t_start = time.perf_counter()
+    prompt = [int(i) for i in prompt_ids]
+    answer = [int(i) for i in answer_ids]
+    if not prompt:
+        raise ValueError("the prompt is empty")
+    if not answer:
+        raise ValueError("the answer is empty")
+    if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 0:
+        raise ValueError(f"max_new must be an integer >= 0, got {max_new!r}")
+    if not isinstance(row, Row):
+        raise ValueError(f"row must be a Row (Row.parse(label)), got {type(row).__name__}")
+    span = _check_span(needle_span, len(prompt))
+    cfg = model.config
+    T = len(prompt)
+    cache = KVCache(cfg, T + max(len(answer), max_new))
+    quant = row_quant(row)
+
+    policies: list | None = None
+    if row.kind == "snapkv":
+        alloc = row_allocation(model, row, calibration_ids)
+        check_snapkv(alloc, T, DEFAULT_WINDOW)
+        hidden, acc = snapkv_window_attention(model, prompt, cache, DEFAULT_WINDOW, quant=quant)
+        kept = snapkv_kept(acc, alloc, DEFAULT_WINDOW)
+        policies = [[FixedKeep(k, T - 1) for k in heads] for heads in kept]
+    else:
+        if row.kind == "policy":
+            policies = row_policies(model, row, calibration_ids)
+        hidden = model.forward(prompt, cache=cache, policies=policies, quant=quant)
+
+    held = None
+    if policies is not None:
+        held = held_shares(policies, span) if span is not None else None
+    after_prompt = copy.deepcopy(policies) if max_new else None
+    kv_bytes = row.kv_bytes(cfg, T, kept=None if policies is None else kept_sets(policies))
+
+    lps = model.token_logprobs(hidden[-1:], answer[:1])
+    if len(answer) > 1:
+        h_ans = model.forward(answer[:-1], cache=cache, policies=policies, quant=quant)
+        lps = np.concatenate([lps, model.token_logprobs(h_ans, answer[1:])])
+
+    new_ids: list[int] = []
+    if max_new:
+        cache.length = T  # rewind: the greedy tokens overwrite the answer's keys and values
+        if quant is not None:
+            quant.truncate(T)
+        new_ids, _ = decode_greedy(
+            model, hidden, cache, after_prompt, max_new, stop_at_eos=stop_at_eos, quant=quant
+        )
+    return AnswerScore(
+        logprob=float(lps.sum()),
+        token_logprobs=[float(x) for x in lps],
+        produced_ids=new_ids,
+        produced=model.decode(new_ids),
+        held=held,
+        kv_bytes=kv_bytes,
+        seconds=time.perf_counter() - t_start,
+    )
+
+
+def row_perplexity(
+    model: SmolLM,
+    ids: Sequence[int],
+    row: Row,
+    *,
+    calibration_ids: Sequence[int] | None = None,
+) -> tuple[float, int]:
+    """``(perplexity, kv_bytes)``: the closed-loop perplexity of ``ids`` under ``row`` (each
+    token predicted from the cache the row holds at its step) and :meth:`Row.kv_bytes` after
+    the whole text (for eviction + quantization, counted from the kept sets then). SnapKV
+    compresses a prompt once, so it has no perplexity over a text: it is refused."""
+    ids = [int(i) for i in ids]
+    if len(ids) < 2:
+        raise ValueError("need at least 2 tokens")
+    if not isinstance(row, Row):
+        raise ValueError(f"row must be a Row (Row.parse(label)), got {type(row).__name__}")
+    if row.kind == "snapkv":
+        raise ValueError(
+            f"{row.label}: snapkv compresses a prompt once, after reading it; it has no "
+            "closed-loop perplexity over a text (score it with score_answer)"
+        )
+    cfg = model.config
+    policies = row_policies(model, row, calibration_ids) if row.kind == "policy" else None
+    quant = row_quant(row)
+    if policies is None or quant is None:
+        hidden = model.forward(ids[:-1], policies=policies, quant=quant)
+        nll = -model.token_logprobs(hidden, ids[1:])
+        return float(np.exp(nll.mean())), row.kv_bytes(cfg, len(ids))
+    # a combination: its bytes depend on which groups its kept tokens fall in, so the run
+    # reads the last token too (one more step) and counts what it then holds
+    cache = KVCache(cfg, len(ids))
+    hidden = model.forward(ids[:-1], cache=cache, policies=policies, quant=quant)
+    nll = -model.token_logprobs(hidden, ids[1:])
+    model.forward(ids[-1:], cache=cache, policies=policies, quant=quant)
+    return float(np.exp(nll.mean())), row.kv_bytes(cfg, len(ids), kept=kept_sets(policies))

@@ -1,0 +1,10 @@
+"""The needle grid and the frontier (issue 17): facts hidden in the shipped texts at every
+length and depth, each row of KV cache scored on them, run through any
+``concurrent.futures.Executor`` (local processes or a Dask cluster) with resumable JSON Lines.
+
+* :mod:`h2o.needle.needles` — the facts, and the matcher of answers;
+* :mod:`h2o.needle.haystack` — prompts of a given length with the needle at a given depth;
+* :mod:`h2o.needle.cells` — one cell (needle or frontier) as a plain dict in, a line out;
+* :mod:`h2o.needle.grid` — the runner (executors, resume, retries, canonical order);
+* :mod:`h2o.needle.cli` — ``python -m h2o needle`` and ``python -m h2o frontier``.
+"""

@@ -1,0 +1,192 @@
+"""One cell of the needle grid (or one row of the frontier): a spec in, one JSON line out.
+
+A spec is a plain dict (it crosses process and machine boundaries): the cell function loads
+the model once per worker process (:func:`worker_model`) and returns the result line of the
+schema in ``/work/shared/coord/ISSUE17.md`` (traces/results/README.md describes it).
+
+* :func:`run_cell` — ``{"row", "length", "depth", "needle", "model"?, "max_new"?}``;
+* :func:`run_frontier` — ``{"row", "text", "tokens", "content"?, "model"?}`` (``content``: the
+  text itself, else read from the file ``text``);
+* :func:`stand_in_cell` — a model-free stand-in with the same keys, computed from the spec
+  alone (checks a cluster's set-up in seconds; the runner's tests use it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from h2o.needle.haystack import DEPTHS, LENGTHS, TEXTS_DIR, build_prompt
+from h2o.needle.needles import NEEDLES, first_line, is_correct, needle
+
+#: The greedy continuation's length: a four-digit code and its full stop fit in 8 tokens.
+MAX_NEW = 8
+#: Duo classifies heads on a text that is not the haystack's first part.
+CALIBRATION_TEXT = "lighthouse.txt"
+CALIBRATION_TOKENS = 2048
+
+_MODELS: dict[str | None, Any] = {}
+_CALIBRATION: dict[str | None, list[int]] = {}
+
+
+def worker_model(path: str | None = None):
+    """The model of this process (loaded on first use, ≈3 s; kept for every later cell)."""
+    if path not in _MODELS:
+        from h2o.model.forward import SmolLM
+
+        _MODELS[path] = SmolLM.load(path)
+    return _MODELS[path]
+
+
+def _calibration_ids(path: str | None, model) -> list[int]:
+    if path not in _CALIBRATION:
+        text = (TEXTS_DIR / CALIBRATION_TEXT).read_text(encoding="utf-8")
+        _CALIBRATION[path] = model.encode(text)[:CALIBRATION_TOKENS]
+    return _CALIBRATION[path]
+
+
+def cell_needles(length: int, depth: int, count: int = 1) -> list[str]:
+    """The needles asked in cell (length, depth): rotating through :data:`NEEDLES`, so that
+    one needle per cell over the 4 × 5 standard cells asks 20 different facts. A cell off the
+    standard lengths and depths starts at a place fixed by its coordinates."""
+    if count < 1 or count > len(NEEDLES):
+        raise ValueError(f"needles per cell must be 1..{len(NEEDLES)}, got {count}")
+    if length in LENGTHS and depth in DEPTHS:
+        base = LENGTHS.index(length) * len(DEPTHS) + DEPTHS.index(depth)
+    else:
+        base = zlib.crc32(f"{length}:{depth}".encode())
+    return [NEEDLES[(base + j) % len(NEEDLES)].id for j in range(count)]
+
+
+def row_fields(label: str) -> dict[str, Any]:
+    """The row's columns of a result line: label, family, kind, policy, budget, allocation,
+    bits, sinks (from :meth:`h2o.model.rows.Row.parse`)."""
+    from h2o.model.rows import Row
+
+    row = Row.parse(label)
+    return {
+        "row": row.label,
+        "family": row.family,
+        "kind": row.kind,
+        "policy": row.policy,
+        "budget": row.budget,
+        "allocation": row.allocation,
+        "bits": row.bits,
+        "sinks": row.sinks,
+    }
+
+
+def run_cell(spec: dict, load: Callable[[], Any] | None = None) -> dict:
+    """Score one needle cell under one row: greedy answer and teacher-forced log-prob.
+
+    ``load`` gives the model when the host already holds one (the app's server passes its own
+    loader, so a recomputed cell does not load a second copy); by default this process keeps
+    its own (:func:`worker_model`)."""
+    from h2o.model.answer import score_answer
+    from h2o.model.rows import Row
+
+    t0 = time.perf_counter()
+    fields = row_fields(spec["row"])
+    row = Row.parse(spec["row"])
+    nd = needle(spec["needle"])
+    model = load() if load is not None else worker_model(spec.get("model"))
+    prompt = build_prompt(model.encode, nd, int(spec["length"]), int(spec["depth"]))
+    cal = _calibration_ids(spec.get("model"), model) if row.allocation == "duo" else None
+    score = score_answer(
+        model,
+        prompt.ids,
+        prompt.answer_ids,
+        row,
+        needle_span=prompt.needle_span,
+        max_new=int(spec.get("max_new", MAX_NEW)),
+        calibration_ids=cal,
+    )
+    return {
+        **fields,
+        "length": prompt.length,
+        "depth": prompt.depth,
+        "needle": nd.id,
+        "question": nd.question,
+        "expected": nd.value,
+        "produced": first_line(score.produced),
+        "correct": is_correct(score.produced, nd.value),
+        "logprob": round(score.logprob, 4),
+        "held": None if score.held is None else [round(h, 4) for h in score.held],
+        "kv_bytes": int(score.kv_bytes),
+        "prompt_tokens": len(prompt.ids),
+        "needle_span": list(prompt.needle_span),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+def run_frontier(spec: dict) -> dict:
+    """Closed-loop perplexity of the first ``tokens`` tokens of ``text`` under one row."""
+    from h2o.model.answer import row_perplexity
+    from h2o.model.rows import Row
+
+    t0 = time.perf_counter()
+    fields = row_fields(spec["row"])
+    row = Row.parse(spec["row"])
+    model = worker_model(spec.get("model"))
+    text_path = Path(spec["text"])
+    # The text travels in the spec when given, so a cluster's workers need no copy of the file.
+    content = spec.get("content")
+    if content is None:
+        content = text_path.read_text(encoding="utf-8")
+    ids = model.encode(content)[: int(spec["tokens"])]
+    cal = _calibration_ids(spec.get("model"), model) if row.allocation == "duo" else None
+    ppl, kv_bytes = row_perplexity(model, ids, row, calibration_ids=cal)
+    return {
+        **fields,
+        "text": text_path.name,
+        "tokens": len(ids),
+        "perplexity": round(ppl, 4),
+        "kv_bytes": int(kv_bytes),
+        "kv_bytes_per_token": round(kv_bytes / len(ids), 3),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+def stand_in_cell(spec: dict) -> dict:
+    """A model-free cell with the needle grid's keys, a pure function of the spec (a hash
+    stands in for the model), plus ``pid``-free output so runs compare byte for byte.
+
+    ``spec["sleep"]`` seconds of waiting make it slow enough to interrupt in a test;
+    ``spec["fail"] == "exit"`` kills the worker process (a lost worker), ``"raise"`` raises;
+    ``spec["fail_once"] = PATH`` kills the worker unless PATH exists, creating it first (a
+    worker lost once, the cell fine on its retry)."""
+    if spec.get("sleep"):
+        time.sleep(float(spec["sleep"]))
+    fail = spec.get("fail")
+    once = spec.get("fail_once")
+    if once and not os.path.exists(once):
+        Path(once).touch()
+        os.kill(os.getpid(), signal.SIGKILL)  # a worker lost mid-cell
+    if fail == "exit":
+        os.kill(os.getpid(), signal.SIGKILL)  # a worker lost mid-cell
+    if fail == "raise":
+        raise RuntimeError(f"stand-in failure in cell {spec['needle']}")
+    nd = needle(spec["needle"])
+    digest = hashlib.sha256(
+        f"{spec['row']}|{spec['length']}|{spec['depth']}|{nd.id}".encode()
+    ).digest()
+    right = digest[0] % 3 != 0
+    produced = nd.value + "." if right else str(1000 + int.from_bytes(digest[1:3], "big") % 9000)
+    return {
+        "row": spec["row"],
+        "length": int(spec["length"]),
+        "depth": int(spec["depth"]),
+        "needle": nd.id,
+        "question": nd.question,
+        "expected": nd.value,
+        "produced": produced,
+        "correct": is_correct(produced, nd.value),
+        "logprob": -round(digest[3] / 16, 4),
+        "seconds": 0.0,
+    }

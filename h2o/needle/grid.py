@@ -1,0 +1,337 @@
+"""The grid runner: independent cells through a ``concurrent.futures.Executor``, each result
+appended to a JSON Lines file as it arrives, so that an interrupted grid resumes.
+
+* **Executors.** :func:`local_executor` (worker processes; numpy's BLAS held to one thread per
+  worker when there are several, so that N workers use N cores) or :func:`dask_executor`
+  (``distributed.Client(address).get_executor()``; Dask is imported only then).
+* **Resume.** A line is written and flushed per cell; a rerun reads the file, drops a half
+  line a killed writer may have left, and skips every cell whose key is already there.
+* **Failures.** A cell whose function raises is retried once, then reported in
+  ``<out>.errors.jsonl`` (never in the results file, whose lines all follow the schema); a
+  rerun tries it again. A local worker process that dies breaks the whole pool and every cell
+  then in flight with it, so those cells are rerun **one at a time** in a fresh pool, where a
+  death is the running cell's own: it is retried once more alone, then reported; the others
+  complete — a lost worker costs only its cell. (Dask reschedules a lost worker's task
+  itself; when it gives up, the ``KilledWorker`` is that cell's failure.)
+* **Order.** At the end of every run (complete, interrupted or with failures) the file is
+  rewritten in a canonical order (the order of the specs; lines of cells not asked for this
+  time keep their order, after them), so a resumed file equals an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Key = Callable[[dict], Hashable]
+#: ``progress(done, total, spec, line_or_none, error_or_none)`` after every finished cell.
+GridProgress = Callable[[int, int, dict, dict | None, str | None], None]
+
+CLUSTER_EXTRA = "pip install 'h2o[cluster]'"
+#: How long to try reaching a Dask scheduler before giving up.
+CONNECT_TIMEOUT = "20s"
+
+
+def needle_key(line: dict) -> tuple[str, int, int, str]:
+    """A needle cell: (row, length, depth, needle)."""
+    return (str(line["row"]), int(line["length"]), int(line["depth"]), str(line["needle"]))
+
+
+def frontier_key(line: dict) -> tuple[str, str, int]:
+    """A frontier line: (row, text, tokens)."""
+    return (str(line["row"]), Path(str(line["text"])).name, int(line["tokens"]))
+
+
+# -- executors ---------------------------------------------------------------------------------
+_LIMITS: list[Any] = []
+
+
+def limit_blas_threads() -> None:
+    """Hold numpy's BLAS to one thread in this process (a worker's initializer)."""
+    import numpy  # noqa: F401  (threadpoolctl limits only the libraries already loaded)
+    from threadpoolctl import threadpool_limits
+
+    _LIMITS.append(threadpool_limits(limits=1))
+
+
+def local_executor(workers: int) -> ProcessPoolExecutor:
+    """``workers`` worker processes; with more than one, each with a one-thread BLAS."""
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    init = limit_blas_threads if workers > 1 else None
+    return ProcessPoolExecutor(max_workers=workers, initializer=init)
+
+
+def dask_executor(address: str) -> tuple[Executor, int, Callable[[], None]]:
+    """An executor on the Dask cluster at ``address``, how many cells to keep in flight (twice
+    the cluster's worker threads, at least 2), and how to close the client when done."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ValueError(
+            "--dask-scheduler needs dask.distributed, which is not installed: "
+            f"{CLUSTER_EXTRA} (or pip install 'dask[distributed]')"
+        ) from None
+    try:
+        client = Client(address, timeout=CONNECT_TIMEOUT)
+    except (OSError, TimeoutError) as e:
+        raise ValueError(f"--dask-scheduler: cannot reach a scheduler at {address!r} ({e})") from e
+    threads = sum(client.nthreads().values())
+    return client.get_executor(), max(2, 2 * threads), client.close
+
+
+# -- the file ----------------------------------------------------------------------------------
+def _clean(x: Any) -> Any:
+    """JSON has no NaN or infinity: they are written as null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    return x
+
+
+def dumps(line: dict) -> str:
+    return json.dumps(_clean(line), ensure_ascii=False, allow_nan=False)
+
+
+def read_lines(path: Path) -> tuple[list[dict], bool]:
+    """The complete lines of a results file, and whether a broken last line was dropped (the
+    half line of a writer killed mid-write). A broken line elsewhere is refused."""
+    if not path.exists():
+        return [], False
+    text = path.read_text(encoding="utf-8")
+    raw = text.split("\n")
+    lines: list[dict] = []
+    dropped = False
+    for i, s in enumerate(raw):
+        if not s.strip():
+            continue
+        last = i == len(raw) - 1  # no newline after it: possibly cut short
+        try:
+            obj = json.loads(s)
+        except json.JSONDecodeError:
+            if last:
+                dropped = True
+                continue
+            raise ValueError(f"{path}: line {i + 1} is not JSON; remove it or the file") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"{path}: line {i + 1} is not a JSON object")
+        lines.append(obj)
+    if text and not text.endswith("\n") and not dropped:
+        dropped = True  # a complete object without its newline: rewrite it with one
+    return lines, dropped
+
+
+def write_lines(path: Path, lines: Sequence[dict]) -> None:
+    """Replace ``path`` atomically (a temporary file renamed over it)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(dumps(line) + "\n")
+    os.replace(tmp, path)
+
+
+def errors_path(out: Path) -> Path:
+    return out.with_name(out.name.removesuffix(".jsonl") + ".errors.jsonl")
+
+
+def canonical(lines: Sequence[dict], specs: Sequence[dict], key: Key) -> list[dict]:
+    """Lines in the specs' order; lines of other cells after them, in their present order."""
+    rank = {key(s): i for i, s in enumerate(specs)}
+    n = len(rank)
+    order = sorted(range(len(lines)), key=lambda i: (rank.get(key(lines[i]), n), i))
+    return [lines[i] for i in order]
+
+
+# -- the runner --------------------------------------------------------------------------------
+@dataclass
+class GridRun:
+    """What one call of :func:`run_grid` did."""
+
+    total: int  # cells asked for
+    skipped: int  # already in the file
+    computed: int = 0
+    failed: list[dict] = field(default_factory=list)  # {**key fields, "error": str}
+    wall_seconds: float = 0.0
+    complete: bool = False  # every cell asked for is in the file
+    interrupted: bool = False  # stopped by Ctrl-C / SIGTERM; the file holds what was done
+
+
+def run_grid(
+    specs: Sequence[dict],
+    fn: Callable[[dict], dict],
+    out: str | os.PathLike[str],
+    *,
+    key: Key = needle_key,
+    make_executor: Callable[[], Executor] | None = None,
+    in_flight: int = 1,
+    retries: int = 1,
+    progress: GridProgress | None = None,
+) -> GridRun:
+    """Run ``fn`` on every spec whose key is not yet in ``out``, appending each result line.
+
+    ``make_executor()`` gives the executor (default: one local worker process); it is called
+    again after a local pool breaks. At most ``in_flight`` cells are submitted at a time.
+    A ``KeyboardInterrupt`` stops it: the cells done so far are put in order and kept (the
+    cells still running are lost; a rerun computes them).
+    """
+    t0 = time.perf_counter()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    existing, dropped = read_lines(out)
+    if dropped:
+        write_lines(out, existing)
+    done = {key(line) for line in existing}
+    todo: list[dict] = []
+    seen = set(done)
+    for s in specs:
+        k = key(s)
+        if k not in seen:
+            seen.add(k)
+            todo.append(s)
+    total = len({key(s) for s in specs})
+    run = GridRun(total=total, skipped=total - len(todo))
+    if make_executor is None:
+
+        def make_executor() -> Executor:
+            return local_executor(1)
+
+    in_flight = max(1, in_flight)
+    pending: deque[dict] = deque(todo)
+    alone: deque[dict] = deque()  # in flight when a pool broke: rerun one at a time
+    failures: Counter[Hashable] = Counter()
+    running: dict[Future, dict] = {}
+    finished = run.skipped
+    executor = make_executor()
+    try:
+        with out.open("a", encoding="utf-8") as sink:
+            while pending or alone or running:
+                if alone:
+                    if not running:
+                        s = alone.popleft()
+                        running[executor.submit(fn, s)] = s
+                else:
+                    while pending and len(running) < in_flight:
+                        s = pending.popleft()
+                        running[executor.submit(fn, s)] = s
+                ready, _ = wait(running, return_when=FIRST_COMPLETED)
+                broken: list[dict] = []
+                for fut in ready:
+                    s = running.pop(fut)
+                    error: str | None = None
+                    try:
+                        line = fut.result()
+                    except BrokenProcessPool:
+                        broken.append(s)
+                        continue
+                    except Exception as e:  # the cell's own failure: retry once, then report
+                        failures[key(s)] += 1
+                        if failures[key(s)] <= retries:
+                            pending.appendleft(s)
+                            continue
+                        error = f"{type(e).__name__}: {e}"
+                        run.failed.append({**_key_fields(s), "error": error})
+                        line = None
+                    else:
+                        sink.write(dumps(line) + "\n")
+                        sink.flush()
+                        run.computed += 1
+                    finished += 1
+                    if progress is not None:
+                        progress(finished, run.total, s, line, error)
+                if broken:
+                    # Every future of a broken pool fails at once: the rest still running too.
+                    broken += list(running.values())
+                    running.clear()
+                    _shutdown(executor, wait=False)
+                    executor = make_executor()
+                    if len(broken) == 1:  # it ran alone: the failure is its own
+                        s = broken[0]
+                        failures[key(s)] += 1
+                        if failures[key(s)] <= retries:
+                            alone.appendleft(s)
+                        else:
+                            error = "its worker process died (twice, alone)"
+                            run.failed.append({**_key_fields(s), "error": error})
+                            finished += 1
+                            if progress is not None:
+                                progress(finished, run.total, s, None, error)
+                    else:
+                        alone.extend(broken)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM through the CLI: keep what is done
+        run.interrupted = True
+        _shutdown(executor, wait=False)
+    else:
+        _shutdown(executor, wait=True)
+    lines, _ = read_lines(out)
+    write_lines(out, canonical(lines, specs, key))
+    errs = errors_path(out)
+    if run.failed:
+        write_lines(errs, run.failed)
+    elif errs.exists():
+        errs.unlink()
+    have = {key(line) for line in lines}
+    run.complete = all(key(s) in have for s in specs)
+    run.wall_seconds = time.perf_counter() - t0
+    return run
+
+
+def _shutdown(executor: Executor, wait: bool) -> None:
+    """Shut down, cancelling what has not started (Dask's executor takes no such option)."""
+    try:
+        executor.shutdown(wait=wait, cancel_futures=True)
+    except TypeError:
+        executor.shutdown(wait=wait)
+
+
+def _key_fields(spec: dict) -> dict:
+    return {k: spec[k] for k in ("row", "length", "depth", "needle", "text", "tokens") if k in spec}
+
+
+def write_meta(out: str | os.PathLike[str], meta: dict, run: GridRun) -> dict:
+    """``<out>.meta.json``: the contract's fields, with the wall time summed over the runs
+    that built the file (each run's command and time listed under ``runs``)."""
+    import platform
+
+    path = Path(str(out) + ".meta.json")
+    old: dict = {}
+    if path.exists():
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            old = {}
+    runs = list(old.get("runs", []))
+    runs.append(
+        {
+            "command": meta["command"],
+            "wall_seconds": round(run.wall_seconds, 1),
+            "computed": run.computed,
+            "skipped": run.skipped,
+            "failed": len(run.failed),
+            "interrupted": run.interrupted,
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+    )
+    lines, _ = read_lines(Path(out))
+    full = {
+        **meta,
+        "wall_seconds": round(sum(r["wall_seconds"] for r in runs), 1),
+        "cells": len(lines),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}, "
+        f"Python {platform.python_version()}",
+        "runs": runs,
+    }
+    path.write_text(json.dumps(full, indent=1) + "\n", encoding="utf-8")
+    return full

@@ -1,0 +1,187 @@
+"""Rows (h2o/model/rows.py): labels, families, refusals, and bytes counted by hand."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from h2o.model.quant import KiviSpec, kivi_bytes
+from h2o.model.rows import Row, parse_rows
+
+CFG = SimpleNamespace(n_layers=2, n_kv_heads=3, head_dim=64)
+
+LABELS = [
+    "full",
+    "h2o@128",
+    "streaming-llm@64",
+    "tova@256",
+    "scissorhands@512",
+    "sliding-window@64",
+    "random@128",
+    "snapkv@256",
+    "h2o@128/pyramid",
+    "tova@256/adaptive",
+    "h2o@512/duo",
+    "snapkv@256/duo",
+    "kivi2",
+    "kivi4",
+    "kivi8",
+    "kivi16",
+    "kivi2+sinks",
+    "kivi4+sinks8",
+    "h2o@256+kivi4",
+    "snapkv@256+kivi4",
+    "h2o@128/pyramid+kivi2+sinks",
+]
+
+
+@pytest.mark.parametrize("label", LABELS)
+def test_labels_round_trip(label) -> None:
+    row = Row.parse(label)
+    assert row.label == label
+    assert Row.parse(row.label) == row
+
+
+def test_fields() -> None:
+    assert Row.parse("full") == Row("full")
+    assert Row.parse("h2o@128") == Row("policy", "h2o", 128)
+    assert Row.parse("snapkv@256") == Row("snapkv", "snapkv", 256)
+    assert Row.parse("h2o@128/pyramid") == Row("policy", "h2o", 128, "pyramid")
+    assert Row.parse("h2o@128/uniform") == Row("policy", "h2o", 128)
+    assert Row.parse("kivi2+sinks") == Row("kivi", bits=2, sinks=4)
+    assert Row.parse("h2o@256+kivi4") == Row("policy", "h2o", 256, bits=4)
+    assert Row.parse(" snapkv@256+kivi4 ") == Row("snapkv", "snapkv", 256, bits=4)
+
+
+@pytest.mark.parametrize(
+    ("label", "family"),
+    [
+        ("full", "full cache"),
+        ("kivi16", "full cache"),
+        ("h2o@64", "H2O"),
+        ("h2o@512", "H2O"),
+        ("streaming-llm@64", "StreamingLLM"),
+        ("sliding-window@64", "Sliding window"),
+        ("snapkv@64", "SnapKV"),
+        ("h2o@64/pyramid", "H2O (pyramid)"),
+        ("kivi4", "KIVI-style 4-bit"),
+        ("kivi2+sinks", "KIVI-style 2-bit + sinks"),
+        ("h2o@256+kivi4", "H2O + KIVI-style 4-bit"),
+        ("snapkv@256+kivi4", "SnapKV + KIVI-style 4-bit"),
+    ],
+)
+def test_families(label, family) -> None:
+    assert Row.parse(label).family == family
+
+
+@pytest.mark.parametrize(
+    ("label", "match"),
+    [
+        ("", "empty"),
+        ("h2o", "cannot read"),
+        ("nosuch@64", "unknown policy 'nosuch'"),
+        ("h2o@0", "budget"),
+        ("h2o@64/nosuch", "unknown allocation 'nosuch'"),
+        ("kivi3", "bits"),
+        ("kivi16+sinks", "sinks change nothing"),
+        ("full+kivi4", "cannot read"),
+        ("kivi4+kivi2", "cannot read"),
+        ("kivi4+sinks+sinks", "cannot read"),
+        ("h2o@64+sinks", "cannot read"),
+        ("h2o@64+kivi16", "2, 4 or 8"),
+        ("kivi4+sinks0", "sinks0"),
+        ("h2o@-5", "cannot read"),
+    ],
+)
+def test_bad_labels_are_refused_naming_the_problem(label, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        Row.parse(label)
+
+
+def test_bad_fields_are_refused() -> None:
+    with pytest.raises(ValueError, match="kind"):
+        Row("nosuch")
+    with pytest.raises(ValueError, match="takes no budget"):
+        Row("kivi", bits=4, budget=4)
+    with pytest.raises(ValueError, match="needs bits"):
+        Row("kivi")
+    with pytest.raises(ValueError, match="quantized"):
+        Row("policy", "h2o", 64, sinks=4)
+
+
+def test_parse_rows() -> None:
+    rows = parse_rows("full, h2o@128,kivi4")
+    assert [r.label for r in rows] == ["full", "h2o@128", "kivi4"]
+    with pytest.raises(ValueError, match="twice"):
+        parse_rows("full,h2o@128,h2o@128/uniform")
+    with pytest.raises(ValueError, match="empty row"):
+        parse_rows("full,,kivi4")
+    with pytest.raises(ValueError, match="unknown policy"):
+        parse_rows("full,nosuch@3")
+
+
+# -- bytes by hand ---------------------------------------------------------------------------------
+def test_full_cache_bytes() -> None:
+    # 2 layers x 3 KV heads x 1000 tokens x (key + value) x 64 numbers x 2 bytes (fp16)
+    assert Row("full").kv_bytes(CFG, 1000) == 2 * 3 * 1000 * 2 * 64 * 2
+    assert Row.parse("kivi16").kv_bytes(CFG, 1000) == Row("full").kv_bytes(CFG, 1000)
+
+
+def test_policy_bytes_count_the_bookkeeping() -> None:
+    # H2O keeps 128 slots a head: 256 bytes of fp16 key + value, and 13 of its own
+    # (int32 position, float64 score, one byte of scratch)
+    assert Row.parse("h2o@128").kv_bytes(CFG, 1000) == 6 * 128 * (256 + 13)
+    # before the budget fills it holds every token
+    assert Row.parse("h2o@128").kv_bytes(CFG, 100) == 6 * 100 * (256 + 13)
+    # a ring of positions and SnapKV's one-shot choice keep no per-slot state
+    assert Row.parse("streaming-llm@128").kv_bytes(CFG, 1000) == 6 * 128 * 256
+    assert Row.parse("snapkv@128").kv_bytes(CFG, 1000) == 6 * 128 * 256
+
+
+def test_allocations_hold_the_same_total() -> None:
+    for alloc in ("pyramid", "adaptive", "duo"):
+        row = Row.parse(f"h2o@128/{alloc}")
+        assert row.slots(CFG, 10_000).sum() == 6 * 128
+        assert row.kv_bytes(CFG, 10_000) == Row.parse("h2o@128").kv_bytes(CFG, 10_000)
+    # short texts: a head never holds more than the tokens there are
+    pyr = Row.parse("h2o@128/pyramid").slots(CFG, 100)
+    assert pyr.max() == 100 and pyr.sum() < 6 * 100
+
+
+def test_kivi_and_combination_bytes() -> None:
+    assert Row.parse("kivi4").kv_bytes(CFG, 70) == 6 * 8944  # test_quant's hand count
+    assert Row.parse("kivi2+sinks").kv_bytes(CFG, 70) == kivi_bytes(KiviSpec(2, 4), 70, 64, 6)
+    # the least 128 slots of 1000 tokens can hold at 4 bits (the newest 128: 872..999), plus
+    # H2O's 13 bytes a slot: keys coded below 992 (872..991: 120 in groups 27..30), values
+    # coded below 968 (872..967: 96); 8 keys and 32 values in fp16
+    per_head = 4 * 64 * (120 + 96) // 8 + (4 * 64 + 96 * 2) * 4 + (8 + 32) * 64 * 2
+    assert Row.parse("h2o@128+kivi4").kv_bytes(CFG, 1000) == 6 * (per_head + 128 * 13)
+    assert Row.parse("snapkv@128+kivi4").kv_bytes(CFG, 1000) == 6 * per_head
+    # equal memory: 4 bits hold about 3.4x the tokens of 16 bits here
+    full128 = Row.parse("h2o@128").kv_bytes(CFG, 1000)
+    assert Row.parse("h2o@128+kivi4").kv_bytes(CFG, 1000) < full128 / 2
+
+
+def test_bytes_of_a_run_count_its_kept_sets() -> None:
+    row = Row.parse("h2o@128+kivi4")
+    # kept contiguous (no eviction yet, or the newest): the count without kept sets
+    kept = [[np.arange(100)] * 3] * 2
+    assert row.kv_bytes(CFG, 100, kept=kept) == row.kv_bytes(CFG, 100)
+    kept = [[np.arange(872, 1000)] * 3] * 2
+    assert row.kv_bytes(CFG, 1000, kept=kept) == row.kv_bytes(CFG, 1000)
+    # thinned groups keep their scales: more than the re-packed count, by hand per head
+    thin = np.r_[np.arange(0, 960, 10), np.arange(968, 1000)]  # 96 + 32 = 128 slots
+    kept = [[thin] * 3] * 2
+    # keys coded below 992: 96 + 24 = 120 in 31 groups; values coded below 968: 96
+    per_head = 4 * 64 * (120 + 96) // 8 + (31 * 64 + 96 * 2) * 4 + (8 + 32) * 128
+    assert row.kv_bytes(CFG, 1000, kept=kept) == 6 * (per_head + 128 * 13)
+    assert row.kv_bytes(CFG, 1000, kept=kept) > row.kv_bytes(CFG, 1000)
+    # a policy alone: its slots, whatever they are
+    assert Row.parse("h2o@128").kv_bytes(CFG, 1000, kept=kept) == 6 * 128 * (256 + 13)
+
+
+def test_slots_shape() -> None:
+    s = Row.parse("tova@64").slots(CFG, 1000)
+    assert s.shape == (2, 3) and np.all(s == 64)
