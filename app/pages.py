@@ -27,6 +27,8 @@ ALL_POLICIES = "views/all_policies.py"
 REAL_MODEL = "views/real_model.py"
 BUDGET_SPLIT = "views/budget_split.py"
 HOW_IT_WORKS = "views/how_it_works.py"
+NEEDLE_GRID = "views/needle_grid.py"
+EVICT_OR_COMPRESS = "views/evict_or_compress.py"
 
 #: Every page, in menu order. The lesson is the default (served at ``/``), so every other page —
 #: Step through included — has a path of its own that a pasted link opens without a detour.
@@ -38,5 +40,7 @@ PAGES = [
     PageSpec(ALL_POLICIES, "All policies", ":material/leaderboard:", "all-policies"),
     PageSpec(REAL_MODEL, "Real model", ":material/neurology:", "real-model"),
     PageSpec(BUDGET_SPLIT, "Where should the budget go?", ":material/grid_view:", "where-budget"),
+    PageSpec(NEEDLE_GRID, "The needle grid", ":material/apps:", "needle-grid"),
+    PageSpec(EVICT_OR_COMPRESS, "Evict or compress?", ":material/compress:", "evict-or-compress"),
     PageSpec(HOW_IT_WORKS, "How it works", ":material/code:", "how-it-works"),
 ]

@@ -33,7 +33,7 @@ def test_the_lesson_is_the_first_page_and_draws_every_chapter():
     assert at.title[0].value == "H2O, step by step"
     numbered = [h for h in headers(at) if h[:1].isdigit()]
     assert numbered == [f"{c.number}. {c.title}" for c in lesson.chapters()]
-    assert len(numbered) == 9
+    assert len(numbered) == 10
     assert not at.error, [e.value for e in at.error]
     # Chapter 1 computes bytes per token from the shapes: 7B = 32 × 32 × 128 × 2 × 2.
     table = at.dataframe[0].value.set_index("model")
@@ -69,8 +69,8 @@ def test_presenter_mode_shows_one_chapter_and_moves_by_one():
     at.button(key="lesson_prev").click().run()
     at.button(key="lesson_prev").click().run()
     assert at.session_state["chapter"] == 3
-    at.button(key="lesson_nav_9").click().run()
-    assert at.session_state["chapter"] == 9
+    at.button(key="lesson_nav_10").click().run()
+    assert at.session_state["chapter"] == 10
     assert at.button(key="lesson_next").disabled
 
 

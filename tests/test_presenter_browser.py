@@ -20,16 +20,24 @@ from streamlit_server import needs_chromium, shown_step, wait_player, wait_ready
 from test_browser import new_page
 
 import h2o
+from app.needle import data as needle_data
+from app.needle import frontier as needle_frontier
 from app.player import stepper
 from h2o import explain
 from h2o.player import playback
 
 VIEWPORT = (1280, 720)
 #: The lesson's chapters (``app.lesson.chapters()``; not imported here, to keep collection light).
-CHAPTERS = 9
-#: The chapter's first figure, where it is not a plotly chart: chapter 8 is the card's two lists
-#: side by side, chapter 9 the commands that load a policy (its first code block).
-FIRST_FIGURE = {8: '[data-testid="stHorizontalBlock"]', 9: '[data-testid="stCode"]'}
+CHAPTERS = 10
+#: The chapter's first figure, where it is not a plotly chart: chapter 9 is the card's two lists
+#: side by side, chapter 10 the commands that load a policy (its first code block). Chapter 8's
+#: is the frontier's chart, or, in a copy without a usable ``traces/results/frontier.jsonl``,
+#: the notice that says so.
+FIRST_FIGURE = {9: '[data-testid="stHorizontalBlock"]', 10: '[data-testid="stCode"]'}
+_FRONTIER = needle_data.read_frontier(needle_data.RESULTS_DIR / needle_data.FRONTIER_FILE)
+if not needle_frontier.ppl_points(_FRONTIER.records):
+    FIRST_FIGURE[8] = '[data-testid="stAlert"]'
+
 CHART = ".stPlotlyChart"
 CHAPTER = ".st-key-lesson_chapter"
 

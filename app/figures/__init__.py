@@ -13,7 +13,8 @@ return ``go.Figure`` objects meant for ``st.plotly_chart(..., theme="streamlit")
 One module per concept: ``base`` (colours, line styles, layout, the colour scale), ``heatmaps``
 (a replay's scores), ``policies`` (policies compared), ``model`` (the real model's layers),
 ``lesson`` (the lesson's own figures), ``spike`` (the stale-spike lesson), ``budget`` (Where
-should the budget go?). Pages call them as ``figures.name``.
+should the budget go?), ``needle`` (the needle grid; Evict or compress?). Pages call them as
+``figures.name``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,13 @@ from .model import (  # noqa: F401
     attention_shares,
     grouped_bars,
     layer_mass,
+)
+from .needle import (  # noqa: F401
+    BITS_COLOURS,
+    family_style,
+    frontier,
+    held_bars,
+    needle_heatmaps,
 )
 from .policies import (  # noqa: F401
     budget_curves,

@@ -7,8 +7,8 @@ clicker) or all in order (self-study). Answers are kept in the session, so a que
 once stays answered, in either mode.
 
 The chapters live in ``part1.py`` (why evict, sinks and recency, heavy hitters), ``part2.py``
-(the window, the stale spike, the family) and ``part3.py`` (a real model, when (not) to use H2O,
-your turn).
+(the window, the stale spike, the family) and ``part3.py`` (a real model, evict or compress?,
+when (not) to use H2O, your turn; the needle grid and chapter 8 live in ``needle.py``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Chapters 7–9: a real model, when (not) to use H2O, your turn."""
+"""Chapters 7–10: a real model, evict or compress?, when (not) to use H2O, your turn."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import streamlit as st
 import h2o
 from app import card, data, figures, model_runs, pages, state, sweeps
 from app.lesson import Chapter, open_in
+from app.lesson import needle as needle_chapters
 from app.real_model import claims
 from h2o.model.layers import region_shares
 
@@ -107,6 +108,7 @@ def real_model() -> None:
         config={"displaylogo": False},
     )
     st.markdown(claims.layers_sentence(by_layer, shares, SINKS, budget - SINKS, names))
+    needle_chapters.grid_section()
     runs = answer_runs()
     fresh = st.session_state.get(FRESH_ANSWERS, {})
     graded = None if runs is None else claims.grade(runs)
@@ -117,9 +119,9 @@ def real_model() -> None:
         )
     else:
         st.markdown(
-            "The story says once, early, where the spare key is hidden, and ends by asking. The "
-            "model's next eight tokens, with the cache of every layer and KV head capped at each "
-            "budget:"
+            "One question of our own, as an anecdote: the story says once, early, where the "
+            "spare key is hidden, and ends by asking. The model's next eight tokens, with the "
+            "cache of every layer and KV head capped at each budget:"
         )
         st.dataframe(answer_table(runs), key="lesson_answers")
         st.markdown(claims.answers_sentence(graded, names, story_text()))
@@ -203,7 +205,7 @@ def recompute_answers() -> None:
     st.rerun()
 
 
-# -- 8. when (not) to use H2O ----------------------------------------------------------------------
+# -- 9. when (not) to use H2O ----------------------------------------------------------------------
 #: Each of the card's points and the chapter that showed it. "A fact stated once" points at
 #: chapter 7's brass owl, with what it shows (:func:`fact_note`), whichever way that goes.
 WHEN_SHOWN = (7, 1, 6, 6)
@@ -211,7 +213,7 @@ WHEN_NOT_SHOWN = (4, 1, 5, 2)
 
 
 def fact_note(runs: dict[int, list[dict]] | None) -> str:
-    """Chapter 8's note on the card's "a fact stated once": what chapter 7's answers show."""
+    """Chapter 9's note on the card's "a fact stated once": what chapter 7's answers show."""
     if runs is None:
         return "the brass-owl answers are not in this copy"
     return claims.recall_note(claims.grade(runs), labels()["h2o"])
@@ -239,7 +241,7 @@ def when() -> None:
     st.caption("The card's own lists, in its order.")
 
 
-# -- 9. your turn ----------------------------------------------------------------------------------
+# -- 10. your turn ---------------------------------------------------------------------------------
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "decayed_h2o.py"
 
 
@@ -275,6 +277,7 @@ def your_turn() -> None:
 
 CHAPTERS = [
     Chapter(7, "A real model", "a-real-model", real_model),
-    Chapter(8, "When (not) to use H2O", "when-not-to-use-h2o", when),
-    Chapter(9, "Your turn: write a policy", "your-turn-write-a-policy", your_turn),
+    Chapter(8, "Evict or compress?", "evict-or-compress", needle_chapters.evict_or_compress),
+    Chapter(9, "When (not) to use H2O", "when-not-to-use-h2o", when),
+    Chapter(10, "Your turn: write a policy", "your-turn-write-a-policy", your_turn),
 ]

@@ -1,4 +1,4 @@
-"""The lesson: the H2O policy card's story in nine chapters — the app's first page.
+"""The lesson: the H2O policy card's story in ten chapters — the app's first page.
 
 Self-study: every chapter in order, to scroll through; answers are kept for the session.
 Presenter mode (the sidebar switch, or ``?presenter=1``): one chapter per screen in large type, the
@@ -44,6 +44,7 @@ ss = st.session_state
 lesson.goto_if_asked()
 CHAPTERS = lesson.chapters()
 LAST = len(CHAPTERS)
+WORDS = {8: "eight", 9: "nine", 10: "ten", 11: "eleven", 12: "twelve"}
 
 presenter = state.presenter_toggle()
 # A projector at 1280×720 needs the sidebar's 300 px: presenter mode opens with it collapsed (its
@@ -117,7 +118,8 @@ if presenter:
     chapter_keys("lesson_keys", key_pressed)
 else:
     st.markdown(
-        "Nine short chapters, each with one live figure computed by the library as you read. "
+        f"{WORDS.get(LAST, str(LAST)).capitalize()} short chapters, each with one live figure "
+        "computed by the library (or computed ahead on the real model) as you read. "
         "Where it helps, a question asks you to **predict** first; answer it or not, the figure "
         "that settles it is one click away. Every chapter opens its full page with the same "
         "settings. Presenting? Switch on **Presenter mode** in the sidebar: one chapter per "

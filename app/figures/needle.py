@@ -1,0 +1,226 @@
+"""The figures of issue 17: the needle grid's heatmaps, the frontier (a metric against KV bytes
+per token, one line per family) and the per-layer share of heads that held the needle.
+
+Built like :mod:`app.figures` (plain dicts, numpy arrays, its layout and colours). Labels come
+from the result files: every one is escaped before Plotly (which renders some HTML) sees it.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .base import FONT, NEUTRAL_LINE, POLICY_COLOURS, base_layout, make_figure, policy_colour
+from .budget import GRID_SCALE
+
+#: KIVI-style quantized caches, by bit width (a hue no policy uses); combinations take their
+#: policy's colour with a dashed line.
+BITS_COLOURS = {2: "#E15759", 4: "#C9A227", 8: "#59A14F", 16: "#76B7B2"}
+ALLOC_DASH = {None: "solid", "uniform": "solid", "pyramid": "dot", "adaptive": "dashdot"}
+ALLOC_DASH["duo"] = "longdash"
+
+#: A line of the frontier: (family, group, policy, bits, xs, ys, hover text per point).
+FrontierLine = tuple[
+    str, str, str | None, int | None, Sequence[float], Sequence[float], Sequence[str]
+]
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=False)
+
+
+def family_style(group: str, policy: str | None, bits: int | None, family: str) -> dict:
+    """Colour, dash and marker of a family's line: eviction in its policy's colour (an
+    allocation dashed its own way), KIVI-style in its bit width's colour, combinations dashed."""
+    if group == "compress":
+        colour = BITS_COLOURS.get(bits or 16, NEUTRAL_LINE)
+        sinks = "sinks" in family.lower()  # the variant keeping the sinks in fp16: open marker
+        return {"color": colour, "dash": "solid", "symbol": "diamond-open" if sinks else "diamond"}
+    name = policy or ("snapkv" if "snap" in family.lower() else "")
+    colour = POLICY_COLOURS.get(name) or policy_colour(name)
+    alloc = next((a for a in ("pyramid", "adaptive", "duo") if a in family.lower()), None)
+    if group == "both":
+        return {"color": colour, "dash": "dash", "symbol": "star"}
+    return {"color": colour, "dash": ALLOC_DASH[alloc], "symbol": "circle"}
+
+
+def frontier(
+    *,
+    lines: Sequence[FrontierLine],
+    full: tuple[float, float] | None,
+    limit: float | None,
+    title: str,
+    ytitle: str,
+    yformat: str,
+    height: int = 440,
+    subtitle: str = "",
+    share: bool = False,
+) -> go.Figure:
+    """A metric (y) against KV bytes per token (x, log scale), one line per family; the full
+    cache as a dotted horizontal line; ``limit`` as a vertical line (the memory asked about);
+    ``share``: y is a share, drawn from 0 to 100 %."""
+    data: list[dict] = []
+    for family, group, policy, bits, xs, ys, hover in lines:
+        style = family_style(group, policy, bits, family)
+        data.append(
+            {
+                "type": "scatter",
+                "x": np.asarray(xs, dtype=np.float64),
+                "y": np.asarray(ys, dtype=np.float64),
+                "mode": "lines+markers",
+                "name": _e(family),
+                "line": {"color": style["color"], "dash": style["dash"], "width": 2.5},
+                "marker": {"symbol": style["symbol"], "size": 9},
+                "text": [_e(h) for h in hover],
+                "hovertemplate": f"%{{text}}<br>%{{x:,.0f}} bytes/token: {yformat}<extra></extra>",
+            }
+        )
+    xs_all = [x for ln in lines for x in ln[4]]
+    shapes = []
+    if full is not None:
+        fx, fy = full
+        xs_all.append(fx)
+        data.append(
+            {
+                "type": "scatter",
+                "x": [fx],
+                "y": [fy],
+                "mode": "markers",
+                "marker": {"symbol": "square", "size": 11, "color": NEUTRAL_LINE},
+                "name": "full cache",
+                "hovertemplate": f"full cache<br>%{{x:,.0f}} bytes/token: {yformat}<extra></extra>",
+            }
+        )
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": fy,
+                "y1": fy,
+                "line": {"color": NEUTRAL_LINE, "dash": "dot", "width": 1.5},
+            }
+        )
+    if limit is not None:
+        shapes.append(
+            {
+                "type": "line",
+                "yref": "paper",
+                "x0": limit,
+                "x1": limit,
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": "#C9A227", "dash": "dash", "width": 2},
+                "name": f"the memory asked about: {limit:,.0f} bytes/token",
+                "showlegend": True,
+            }
+        )
+    layout = base_layout(title, height, "KV bytes per token (log scale)", ytitle, subtitle)
+    layout["xaxis"]["type"] = "log"
+    if share:
+        layout["yaxis"] |= {"range": [-0.03, 1.05], "tickformat": ".0%"}
+    layout["shapes"] = shapes
+    return make_figure(data, layout, legend_width=900)
+
+
+def needle_heatmaps(
+    *,
+    panels: Sequence[tuple[str, np.ndarray, np.ndarray]],
+    lengths: Sequence[int],
+    depths: Sequence[int],
+    zrange: tuple[float, float],
+    colour_title: str,
+    value_format: str,
+    title: str,
+    height: int = 360,
+) -> go.Figure:
+    """Length (x) × depth (y) per row, side by side on ONE colour axis; ``panels``: (label,
+    values ``(depths, lengths)`` with NaN where absent, needles per cell)."""
+    n = max(1, len(panels))
+    gap = 0.03
+    w = (1 - gap * (n - 1)) / n
+    data: list[dict] = []
+    layout = base_layout(title, height, "", "")
+    xs = [f"{x:,}" for x in lengths]
+    ys = [f"{d}%" for d in depths]
+    for i, (label, z, counts) in enumerate(panels):
+        ax = "" if i == 0 else str(i + 1)
+        lo, hi = round(i * (w + gap), 6), round(min(1.0, i * (w + gap) + w), 6)
+        z = np.asarray(z, dtype=np.float64)
+        data.append(
+            {
+                "type": "heatmap",
+                "z": z,
+                "x": xs,
+                "y": ys,
+                "xaxis": f"x{ax}",
+                "yaxis": f"y{ax}",
+                "coloraxis": "coloraxis",
+                "customdata": np.asarray(counts, dtype=np.int64),
+                "texttemplate": f"%{{z:{value_format}}}",
+                "textfont": {"size": FONT - 3},
+                "xgap": 2,
+                "ygap": 2,
+                "hovertemplate": f"{_e(label)}<br>%{{x}} tokens, needle at %{{y}}<br>"
+                f"{_e(colour_title)}: %{{z:{value_format}}} over %{{customdata}} "
+                "needle(s)<extra></extra>",
+            }
+        )
+        layout[f"xaxis{ax}"] = {
+            "domain": [lo, hi],
+            "anchor": f"y{ax}",
+            "type": "category",
+            "title": {"text": "prompt tokens", "font": {"size": FONT - 2}},
+            "tickfont": {"size": FONT - 3},
+        }
+        layout[f"yaxis{ax}"] = {
+            "anchor": f"x{ax}",
+            "type": "category",
+            "autorange": "reversed",
+            "showticklabels": i == 0,
+            "title": {"text": "needle depth" if i == 0 else ""},
+            "tickfont": {"size": FONT - 3},
+        }
+        layout.setdefault("annotations", []).append(
+            {
+                "text": _e(label),
+                "xref": "paper",
+                "yref": "paper",
+                "x": (lo + hi) / 2,
+                "y": 1.0,
+                "yanchor": "bottom",
+                "xanchor": "center",
+                "showarrow": False,
+                "font": {"size": FONT - 1},
+            }
+        )
+    layout["coloraxis"] = {
+        "colorscale": GRID_SCALE,
+        "cmin": zrange[0],
+        "cmax": zrange[1],
+        "colorbar": {"title": {"text": _e(colour_title), "side": "right"}, "thickness": 14},
+    }
+    return make_figure(data, layout)
+
+
+def held_bars(*, held: Sequence[float], title: str, height: int = 300) -> go.Figure:
+    """Per layer, the share of its KV heads whose cache still held every needle token."""
+    h = np.asarray(held, dtype=np.float64)
+    data = [
+        {
+            "type": "bar",
+            "x": np.arange(h.size),
+            "y": h,
+            "marker": {"color": "#3D9DF3"},
+            "name": "share of the layer's KV heads holding the needle",
+            "hovertemplate": "layer %{x}: %{y:.0%} of its KV heads<extra></extra>",
+        }
+    ]
+    layout = base_layout(title, height, "layer", "share of KV heads")
+    layout["yaxis"]["range"] = [0, 1.05]
+    layout["yaxis"]["tickformat"] = ".0%"
+    return make_figure(data, layout, legend_width=900)

@@ -1,0 +1,137 @@
+"""Chapter 7's evidence about answers (the needle grid, computed ahead) and chapter 8, "Evict or
+compress?" (eviction against KIVI-style quantization at equal memory).
+
+Both read ``traces/results/needle-grid.jsonl`` and ``frontier.jsonl`` (:mod:`app.needle`) and
+say plainly when a file is not in this copy. Every sentence with a number comes from
+:mod:`app.needle.claims`.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app import figures, pages
+from app.lesson import open_in
+from app.needle import claims, frontier, grid, shipped
+
+#: Chapter 7's rows: the full cache, then H2O and StreamingLLM at one budget (chapter 7's pair),
+#: and SnapKV, which reads the question before it compresses.
+LESSON_BUDGET = 256
+LESSON_ROWS = (
+    "full",
+    f"h2o@{LESSON_BUDGET}",
+    f"streaming-llm@{LESSON_BUDGET}",
+    f"snapkv@{LESSON_BUDGET}",
+)
+#: The needle length chapter 8 reads accuracy at (the frontier's perplexity is at T = 2,048).
+LESSON_LENGTH = frontier.PPL_TOKENS
+
+
+def lesson_rows(available: list[str]) -> list[str]:
+    """The chapter's rows that the file has (others from the file if none of them is there)."""
+    mine = [r for r in LESSON_ROWS if r in available]
+    return mine or grid.pick(available, LESSON_ROWS, 3)
+
+
+def grid_section() -> None:
+    """Chapter 7: the needle grid for the full cache and the chapter's policies."""
+    loaded, path = shipped.grid()
+    st.markdown(
+        "Does the model still *answer* once the cache has evicted? One question is an anecdote; "
+        "the needle grid asks many: a fact (“The code of the green locker is 9237.”) hidden at a "
+        "depth of a text of a given length, asked at its end."
+    )
+    if not shipped.report(loaded, path, "needle grid"):
+        return
+    cells = loaded.records
+    rows = grid.rows(cells)
+    shown = lesson_rows(rows)
+    lens, deps = grid.lengths(cells), grid.depths(cells)
+    st.plotly_chart(
+        figures.needle_heatmaps(
+            panels=[(r, *grid.matrix(cells, r, lens, deps, "correct")) for r in shown],
+            lengths=lens,
+            depths=deps,
+            zrange=(0.0, 1.0),
+            colour_title="share answered right",
+            value_format=".0%",
+            title="Needle answered right, per prompt length and depth",
+        ),
+        width="stretch",
+        key="lesson_needle",
+        config={"displaylogo": False},
+    )
+    st.markdown(claims.full_note(cells))
+    st.markdown(claims.scores_sentence(grid.scores(cells, shown)))
+    st.caption(claims.shown_sentence(shown, rows, cells))
+    open_in("Open the needle grid", pages.NEEDLE_GRID, {}, key="lesson_open_7_needle")
+
+
+def memory_and_points() -> tuple[int | None, int | None, list, list]:
+    """Chapter 8's memories and points: perplexity at T = 2,048 and needle accuracy at
+    :data:`LESSON_LENGTH` tokens, each asked at a 4-bit KIVI-style cache's own bytes per token
+    in that measurement (a prompt a few tokens short of its length holds a little more per
+    token), else at its middle memory."""
+    fr, _ = shipped.frontier()
+    gr, _ = shipped.grid()
+    ppl = frontier.ppl_points(fr.records)
+    acc = frontier.accuracy_points(gr.records, LESSON_LENGTH)
+    return frontier.default_memory(ppl), frontier.default_memory(acc), ppl, acc
+
+
+def evict_or_compress() -> None:
+    st.markdown(
+        "Evict tokens, or keep them all at fewer bits (**KIVI-style**, simulated in numpy)? At "
+        "equal KV memory per token, the lower line wins:"
+    )
+    fr, fr_path = shipped.frontier()
+    what = (
+        "frontier (perplexity against KV bytes per token for every eviction policy, KIVI-style "
+        "bit width and their combinations)"
+    )
+    if not shipped.report(fr, fr_path, what):
+        open_in("Open Evict or compress?", pages.EVICT_OR_COMPRESS, {}, key="lesson_open_8")
+        return
+    memory, acc_memory, ppl, acc = memory_and_points()
+    if not ppl:
+        st.info(
+            f"The frontier file has no row measured on {frontier.PPL_TEXT} at "
+            f"{frontier.PPL_TOKENS:,} tokens yet.",
+            icon=":material/info:",
+        )
+        open_in("Open Evict or compress?", pages.EVICT_OR_COMPRESS, {}, key="lesson_open_8")
+        return
+    lines = [
+        (
+            fam,
+            ps[0].group,
+            ps[0].policy,
+            ps[0].bits,
+            [p.x for p in ps],
+            [p.y for p in ps],
+            [f"{p.row}: perplexity {p.y:.2f}" for p in ps],
+        )
+        for fam, ps in frontier.lines(ppl).items()
+    ]
+    full = next(((p.x, p.y) for p in ppl if p.group == "full"), None)
+    st.plotly_chart(
+        figures.frontier(
+            lines=lines,
+            full=full,
+            limit=memory,
+            title=f"Perplexity against KV memory — {frontier.PPL_TEXT}, "
+            f"{frontier.PPL_TOKENS:,} tokens",
+            ytitle="perplexity (lower is better)",
+            yformat="%{y:.2f}",
+            height=400,
+        ),
+        width="stretch",
+        key="lesson_frontier",
+        config={"displaylogo": False},
+    )
+    if memory is not None and ppl:
+        st.markdown(claims.verdict(ppl, memory, claims.PERPLEXITY))
+    if acc_memory is not None:
+        said = claims.verdict(acc, acc_memory, claims.ACCURACY)
+        st.markdown(f"On the needle grid at {LESSON_LENGTH:,} tokens: {said[0].lower()}{said[1:]}")
+    open_in("Open Evict or compress?", pages.EVICT_OR_COMPRESS, {}, key="lesson_open_8")

@@ -1,0 +1,285 @@
+"""The two result files of issue 17, read with bounds and checked line by line.
+
+``traces/results/needle-grid.jsonl`` (one needle cell per line) and ``frontier.jsonl`` (one row's
+perplexity per line) are written cell by cell by ``python -m h2o needle`` / ``frontier`` (so a
+grid may be partial, and a resumed run may repeat a cell). A reader here:
+
+* reads at most :data:`MAX_BYTES` bytes and :data:`MAX_LINES` lines (a bigger file is refused, not
+  read), and skips a line longer than :data:`MAX_LINE`;
+* checks every field a page uses (type and range); a bad line is skipped and named in
+  ``problems``, the good ones are kept;
+* keeps the last of repeated cells (a resumed run appends the cell again), and says so.
+
+No streamlit here: the pages cache :func:`read_grid` / :func:`read_frontier` by the file's mtime.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS_DIR = ROOT / "traces" / "results"
+GRID_FILE = "needle-grid.jsonl"
+FRONTIER_FILE = "frontier.jsonl"
+#: Bounds on what a page reads: a grid of every row at 4 lengths × 5 depths is well under this.
+MAX_BYTES = 32 * 2**20
+MAX_LINES = 200_000
+MAX_LINE = 64 * 2**10
+#: Problems listed by name; past this many, only their count.
+MAX_PROBLEMS = 20
+KINDS = ("full", "policy", "snapkv", "kivi")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One line of the needle grid: a row (what holds the cache) at one length and depth."""
+
+    row: str
+    family: str
+    kind: str
+    policy: str | None
+    budget: int | None
+    allocation: str | None
+    bits: int | None
+    sinks: int
+    length: int
+    depth: int
+    needle: str
+    question: str
+    expected: str
+    produced: str
+    correct: bool
+    logprob: float
+    held: tuple[float, ...] | None
+    kv_bytes: int
+    seconds: float
+    prompt_tokens: int | None = None  # the prompt's own length (at most ``length``), if recorded
+
+    @property
+    def tokens(self) -> int:
+        """The tokens the cache read before the answer: the prompt's own length when the line
+        records it, else the cell's nominal length."""
+        return self.prompt_tokens or self.length
+
+
+@dataclass(frozen=True)
+class FrontierRow:
+    """One line of the frontier: a row's perplexity on a text and the bytes it held."""
+
+    row: str
+    family: str
+    kind: str
+    policy: str | None
+    budget: int | None
+    allocation: str | None
+    bits: int | None
+    sinks: int
+    text: str
+    tokens: int
+    perplexity: float
+    kv_bytes: int
+    kv_bytes_per_token: float
+    seconds: float
+
+
+@dataclass
+class Loaded:
+    """What a reader found: the good records, what was wrong (by line), and the sidecar."""
+
+    records: list = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    n_problems: int = 0
+    repeated: int = 0
+    meta: dict | None = None
+    missing: bool = False  # the file is not there at all
+
+    def problem(self, text: str) -> None:
+        self.n_problems += 1
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(text)
+
+
+class BadField(ValueError):
+    pass
+
+
+# -- field checks ----------------------------------------------------------------------------------
+def _str(d: dict, key: str, *, optional: bool = False, limit: int = 4000) -> str | None:
+    v = d.get(key)
+    if v is None and optional:
+        return None
+    if not isinstance(v, str):
+        raise BadField(f"{key!r} must be a string")
+    if len(v) > limit:
+        raise BadField(f"{key!r} is longer than {limit:,} characters")
+    return v
+
+
+def _int(d: dict, key: str, *, optional: bool = False, lo: int = 0, hi: int = 2**62) -> int | None:
+    v = d.get(key)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise BadField(f"{key!r} must be an integer from {lo:,} to {hi:,}")
+    return v
+
+
+def _float(d: dict, key: str, *, lo: float = -math.inf, hi: float = math.inf) -> float:
+    v = d.get(key)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise BadField(f"{key!r} must be a finite number")
+    if not lo <= v <= hi:
+        raise BadField(f"{key!r} must be between {lo:g} and {hi:g}")
+    return float(v)
+
+
+def _common(d: dict) -> dict:
+    kind = _str(d, "kind")
+    if kind not in KINDS:
+        raise BadField(f"'kind' must be one of {', '.join(KINDS)}")
+    return {
+        "row": _str(d, "row", limit=80),
+        "family": _str(d, "family", limit=80),
+        "kind": kind,
+        "policy": _str(d, "policy", optional=True, limit=80),
+        "budget": _int(d, "budget", optional=True, lo=1),
+        "allocation": _str(d, "allocation", optional=True, limit=40),
+        "bits": _int(d, "bits", optional=True, lo=1, hi=16),
+        "sinks": _int(d, "sinks", hi=2**20),
+    }
+
+
+def parse_cell(d: object) -> Cell:
+    """One grid line's object as a :class:`Cell`; ``ValueError`` naming the first bad field."""
+    if not isinstance(d, dict):
+        raise BadField("not a JSON object")
+    held = d.get("held")
+    if held is not None:
+        if not isinstance(held, list) or len(held) > 4096:
+            raise BadField("'held' must be a list of shares (one per layer) or null")
+        try:
+            held = tuple(_float({"held": h}, "held", lo=0.0, hi=1.0) for h in held)
+        except BadField as e:
+            raise BadField("'held' must hold shares between 0 and 1") from e
+    correct = d.get("correct")
+    if not isinstance(correct, bool):
+        raise BadField("'correct' must be true or false")
+    return Cell(
+        **_common(d),
+        length=_int(d, "length", lo=1),
+        depth=_int(d, "depth", hi=100),
+        needle=_str(d, "needle", limit=80),
+        question=_str(d, "question"),
+        expected=_str(d, "expected"),
+        produced=_str(d, "produced"),
+        correct=correct,
+        logprob=_float(d, "logprob", hi=0.0),
+        held=held,
+        kv_bytes=_int(d, "kv_bytes"),
+        seconds=_float(d, "seconds", lo=0.0),
+        prompt_tokens=_int(d, "prompt_tokens", optional=True, lo=1),
+    )
+
+
+def parse_frontier(d: object) -> FrontierRow:
+    """One frontier line's object as a :class:`FrontierRow`; ``ValueError`` naming the field."""
+    if not isinstance(d, dict):
+        raise BadField("not a JSON object")
+    return FrontierRow(
+        **_common(d),
+        text=_str(d, "text", limit=200),
+        tokens=_int(d, "tokens", lo=1),
+        perplexity=_float(d, "perplexity", lo=1.0),
+        kv_bytes=_int(d, "kv_bytes"),
+        kv_bytes_per_token=_float(d, "kv_bytes_per_token", lo=0.0),
+        seconds=_float(d, "seconds", lo=0.0),
+    )
+
+
+# -- files -----------------------------------------------------------------------------------------
+def _read_meta(path: Path) -> dict | None:
+    """The sidecar: ``needle-grid.jsonl.meta.json`` (or ``needle-grid.meta.json``)."""
+    for side in (
+        path.with_name(path.name + ".meta.json"),
+        path.with_name(path.name.removesuffix(".jsonl") + ".meta.json"),
+    ):
+        try:
+            if not side.is_file() or side.stat().st_size > 2**20:
+                continue
+            meta = json.loads(side.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(meta, dict):
+            return meta
+    return None
+
+
+def commands(meta: dict | None) -> tuple[list[str], float | None]:
+    """The commands that made a file and their wall time in all (seconds), from its sidecar:
+    its ``runs`` (one per resumed run) or its own ``command`` and ``wall_seconds``."""
+    if not isinstance(meta, dict):
+        return [], None
+    runs = meta.get("runs") if isinstance(meta.get("runs"), list) else [meta]
+    cmds, wall = [], 0.0
+    for r in runs:
+        if not isinstance(r, dict):
+            continue
+        if isinstance(r.get("command"), str):
+            cmds.append(r["command"][:2000])
+        w = r.get("wall_seconds")
+        if isinstance(w, int | float) and not isinstance(w, bool) and math.isfinite(w):
+            wall += float(w)
+    return cmds, (wall if cmds else None)
+
+
+def _read(path: Path, parse, key) -> Loaded:
+    out = Loaded()
+    try:
+        size = path.stat().st_size
+    except OSError:
+        out.missing = True
+        return out
+    if size > MAX_BYTES:
+        out.problem(f"the file is {size / 2**20:.0f} MiB, over the {MAX_BYTES // 2**20} MiB read")
+        return out
+    kept: dict = {}
+    try:
+        with path.open("rb") as f:
+            for n, raw in enumerate(f, 1):
+                if n > MAX_LINES:
+                    out.problem(f"only the first {MAX_LINES:,} lines were read")
+                    break
+                if len(raw) > MAX_LINE:
+                    out.problem(f"line {n}: longer than {MAX_LINE // 1024} KiB")
+                    continue
+                if not raw.strip():
+                    continue
+                try:
+                    rec = parse(json.loads(raw.decode("utf-8")))
+                except (ValueError, UnicodeDecodeError) as e:
+                    # BadField names the field; a JSON error's own text is enough.
+                    out.problem(f"line {n}: {str(e)[:160]}")
+                    continue
+                k = key(rec)
+                if k in kept:
+                    out.repeated += 1
+                    del kept[k]  # the later line wins, and takes the later place
+                kept[k] = rec
+    except OSError as e:
+        out.problem(f"could not read the file: {e.strerror or e}")
+    out.records = list(kept.values())
+    out.meta = _read_meta(path)
+    return out
+
+
+def read_grid(path: Path) -> Loaded:
+    """Every good cell of a ``needle-grid.jsonl`` (a cell is row × length × depth × needle)."""
+    return _read(path, parse_cell, lambda c: (c.row, c.length, c.depth, c.needle))
+
+
+def read_frontier(path: Path) -> Loaded:
+    """Every good row of a ``frontier.jsonl`` (one per row, text and length)."""
+    return _read(path, parse_frontier, lambda r: (r.row, r.text, r.tokens))

@@ -1,0 +1,126 @@
+"""The frontier's points: each row's KV bytes per token against its perplexity (from
+``frontier.jsonl``) or its needle accuracy (from ``needle-grid.jsonl``), grouped into families.
+
+A row belongs to one of four groups: the full cache (the reference), eviction (a policy or
+SnapKV at a budget, full precision), KIVI-style quantization (every token kept, at fewer bits)
+and the two combined (eviction at a budget, the kept tokens quantized).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from app.needle.data import Cell, FrontierRow
+from app.needle.grid import family_name, row_order
+
+GROUPS = {
+    "evict": "eviction",
+    "compress": "KIVI-style quantization",
+    "both": "eviction + KIVI-style",
+}
+#: The perplexity the page shows: ``python -m h2o frontier``'s text and length (issue 17).
+PPL_TEXT, PPL_TOKENS = "lighthouse.txt", 2048
+
+
+def group(kind: str, bits: int | None) -> str:
+    """``"full"``, ``"evict"``, ``"compress"`` or ``"both"`` (a 16-bit KIVI-style cache is the
+    full cache: the library names its family so too)."""
+    if kind == "full" or (kind == "kivi" and bits == 16):
+        return "full"
+    if kind == "kivi":
+        return "compress"
+    return "both" if bits is not None else "evict"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One row on the frontier: ``x`` KV bytes per token, ``y`` the metric, over ``n`` cells
+    (1 for a perplexity)."""
+
+    row: str
+    family: str
+    group: str
+    policy: str | None
+    bits: int | None
+    sinks: int
+    x: float
+    y: float
+    n: int = 1
+    right: int = 0  # accuracy points: the cells answered right
+    order: tuple = ()
+
+
+def ppl_points(
+    rows: Iterable[FrontierRow], text: str = PPL_TEXT, tokens: int = PPL_TOKENS
+) -> list[Point]:
+    """The frontier rows measured on ``text`` at ``tokens`` tokens, as points."""
+    return [
+        Point(
+            row=r.row,
+            family=family_name(r.family, r.allocation),
+            group=group(r.kind, r.bits),
+            policy=r.policy,
+            bits=r.bits,
+            sinks=r.sinks,
+            x=r.kv_bytes_per_token,
+            y=r.perplexity,
+            order=row_order(r),
+        )
+        for r in rows
+        if r.text == text and r.tokens == tokens
+    ]
+
+
+def accuracy_points(cells: Iterable[Cell], length: int) -> list[Point]:
+    """Per row, its cells at ``length``: share answered right, mean KV bytes per token of the
+    prompt (:attr:`Cell.tokens`)."""
+    by: dict[str, list[Cell]] = {}
+    for c in cells:
+        if c.length == length:
+            by.setdefault(c.row, []).append(c)
+    out = []
+    for row, cs in by.items():
+        c0 = cs[0]
+        right = sum(c.correct for c in cs)
+        out.append(
+            Point(
+                row=row,
+                family=family_name(c0.family, c0.allocation),
+                group=group(c0.kind, c0.bits),
+                policy=c0.policy,
+                bits=c0.bits,
+                sinks=c0.sinks,
+                x=sum(c.kv_bytes / c.tokens for c in cs) / len(cs),
+                y=right / len(cs),
+                n=len(cs),
+                right=right,
+                order=row_order(c0),
+            )
+        )
+    return out
+
+
+def lines(points: Iterable[Point]) -> dict[str, list[Point]]:
+    """Family → its points by bytes per token (one line each), families in row order; the full
+    cache is not a line (the figures draw it as the reference)."""
+    by: dict[str, list[Point]] = {}
+    for p in sorted(points, key=lambda p: p.order):
+        if p.group != "full":
+            by.setdefault(p.family, []).append(p)
+    return {f: sorted(ps, key=lambda p: (p.x, p.row)) for f, ps in by.items()}
+
+
+def memory_choices(points: Sequence[Point]) -> list[int]:
+    """The memories a reader can ask about: every non-full row's bytes per token, rounded."""
+    return sorted({round(p.x) for p in points if p.group != "full"})
+
+
+def default_memory(points: Sequence[Point]) -> int | None:
+    """The memory the lesson asks about: a 4-bit KIVI-style cache's (the paper's "4× the tokens
+    at 4 bits"), else the middle choice; None without any."""
+    choices = memory_choices(points)
+    four = [p for p in points if p.group == "compress" and p.bits == 4 and p.sinks == 0]
+    if four:
+        return round(min(four, key=lambda p: p.x).x)
+    return choices[len(choices) // 2] if choices else None

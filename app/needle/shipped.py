@@ -1,0 +1,79 @@
+"""The shipped result files for the pages, cached per file version (path, mtime, size)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from app.needle import data
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _read(path: str, which: str, mtime_ns: int, size: int) -> data.Loaded:
+    reader = data.read_grid if which == "grid" else data.read_frontier
+    return reader(Path(path))
+
+
+def _load(name: str, which: str) -> tuple[data.Loaded, Path]:
+    # RESULTS_DIR is read at call time: the tests point it at a fixture of the same schema.
+    path = data.RESULTS_DIR / name
+    try:
+        st_ = path.stat()
+    except OSError:
+        return data.Loaded(missing=True), path
+    return _read(str(path), which, st_.st_mtime_ns, st_.st_size), path
+
+
+def grid() -> tuple[data.Loaded, Path]:
+    """``needle-grid.jsonl``'s cells (and its path, for messages)."""
+    return _load(data.GRID_FILE, "grid")
+
+
+def frontier() -> tuple[data.Loaded, Path]:
+    """``frontier.jsonl``'s rows (and its path, for messages)."""
+    return _load(data.FRONTIER_FILE, "frontier")
+
+
+def report(loaded: data.Loaded, path: Path, what: str) -> bool:
+    """Say what is wrong with a file (missing, refused, bad lines, repeated cells); whether
+    there is anything to show."""
+    from app import state
+
+    rel = path.relative_to(data.ROOT) if path.is_relative_to(data.ROOT) else path.name
+    if loaded.missing:
+        st.info(
+            f"{state.shown(rel, 120)} is not in this copy, so there is no {what} to show. It is "
+            "computed ahead with the command in traces/results/README.md.",
+            icon=":material/info:",
+        )
+        return False
+    if loaded.n_problems:
+        listed = "; ".join(state.md(p, 200) for p in loaded.problems[:3])
+        more = f" (and {loaded.n_problems - 3} more)" if loaded.n_problems > 3 else ""
+        st.warning(
+            f"{state.shown(rel, 120)}: {loaded.n_problems} line(s) skipped — {listed}{more}.",
+            icon=":material/warning:",
+        )
+    if loaded.repeated:
+        st.caption(
+            f"{loaded.repeated} repeated line(s) in {state.shown(rel, 120)} (a resumed run): the "
+            "later one of each is shown."
+        )
+    if not loaded.records:
+        st.info(f"{state.shown(rel, 120)} has no usable lines yet.", icon=":material/info:")
+        return False
+    return True
+
+
+def provenance(loaded: data.Loaded, what: str) -> None:
+    """How the file was made: its commands (as code, never markup) and their wall time."""
+    cmds, wall = data.commands(loaded.meta)
+    if not cmds:
+        st.caption(f"The {what} file has no sidecar saying how it was made.")
+        return
+    st.caption(
+        f"The {what} was computed ahead by the command(s) below: {wall / 60:,.0f} min of wall "
+        "time in all."
+    )
+    st.code("\n".join(cmds), language="bash", wrap_lines=True)

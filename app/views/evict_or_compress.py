@@ -1,0 +1,191 @@
+"""Evict or compress? Eviction (fewer tokens at 16 bits) against KIVI-style quantization (every
+token at fewer bits) and both combined, at equal KV memory, on SmolLM2-135M.
+
+Two charts against KV bytes per token, one line per family: perplexity on lighthouse.txt at
+T = 2048 (``traces/results/frontier.jsonl``) and needle accuracy (``needle-grid.jsonl``) at a
+chosen prompt length. The verdict at the memory the reader picks is built from the same points
+by :func:`app.needle.claims.verdict`, whatever it says.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app import figures, pages, state
+from app.needle import claims, frontier, shipped
+from app.needle.frontier import GROUPS, PPL_TEXT, PPL_TOKENS
+
+ss = st.session_state
+MEMORY, LENGTH = "ec_memory", "ec_length"
+
+
+def line_data(points: list[frontier.Point], value) -> list:
+    """The figure's lines: (family, group, policy, bits, xs, ys, hover) per family."""
+    return [
+        (
+            fam,
+            ps[0].group,
+            ps[0].policy,
+            ps[0].bits,
+            [p.x for p in ps],
+            [p.y for p in ps],
+            [f"{p.row}: {value(p)}" for p in ps],
+        )
+        for fam, ps in frontier.lines(points).items()
+    ]
+
+
+def plural(n: int, one: str, many: str = "") -> str:
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
+
+
+def full_of(points: list[frontier.Point]) -> tuple[float, float] | None:
+    full = next((p for p in points if p.group == "full"), None)
+    return None if full is None else (full.x, full.y)
+
+
+st.title("Evict or compress?")
+st.markdown(
+    "Two ways to shrink the KV cache. **Evict**: keep fewer tokens at full precision (H2O, "
+    "StreamingLLM, SnapKV, … at a budget of slots per head; also with PyramidKV-, Ada-KV- and "
+    "DuoAttention-style allocations, which borrow each paper's split of the budget, not its whole "
+    "method). **Compress**: keep every token at fewer bits — **KIVI-style** quantization (keys "
+    "per channel, values per token, groups of 32, the newest tokens in fp16), simulated in numpy: "
+    "the model attends to dequantized values, so the quality is KIVI's but not its speed. Or "
+    "both. The bytes count everything a cache holds: codes, scales, zero points, full-precision "
+    "tokens, a policy's bookkeeping. Read the charts at one memory (the dashed line)."
+)
+state.publish([])  # this page keeps its settings in the session, not the URL
+
+fr, fr_path = shipped.frontier()
+gr, gr_path = shipped.grid()
+ppl = frontier.ppl_points(fr.records) if not fr.missing else []
+lens = sorted({c.length for c in gr.records})
+choices = sorted(
+    set(frontier.memory_choices(ppl))
+    | {m for n in lens for m in frontier.memory_choices(frontier.accuracy_points(gr.records, n))}
+)
+
+if choices:
+    first = frontier.default_memory(ppl)
+    if first is None and lens:
+        first = frontier.default_memory(frontier.accuracy_points(gr.records, lens[-1]))
+    first = min(choices, key=lambda c: abs(c - (first or choices[0])))
+    if ss.get(MEMORY) not in choices:
+        ss[MEMORY] = first
+    memory = int(
+        st.select_slider(
+            "KV memory asked about (bytes per token, at most)",
+            choices,
+            format_func=lambda m: f"{m:,}",
+            **state.mirror(MEMORY, first),
+            help="Every row's bytes per token, rounded: the verdicts compare the best row of "
+            "each kind that holds at most this much.",
+        )
+    )
+else:
+    memory = None
+
+# -- perplexity ------------------------------------------------------------------------------------
+st.subheader(f"Perplexity — {PPL_TEXT}, T = {PPL_TOKENS:,}", divider="gray")
+if shipped.report(fr, fr_path, "frontier"):
+    if not ppl:
+        st.info(
+            f"The frontier file has no row measured on {PPL_TEXT} at {PPL_TOKENS:,} tokens.",
+            icon=":material/info:",
+        )
+    else:
+        st.plotly_chart(
+            figures.frontier(
+                lines=line_data(ppl, lambda p: f"perplexity {p.y:.2f}"),
+                full=full_of(ppl),
+                limit=memory,
+                title=f"Perplexity against KV memory — {PPL_TEXT}, {PPL_TOKENS:,} tokens "
+                "(lower is better)",
+                ytitle="perplexity",
+                yformat="%{y:.2f}",
+            ),
+            width="stretch",
+            key="ec_ppl",
+            config={"displaylogo": False},
+        )
+        if memory is not None:
+            st.markdown(claims.verdict(ppl, memory, claims.PERPLEXITY))
+        st.caption(
+            f"{plural(len(ppl), 'row')} in {plural(len(frontier.lines(ppl)), 'family', 'families')}"
+            + (
+                f"; {plural(len(fr.records) - len(ppl), 'row')} on another text or length not shown"
+                if len(fr.records) > len(ppl)
+                else ""
+            )
+            + "."
+        )
+        shipped.provenance(fr, "frontier")
+
+# -- needle accuracy -------------------------------------------------------------------------------
+acc: list[frontier.Point] = []
+st.subheader("Needle accuracy", divider="gray")
+if shipped.report(gr, gr_path, "needle grid") and lens:
+    default_len = 2048 if 2048 in lens else lens[-1]
+    if ss.get(LENGTH) not in lens:
+        ss[LENGTH] = default_len
+    length = int(
+        st.segmented_control(
+            "Prompt length (tokens)",
+            lens,
+            format_func=lambda n: f"{n:,}",
+            required=True,
+            **state.mirror(LENGTH, default_len),
+        )
+    )
+    acc = frontier.accuracy_points(gr.records, length)
+    st.plotly_chart(
+        figures.frontier(
+            lines=line_data(acc, lambda p: f"{p.right} of {p.n} right"),
+            full=full_of(acc),
+            limit=memory,
+            title=f"Needle accuracy against KV memory — prompts of {length:,} tokens "
+            "(higher is better)",
+            ytitle="share of needle cells answered right",
+            yformat="%{y:.0%}",
+            share=True,
+        ),
+        width="stretch",
+        key="ec_acc",
+        config={"displaylogo": False},
+    )
+    if memory is not None:
+        st.markdown(claims.verdict(acc, memory, claims.ACCURACY))
+    n_cells = sum(p.n for p in acc)
+    st.caption(
+        f"{plural(len(acc), 'row')}, {plural(n_cells, 'cell')} at {length:,} tokens (every "
+        "depth and needle of that length in the file); bytes per token are each row's KV "
+        "bytes over the prompt's tokens, averaged over its cells."
+    )
+    shipped.provenance(gr, "needle grid")
+
+# -- the rows --------------------------------------------------------------------------------------
+if ppl or gr.records:
+    with st.expander("Every row, its kind and its numbers", icon=":material/table:"):
+        table: dict[str, dict] = {}
+        for p in ppl:
+            table.setdefault(p.row, {"row": p.row, "family": p.family, "kind": p.group})
+            table[p.row] |= {"bytes/token (T = 2,048)": p.x, "perplexity": p.y}
+        for p in acc:
+            table.setdefault(p.row, {"row": p.row, "family": p.family, "kind": p.group})
+            table[p.row] |= {"bytes/token (needle)": p.x, "needle accuracy": p.y}
+        kinds = {"full": "full cache", **GROUPS}
+        st.dataframe(
+            pd.DataFrame([{**r, "kind": kinds[r["kind"]]} for r in table.values()]),
+            hide_index=True,
+            width="stretch",
+            key="ec_rows",
+            column_config={
+                "needle accuracy": st.column_config.NumberColumn(format="percent"),
+                "perplexity": st.column_config.NumberColumn(format="%.2f"),
+                "bytes/token (T = 2,048)": st.column_config.NumberColumn(format="%.0f"),
+                "bytes/token (needle)": st.column_config.NumberColumn(format="%.0f"),
+            },
+        )
+    st.page_link(pages.NEEDLE_GRID, label="The needle grid: every cell", icon=":material/apps:")

@@ -1,0 +1,456 @@
+"""The needle pages' readers and sentences (issue 17): the two JSON Lines files read with bounds
+and checked by line, and every sentence with a number, a ranking or a winner checked at every
+choice the pages offer against values computed here — by pandas from the raw lines, not by the
+functions under test.
+
+Until the shipped files exist, :func:`write_fixture` makes a pair with the same schema (in a
+temporary folder: fake data never goes to ``traces/results/``); when the shipped files are there,
+the same checks run on them too.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app.needle import claims, data, frontier, grid
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "traces" / "results"
+SLOT_BYTES = 30 * 3 * 64 * 2 * 2  # one token in every layer and KV head, float16 K and V
+LENGTHS, DEPTHS = (512, 1024, 2048, 4096), (0, 25, 50, 75, 100)
+NEEDLES = ("green-locker", "red-safe")
+#: (label, family, kind, policy, budget, allocation, bits, sinks, skill, perplexity)
+ROWS = (
+    ("full", "full cache", "full", None, None, None, None, 0, 0.97, 7.10),
+    ("h2o@64", "H2O", "policy", "h2o", 64, None, None, 0, 0.20, 11.9),
+    ("h2o@128", "H2O", "policy", "h2o", 128, None, None, 0, 0.35, 9.8),
+    ("h2o@256", "H2O", "policy", "h2o", 256, None, None, 0, 0.55, 8.4),
+    ("h2o@512", "H2O", "policy", "h2o", 512, None, None, 0, 0.75, 7.6),
+    ("streaming-llm@128", "StreamingLLM", "policy", "streaming-llm", 128, None, None, 4, 0.1, 10.4),
+    ("streaming-llm@256", "StreamingLLM", "policy", "streaming-llm", 256, None, None, 4, 0.2, 9.0),
+    ("snapkv@128", "SnapKV", "snapkv", None, 128, None, None, 0, 0.8, 9.5),
+    ("h2o@128/pyramid", "H2O (pyramid)", "policy", "h2o", 128, "pyramid", None, 0, 0.4, 9.6),
+    ("kivi2", "KIVI-style 2-bit", "kivi", None, None, None, 2, 0, 0.6, 8.9),
+    ("kivi2+sinks", "KIVI-style 2-bit + sinks", "kivi", None, None, None, 2, 4, 0.7, 8.1),
+    ("kivi4", "KIVI-style 4-bit", "kivi", None, None, None, 4, 0, 0.95, 7.2),
+    ("kivi8", "KIVI-style 8-bit", "kivi", None, None, None, 8, 0, 0.97, 7.1),
+    ("kivi16", "full cache", "kivi", None, None, None, 16, 0, 0.97, 7.1),
+    ("h2o@256+kivi4", "H2O + KIVI-style 4-bit", "policy", "h2o", 256, None, 4, 0, 0.5, 8.5),
+)
+
+
+def kv_bytes(kind, budget, bits, sinks, length) -> int:
+    kept = length if budget is None else min(budget, length)
+    if bits == 16:  # the issue: 16 bits equals the full cache to the last digit
+        return kept * SLOT_BYTES
+    if bits is None:
+        return kept * SLOT_BYTES + (0 if kind == "full" else kept * 90 * 4)
+    fp = min(32, kept) + sinks
+    return (kept - fp) * SLOT_BYTES * bits // 16 + fp * SLOT_BYTES + kept // 32 * 90 * 2 * 4 * 64
+
+
+def fixture_lines(seed: int = 17) -> tuple[list[dict], list[dict]]:
+    """Grid cells and frontier rows of the issue's schema; kivi8 only at the two short lengths
+    (a partial grid), every row at T = 2048 and one at another length."""
+    rnd = random.Random(seed)
+    cells, rows = [], []
+    for label, fam, kind, pol, budget, alloc, bits, sinks, skill, ppl in ROWS:
+        common = {
+            "row": label,
+            "family": fam,
+            "kind": kind,
+            "policy": pol,
+            "budget": budget,
+            "allocation": alloc,
+            "bits": bits,
+            "sinks": sinks,
+        }
+        for length in LENGTHS if label != "kivi8" else LENGTHS[:2]:
+            for depth in DEPTHS:
+                for needle in NEEDLES:
+                    ok = rnd.random() < skill * (1.0 if length <= 2048 else 0.8)
+                    held = None
+                    if budget is not None:
+                        held = [round(rnd.choice((0, 1 / 3, 2 / 3, 1)), 6) for _ in range(30)]
+                    code = "9237" if needle == "green-locker" else "7627"
+                    tokens = length - depth // 25  # a prompt is at most its nominal length
+                    cells.append(
+                        common
+                        | {
+                            "length": length,
+                            "depth": depth,
+                            "needle": needle,
+                            "question": f"What is the code of the {needle.replace('-', ' ')}?",
+                            "expected": code,
+                            "produced": code if ok else f"{rnd.randint(1000, 9999)} <b>*",
+                            "correct": ok,
+                            "logprob": round(-rnd.random() * (1 if ok else 9), 4),
+                            "held": held,
+                            "kv_bytes": kv_bytes(kind, budget, bits, sinks, tokens),
+                            "prompt_tokens": tokens,
+                            "seconds": round(rnd.random() * 20, 2),
+                        }
+                    )
+        for tokens in (2048, 1024) if label == "h2o@128" else (2048,):
+            b = kv_bytes(kind, budget, bits, sinks, tokens)
+            rows.append(
+                common
+                | {
+                    "text": "lighthouse.txt",
+                    "tokens": tokens,
+                    "perplexity": ppl,
+                    "kv_bytes": b,
+                    "kv_bytes_per_token": b / tokens,
+                    "seconds": 12.5,
+                }
+            )
+    return cells, rows
+
+
+def write_fixture(folder: Path, extra_grid_lines: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    cells, rows = fixture_lines()
+    folder.mkdir(parents=True, exist_ok=True)
+    g, f = folder / data.GRID_FILE, folder / data.FRONTIER_FILE
+    g.write_text("".join(json.dumps(c) + "\n" for c in cells) + "".join(extra_grid_lines))
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = {"command": "python -m h2o needle --rows full", "wall_seconds": 90.0}
+    runs = [run, run | {"command": "python -m h2o needle --rows kivi4", "wall_seconds": 30.0}]
+    meta = {"command": "fixture", "wall_seconds": 120.0, "cells": len(cells), "runs": runs}
+    planned = [r[0] for r in ROWS] + ["tova@128", "kivi4+sinks"]
+    (folder / "needle-grid.jsonl.meta.json").write_text(json.dumps(meta | {"rows": planned}))
+    return g, f
+
+
+@pytest.fixture(scope="module")
+def fixture_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("needle")
+    write_fixture(folder)
+    return folder
+
+
+def sources(fixture_dir: Path) -> list[Path]:
+    """The fixture's folder, and the shipped one when both files are there."""
+    out = [fixture_dir]
+    if (SHIPPED / data.GRID_FILE).is_file() and (SHIPPED / data.FRONTIER_FILE).is_file():
+        out.append(SHIPPED)
+    return out
+
+
+def raw_frames(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The files' lines as a pandas frame each, last line of a repeated key kept."""
+
+    def lines(path: Path) -> pd.DataFrame:
+        out = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:  # a line being appended right now is not a line yet
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return pd.DataFrame(out)
+
+    g, f = lines(folder / data.GRID_FILE), lines(folder / data.FRONTIER_FILE)
+    g = g.drop_duplicates(["row", "length", "depth", "needle"], keep="last")
+    f = f.drop_duplicates(["row", "text", "tokens"], keep="last")
+    return g, f
+
+
+# -- the readers -----------------------------------------------------------------------------------
+def test_the_fixture_reads_whole_and_every_field_survives(fixture_dir):
+    cells, rows = fixture_lines()
+    got = data.read_grid(fixture_dir / data.GRID_FILE)
+    assert not got.problems and not got.repeated and not got.missing
+    assert len(got.records) == len(cells)
+    first = got.records[0]
+    assert first.row == cells[0]["row"] and first.produced == cells[0]["produced"]
+    assert got.meta["rows"][-1] == "kivi4+sinks"
+    fr = data.read_frontier(fixture_dir / data.FRONTIER_FILE)
+    assert len(fr.records) == len(rows) and not fr.problems
+
+
+def test_bad_lines_are_skipped_and_named_and_a_repeat_keeps_the_later(tmp_path):
+    cells, _ = fixture_lines()
+    again = dict(cells[0], correct=not cells[0]["correct"], produced="again")
+    bad = [
+        "not json\n",
+        json.dumps(dict(cells[1], depth=140)) + "\n",
+        json.dumps(dict(cells[1], correct="yes")) + "\n",
+        json.dumps(dict(cells[1], held=[0.5, 2.0])) + "\n",
+        json.dumps(dict(cells[1], kind="zip")) + "\n",
+        json.dumps([1, 2]) + "\n",
+        json.dumps(again) + "\n",
+    ]
+    g, _ = write_fixture(tmp_path, tuple(bad))
+    got = data.read_grid(g)
+    assert got.n_problems == 6
+    n0 = len(cells)
+    assert [p.split(":")[0] for p in got.problems] == [f"line {n0 + i}" for i in range(1, 7)]
+    assert "'depth'" in got.problems[1] and "'correct'" in got.problems[2]
+    assert "'held'" in got.problems[3] and "'kind'" in got.problems[4]
+    assert got.repeated == 1 and len(got.records) == n0
+    kept = [
+        c
+        for c in got.records
+        if (c.row, c.length, c.depth, c.needle)
+        == (cells[0]["row"], cells[0]["length"], cells[0]["depth"], cells[0]["needle"])
+    ]
+    assert [c.produced for c in kept] == ["again"]
+
+
+def test_reads_are_bounded(tmp_path, monkeypatch):
+    g, _ = write_fixture(tmp_path)
+    monkeypatch.setattr(data, "MAX_BYTES", 1000)
+    got = data.read_grid(g)
+    assert got.records == [] and "over the" in got.problems[0]
+    monkeypatch.setattr(data, "MAX_BYTES", 2**30)
+    monkeypatch.setattr(data, "MAX_LINES", 5)
+    got = data.read_grid(g)
+    assert len(got.records) == 5 and "first 5 lines" in got.problems[-1]
+    monkeypatch.setattr(data, "MAX_LINE", 50)
+    got = data.read_grid(g)
+    assert got.records == [] and "longer than" in got.problems[0]
+    assert data.read_grid(tmp_path / "absent.jsonl").missing
+
+
+# -- the grid's numbers ----------------------------------------------------------------------------
+def test_matrices_and_scores_match_pandas(fixture_dir):
+    for folder in sources(fixture_dir):
+        cells = data.read_grid(folder / data.GRID_FILE).records
+        g, _ = raw_frames(folder)
+        lens, deps = sorted(g.length.unique()), sorted(g.depth.unique())
+        assert grid.lengths(cells) == lens and grid.depths(cells) == deps
+        assert set(grid.rows(cells)) == set(g.row) and grid.rows(cells)[0] == "full"
+        for row in g.row.unique():
+            mine = g[g.row == row]
+            for metric, col in (("correct", "correct"), ("logprob", "logprob")):
+                z, n = grid.matrix(cells, row, lens, deps, metric)
+                want = mine.assign(v=mine[col].astype(float)).pivot_table(
+                    index="depth", columns="length", values="v", aggfunc="mean"
+                )
+                want = want.reindex(index=deps, columns=lens).to_numpy()
+                np.testing.assert_allclose(z, want, equal_nan=True)
+                counts = mine.pivot_table(
+                    index="depth", columns="length", values="needle", aggfunc="count"
+                )
+                counts = counts.reindex(index=deps, columns=lens).fillna(0).to_numpy()
+                np.testing.assert_array_equal(n, counts)
+            (s,) = grid.scores(cells, [row])
+            assert s.cells == len(mine) and s.right == int(mine.correct.sum())
+            assert s.mean_logprob == pytest.approx(mine.logprob.mean())
+
+
+def test_one_colour_scale_spans_the_panels(fixture_dir):
+    cells = data.read_grid(fixture_dir / data.GRID_FILE).records
+    g, _ = raw_frames(fixture_dir)
+    shown = ["h2o@64", "kivi4"]
+    assert grid.colour_range(cells, shown, "correct") == (0.0, 1.0)
+    means = g[g.row.isin(shown)].groupby(["row", "length", "depth"]).logprob.mean()
+    assert grid.colour_range(cells, shown, "logprob") == pytest.approx((means.min(), means.max()))
+
+
+# -- the grid's sentences --------------------------------------------------------------------------
+def test_the_shown_sentence_counts_what_is_drawn(fixture_dir):
+    loaded = data.read_grid(fixture_dir / data.GRID_FILE)
+    cells = loaded.records
+    g, _ = raw_frames(fixture_dir)
+    rows = grid.rows(cells)
+    for shown in (["full"], ["full", "kivi8"], rows[:6]):
+        mine = g[g.row.isin(shown)]
+        text = claims.shown_sentence(shown, rows, cells, loaded.meta["rows"])
+        assert text.startswith(f"Shown: {len(shown)} of the {g.row.nunique()} rows in the file")
+        assert f": {len(mine):,} cells, {mine.needle.nunique()} distinct needles." in text
+        lens = sorted(mine.length.unique())
+        assert f"at lengths {claims.names([f'{n:,}' for n in lens])} tokens" in text
+        assert text.endswith(
+            f"The run planned {len(loaded.meta['rows'])} rows; 2 are not in the file yet "
+            "(tova@128 and kivi4+sinks)."
+        )
+    # kivi8 stops at 1,024 tokens: shown alone, the sentence says so.
+    assert "at lengths 512 and 1,024 tokens" in claims.shown_sentence(["kivi8"], rows, cells)
+
+
+def test_the_scores_sentence_ranks_by_accuracy(fixture_dir):
+    cells = data.read_grid(fixture_dir / data.GRID_FILE).records
+    g, _ = raw_frames(fixture_dir)
+    shown = ["full", "h2o@128", "streaming-llm@128", "kivi2"]
+    text = claims.scores_sentence(grid.scores(cells, shown))
+    assert text.startswith("Row by row — full: ")
+    acc = g[g.row.isin(shown)].groupby("row").correct.agg(["sum", "count", "mean"])
+    for r in shown:
+        lp = g[g.row == r].logprob.mean()
+        assert (
+            f"{claims.esc(r)}: {acc.loc[r, 'sum']} of {acc.loc[r, 'count']} right "
+            f"({acc.loc[r, 'mean']:.0%}), mean log-prob {lp:.2f}"
+        ) in text
+    top = acc["mean"].idxmax()
+    low = acc["mean"].idxmin()
+    assert f"Most accurate: {claims.esc(top)}; least: {claims.esc(low)}." in text
+
+
+def test_the_full_cache_note_reads_its_cells(fixture_dir):
+    cells = data.read_grid(fixture_dir / data.GRID_FILE).records
+    g, _ = raw_frames(fixture_dir)
+    full = g[g.kind == "full"]
+    short = full[full.length <= 2048]
+    text = claims.full_note(cells)
+    share = short.correct.mean()
+    assert text.startswith(
+        f"With the full cache the model answers {short.correct.sum()} of {len(short)} cells at "
+        f"≤ 2,048 tokens ({share:.0%})"
+    )
+    assert ("short of the 90%" in text) == (share < 0.9)
+    long = full[full.length == 4096]
+    assert f"at 4,096 tokens {long.correct.sum()} of {len(long)}" in text
+    assert "not in the file" in claims.full_note([c for c in cells if c.kind != "full"])
+
+
+def test_the_held_sentence_reads_the_layers():
+    held = [1.0] * 4 + [0.0] * 2 + [1 / 3, 2 / 3] + [1.0] * 2
+    text = claims.held_sentence(held)
+    assert "in 6 of 10 layers (0–3, 8–9)" in text and "no head did in 2 (4–5)" in text
+    assert text.endswith(f"On average {np.mean(held):.0%} of a layer's heads held it.")
+    assert "evicts nothing" in claims.held_sentence(None)
+    assert "in 3 of 3 layers;" in claims.held_sentence([1, 1, 1])
+
+
+# -- the frontier's verdicts, at every choice ------------------------------------------------------
+GROUP_OF = {"full": "full"}
+
+
+def group_of(kind: str, bits) -> str:
+    """Written from the issue: quantized only → compress; a budget and bits → both."""
+    if kind == "full" or (kind == "kivi" and bits == 16):
+        return "full"
+    if kind == "kivi":
+        return "compress"
+    return "evict" if bits is None or (isinstance(bits, float) and np.isnan(bits)) else "both"
+
+
+def expected_bests(frame: pd.DataFrame, limit: int, lower: bool) -> dict[str, pd.Series]:
+    """Per group, its best row that holds at most ``limit`` bytes per token (rounded)."""
+    fit = frame[(frame.group != "full") & (frame.x.round() <= limit)]
+    out = {}
+    for g, part in fit.groupby("group"):
+        part = part.sort_values(["y", "x", "row"], ascending=[lower, True, True])
+        out[g] = part.iloc[0]
+    return out
+
+
+def check_verdict(text: str, frame: pd.DataFrame, limit: int, lower: bool) -> None:
+    bests = expected_bests(frame, limit, lower)
+    names = {
+        "evict": "eviction",
+        "compress": "KIVI-style quantization",
+        "both": "eviction + KIVI-style",
+    }
+    for g, b in bests.items():
+        assert f"the best {names[g]} row is " in text and f"({claims.esc(b.row)})" in text, g
+        assert f" at {b.x:,.0f} bytes per token" in text
+    for g in set(frame.group) - {"full"} - set(bests):
+        assert f"no {names[g]} row fits" in text
+    if len(bests) > 1:
+        ranked = sorted(bests.items(), key=lambda kv: (kv[1].y if lower else -kv[1].y, kv[1].x))
+        win_g, win = ranked[0]
+        assert f"{names[win_g][0].upper()}{names[win_g][1:]} wins on " in text
+        for g, b in ranked[1:]:
+            if b.y != win.y:
+                gap = (
+                    f"{b.y - win.y:.2f} perplexity"
+                    if lower
+                    else f"{(win.y - b.y) * 100:.0f} percentage"
+                )
+                assert f"the best {names[g]} row by {gap}" in text, (g, text)
+    elif len(bests) == 1:
+        assert f"Only {names[next(iter(bests))]} fits" in text
+    else:
+        assert "row fits" in text or "no row but the full cache" in text
+
+
+def frontier_frames(folder: Path) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]]:
+    g, f = raw_frames(folder)
+    f = f[(f.text == "lighthouse.txt") & (f.tokens == 2048)]
+    ppl = pd.DataFrame(
+        {
+            "row": f.row,
+            "group": [group_of(k, b) for k, b in zip(f.kind, f.bits, strict=True)],
+            "x": f.kv_bytes_per_token,
+            "y": f.perplexity,
+        }
+    )
+    acc = {}
+    for n, part in g.groupby("length"):
+        agg = part.assign(bpt=part.kv_bytes / part.prompt_tokens).groupby("row")
+        acc[n] = pd.DataFrame(
+            {
+                "row": agg.size().index,
+                "group": [
+                    group_of(*part[part.row == r][["kind", "bits"]].iloc[0])
+                    for r in agg.size().index
+                ],
+                "x": agg.bpt.mean().values,
+                "y": agg.correct.mean().values,
+            }
+        )
+    return ppl, acc
+
+
+def test_the_verdicts_at_every_memory_and_length(fixture_dir):
+    for folder in sources(fixture_dir):
+        fr = data.read_frontier(folder / data.FRONTIER_FILE).records
+        cells = data.read_grid(folder / data.GRID_FILE).records
+        ppl_frame, acc_frames = frontier_frames(folder)
+        ppl = frontier.ppl_points(fr)
+        assert {p.row for p in ppl} == set(ppl_frame.row)
+        choices = sorted(
+            {round(x) for x, gr in zip(ppl_frame.x, ppl_frame.group, strict=True) if gr != "full"}
+        )
+        assert frontier.memory_choices(ppl) == choices
+        for limit in choices:
+            check_verdict(claims.verdict(ppl, limit, claims.PERPLEXITY), ppl_frame, limit, True)
+        for n, frame in acc_frames.items():
+            acc = frontier.accuracy_points(cells, n)
+            for limit in frontier.memory_choices(acc):
+                text = claims.verdict(acc, limit, claims.ACCURACY)
+                check_verdict(text, frame, limit, False)
+
+
+def test_a_verdict_in_the_fixture_read_by_hand():
+    """At 4-bit KIVI-style's memory on the fixture, by hand: kivi4 holds 2048 × 23040 / 4 plus
+    its fp16 window and scales; every eviction row up to h2o@512 fits."""
+    _, rows = fixture_lines()
+    fr = [data.parse_frontier(r) for r in rows]
+    ppl = frontier.ppl_points(fr)
+    kivi4 = next(p for p in ppl if p.row == "kivi4")
+    assert frontier.default_memory(ppl) == round(kivi4.x)
+    text = claims.verdict(ppl, round(kivi4.x), claims.PERPLEXITY)
+    # h2o@512: 512 × 23,040 + 512 × 360 over 2,048 tokens = 5,850 bytes/token, ppl 7.6.
+    assert (
+        "the best eviction row is H2O (h2o@512), perplexity 7.60 at 5,850 bytes per token" in text
+    )
+    assert (
+        "the best KIVI-style quantization row is KIVI-style 4-bit (kivi4), perplexity 7.20" in text
+    )
+    assert "KIVI-style quantization wins on perplexity: KIVI-style 4-bit (kivi4) beats" in text
+    assert "the best eviction row by 0.40 perplexity (5.3% lower)" in text
+
+
+def test_default_memory_and_choices_without_kivi():
+    _, rows = fixture_lines()
+    fr = [data.parse_frontier(r) for r in rows if r["kind"] != "kivi"]
+    ppl = frontier.ppl_points(fr)
+    choices = frontier.memory_choices(ppl)
+    assert frontier.default_memory(ppl) == choices[len(choices) // 2]
+    assert frontier.default_memory([]) is None
+    only_full = [p for p in ppl if p.group == "full"]
+    assert claims.verdict(only_full, 5000, claims.PERPLEXITY).endswith(
+        ": the file has no row but the full cache to compare yet."
+    )
+    text = claims.verdict(ppl, 1, claims.PERPLEXITY)
+    assert re.search(r"no eviction row fits \(the smallest holds [\d,]+\)", text)
+    assert "wins" not in text

@@ -1,0 +1,415 @@
+"""The needle grid and Evict or compress? pages, and the lesson's chapters 7 and 8, under AppTest
+on a fixture with the shipped files' schema (``test_claims_needle.write_fixture``, in a temporary
+folder): what they draw is the data, the sentences shown are the claims' (which
+``test_claims_needle`` checks against pandas), file strings are shown as plain text, an absent or
+damaged file is a clear message, and "Recompute this cell" goes through the model queue."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+from model_marks import needs_model
+from streamlit.testing.v1 import AppTest
+from streamlit_server import needs_chromium, wait_ready
+from test_browser import new_page
+from test_claims_needle import check_verdict, frontier_frames, raw_frames, write_fixture
+
+from app import jobs, model_runs, state
+from app.lesson import needle as lesson_needle
+from app.needle import claims, data, frontier, grid, runs
+
+MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
+GRID_PAGE, EC_PAGE = "views/needle_grid.py", "views/evict_or_compress.py"
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch) -> Path:
+    write_fixture(tmp_path)
+    monkeypatch.setattr(data, "RESULTS_DIR", tmp_path)
+    return tmp_path
+
+
+def open_page(page: str, **state: object) -> AppTest:
+    at = AppTest.from_file(MAIN, default_timeout=120)
+    at.run()
+    at.switch_page(page)
+    for k, v in state.items():
+        at.session_state[k] = v
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def charts(at: AppTest) -> dict[str, dict]:
+    out = {}
+    for c in at.get("plotly_chart"):
+        spec = json.loads(c.proto.spec)
+        go.Figure(spec)  # the app builds figures unvalidated
+        out[c.proto.id.split("-", 2)[-1]] = spec
+    return out
+
+
+def arr(v) -> np.ndarray:
+    if isinstance(v, dict):
+        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+        shape = v.get("shape")
+        if isinstance(shape, str):
+            shape = [int(s) for s in shape.split(",")]
+        return a.reshape(shape) if shape else a
+    return np.asarray(v, dtype=np.float64)
+
+
+def markdown(at: AppTest) -> list[str]:
+    return [m.value for m in at.markdown]
+
+
+# -- the needle grid -------------------------------------------------------------------------------
+@pytest.mark.parametrize("metric", ["correct", "logprob"])
+def test_the_grid_draws_each_row_on_one_scale_and_says_what_it_shows(results, metric):
+    at = open_page(GRID_PAGE, ng_metric=metric)
+    g, _ = raw_frames(results)
+    loaded = data.read_grid(results / data.GRID_FILE)
+    cells = loaded.records
+    shown = at.session_state["ng_rows"]
+    assert shown == ["full", "h2o@128", "streaming-llm@128", "kivi2"]  # the page's defaults
+    spec = charts(at)["ng_heatmaps"]
+    lens, deps = sorted(g.length.unique()), sorted(g.depth.unique())
+    col = "correct" if metric == "correct" else "logprob"
+    zs = []
+    for tr, row in zip(spec["data"], shown, strict=True):
+        mine = g[g.row == row].assign(v=lambda f: f[col].astype(float))
+        want = mine.pivot_table(index="depth", columns="length", values="v", aggfunc="mean")
+        want = want.reindex(index=deps, columns=lens).to_numpy()
+        np.testing.assert_allclose(arr(tr["z"]), want, equal_nan=True)
+        assert tr["coloraxis"] == "coloraxis"  # one colour scale for every panel
+        zs.append(want)
+    cax = spec["layout"]["coloraxis"]
+    if metric == "correct":
+        assert (cax["cmin"], cax["cmax"]) == (0, 1)
+    else:
+        assert (cax["cmin"], cax["cmax"]) == pytest.approx((np.nanmin(zs), np.nanmax(zs)))
+    shown_md = markdown(at)
+    assert claims.shown_sentence(shown, grid.rows(cells), cells, loaded.meta["rows"]) in shown_md
+    assert claims.scores_sentence(grid.scores(cells, shown)) in shown_md
+    assert claims.full_note(cells) in shown_md
+    assert at.code[0].value == "python -m h2o needle --rows full\npython -m h2o needle --rows kivi4"
+    assert any("2 min of wall time in all" in c.value for c in at.caption)
+    table = at.dataframe[0].value.set_index("row")
+    acc = g[g.row.isin(shown)].groupby("row").correct.mean()
+    for row in shown:
+        assert table.loc[row, "accuracy"] == pytest.approx(acc[row])
+
+
+def test_other_rows_change_the_panels_and_the_sentences(results):
+    rows = ["kivi8", "h2o@256+kivi4", "snapkv@128"]
+    at = open_page(GRID_PAGE, ng_rows=rows)
+    cells = data.read_grid(results / data.GRID_FILE).records
+    spec = charts(at)["ng_heatmaps"]
+    titles = [a["text"] for a in spec["layout"]["annotations"]]
+    assert titles == rows
+    assert claims.scores_sentence(grid.scores(cells, rows)) in markdown(at)
+    assert "at lengths 512, 1,024, 2,048 and 4,096 tokens" in markdown(at)[2]
+
+
+def test_a_cell_shows_its_strings_as_plain_text_and_what_each_layer_held(results):
+    g, _ = raw_frames(results)
+    wrong = g[(g.row == "h2o@128") & ~g.correct].iloc[0]
+    at = open_page(
+        GRID_PAGE,
+        ng_cell_row="h2o@128",
+        ng_cell_len=int(wrong.length),
+        ng_cell_depth=int(wrong.depth),
+        ng_n=wrong.needle,
+    )
+    texts = [t.value for t in at.text]
+    assert wrong.question in texts and wrong.expected in texts
+    assert wrong.produced in texts and "<b>" in wrong.produced  # as written, never as markup
+    assert not any("<b>" in m for m in markdown(at))
+    assert claims.held_sentence(wrong.held) in markdown(at)
+    bars = charts(at)["ng_held"]["data"][0]
+    np.testing.assert_allclose(arr(bars["y"]), wrong.held)
+    assert any("(wrong, greedy)" in m for m in markdown(at))
+
+
+def test_every_position_of_a_row_can_be_opened(results):
+    g, _ = raw_frames(results)
+    at = open_page(GRID_PAGE, ng_rows=["full", "kivi8"], ng_cell_row="kivi8")
+    # kivi8 has only the two short lengths: the length box offers exactly those.
+    lens = sorted(g[g.row == "kivi8"].length.unique())
+    assert lens == [512, 1024]
+    assert at.selectbox(key=state.wkey("ng_cell_len")).options == [str(n) for n in lens]
+    for n in lens:
+        for d in sorted(g[(g.row == "kivi8") & (g.length == n)].depth.unique()):
+            at.session_state["ng_cell_len"], at.session_state["ng_cell_depth"] = n, d
+            at.run()
+            assert not at.exception, [e.value for e in at.exception]
+            needle = at.session_state["ng_n"]
+            want = g[(g.row == "kivi8") & (g.length == n) & (g.depth == d) & (g.needle == needle)]
+            assert want.iloc[0].produced in [t.value for t in at.text]
+
+
+def test_recompute_goes_through_the_model_queue(results, monkeypatch):
+    seen = []
+
+    def fake_run_cell(spec, load=None):
+        seen.append((dict(spec), jobs.model_queue().running))
+        return {"produced": " 9237. <i>x</i>", "correct": True, "logprob": -0.25}
+
+    monkeypatch.setattr(runs, "run_cell_function", lambda: fake_run_cell)
+    monkeypatch.setattr(model_runs, "model_path", lambda: Path("/dev/null"))
+    runs.recompute.clear()
+    at = open_page(GRID_PAGE, ng_cell_row="full", ng_cell_len=512, ng_cell_depth=50)
+    assert seen == []  # nothing runs on page load
+    at.button(key="ng_recompute").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    ((spec, running),) = seen
+    cell = grid.at(data.read_grid(results / data.GRID_FILE).records, "full", 512, 50)[0]
+    assert spec == {
+        "row": "full",
+        "length": 512,
+        "depth": 50,
+        "needle": cell.needle,
+        "model": "/dev/null",  # the app's own model file
+    }
+    assert running is not None and "needle cell full" in running[0]  # it held the queue
+    assert any("Recomputed on this server" in m and "log-prob -0.25" in m for m in markdown(at))
+    assert "9237. <i>x</i>" in [t.value.strip() for t in at.text]
+
+
+def test_without_run_cell_the_page_says_so(results, monkeypatch):
+    monkeypatch.setattr(runs, "run_cell_function", lambda: None)
+    at = open_page(GRID_PAGE)
+    assert any("h2o.needle.cells.run_cell" in c.value for c in at.caption)
+    assert all(b.key != "ng_recompute" for b in at.button)
+
+
+def test_absent_and_damaged_files_are_clear_messages(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "RESULTS_DIR", tmp_path)
+    for page in (GRID_PAGE, EC_PAGE):
+        at = open_page(page)
+        assert any("is not in this copy" in i.value for i in at.info), page
+        assert not at.get("plotly_chart")
+    (tmp_path / data.GRID_FILE).write_text('{"row": 1}\nnot json\n')
+    at = open_page(GRID_PAGE)
+    (warning,) = at.warning
+    assert "2 line(s) skipped" in warning.value and "line 1" in warning.value
+    assert any("has no usable lines" in i.value for i in at.info)
+
+
+# -- Evict or compress? ----------------------------------------------------------------------------
+def test_the_frontier_draws_one_line_per_family_and_the_verdicts_of_every_memory(results):
+    fr = data.read_frontier(results / data.FRONTIER_FILE).records
+    cells = data.read_grid(results / data.GRID_FILE).records
+    ppl_frame, acc_frames = frontier_frames(results)
+    ppl = frontier.ppl_points(fr)
+    acc = frontier.accuracy_points(cells, 2048)
+    at = open_page(EC_PAGE)
+    choices = at.select_slider(key=state.wkey("ec_memory")).options
+    want = sorted(
+        set(frontier.memory_choices(ppl))
+        | {
+            m
+            for n in acc_frames
+            for m in frontier.memory_choices(frontier.accuracy_points(cells, n))
+        }
+    )
+    assert [int(c.replace(",", "")) for c in choices] == want
+    assert at.session_state["ec_memory"] == frontier.default_memory(ppl)
+    spec = charts(at)["ec_ppl"]
+    families = [t["name"] for t in spec["data"] if t["name"] != "full cache"]
+    assert families == list(frontier.lines(ppl))
+    _, f = raw_frames(results)
+    f = f[(f.tokens == 2048) & (f.family != "full cache")]
+    named = {"H2O (pyramid)": "H2O, pyramid (PyramidKV-style)"}  # as the app names allocations
+    assert sorted(families) == sorted({named.get(x, x) for x in f.family})
+    for memory in want:
+        at.session_state["ec_memory"] = memory
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        shown = markdown(at)
+        text = claims.verdict(ppl, memory, claims.PERPLEXITY)
+        assert text in shown
+        check_verdict(text, ppl_frame, memory, True)
+        text = claims.verdict(acc, memory, claims.ACCURACY)
+        assert text in shown
+        check_verdict(text, acc_frames[2048], memory, False)
+        line = [s for s in charts(at)["ec_ppl"]["layout"]["shapes"] if s.get("showlegend")]
+        assert [s["x0"] for s in line] == [memory]
+
+
+@pytest.mark.parametrize("length", [512, 1024, 2048, 4096])
+def test_the_accuracy_chart_and_verdict_at_every_length(results, length):
+    cells = data.read_grid(results / data.GRID_FILE).records
+    _, acc_frames = frontier_frames(results)
+    at = open_page(EC_PAGE, ec_length=length)
+    memory = at.session_state["ec_memory"]
+    acc = frontier.accuracy_points(cells, length)
+    text = claims.verdict(acc, memory, claims.ACCURACY)
+    assert text in markdown(at)
+    check_verdict(text, acc_frames[length], memory, False)
+    spec = charts(at)["ec_acc"]
+    ys = {tr["name"]: arr(tr["y"]) for tr in spec["data"] if tr["name"] != "full cache"}
+    frame = acc_frames[length]
+    for fam, pts in frontier.lines(acc).items():
+        want = [frame.set_index("row").loc[p.row, "y"] for p in pts]
+        np.testing.assert_allclose(ys[fam], want)
+
+
+# -- the lesson ------------------------------------------------------------------------------------
+def open_chapter(n: int) -> AppTest:
+    at = AppTest.from_file(MAIN, default_timeout=300)
+    at.query_params["presenter"], at.query_params["chapter"] = "1", str(n)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_chapter_7_shows_the_needle_grid_and_keeps_the_owl(results):
+    at = open_chapter(7)
+    cells = data.read_grid(results / data.GRID_FILE).records
+    rows = lesson_needle.lesson_rows(grid.rows(cells))
+    assert rows == ["full", "h2o@256", "streaming-llm@256"]  # snapkv@256 is not in the fixture
+    spec = charts(at)["lesson_needle"]
+    assert [a["text"] for a in spec["layout"]["annotations"]] == rows
+    shown = markdown(at)
+    assert claims.scores_sentence(grid.scores(cells, rows)) in shown
+    assert claims.full_note(cells) in shown
+    assert any("as an anecdote" in m for m in shown)
+    assert len(shown[0]) < 250  # presenter mode: a short paragraph before the first figure
+
+
+def test_chapter_8_reads_the_frontier_at_kivi4s_memory(results):
+    at = open_chapter(8)
+    assert [h.value for h in at.header if h.value[:1].isdigit()] == ["8. Evict or compress?"]
+    fr = data.read_frontier(results / data.FRONTIER_FILE).records
+    cells = data.read_grid(results / data.GRID_FILE).records
+    ppl = frontier.ppl_points(fr)
+    memory = round(next(p for p in ppl if p.row == "kivi4").x)
+    shown = markdown(at)
+    assert claims.verdict(ppl, memory, claims.PERPLEXITY) in shown
+    acc = frontier.accuracy_points(cells, 2048)
+    acc_memory = round(next(p for p in acc if p.row == "kivi4").x)  # its own bytes at 2,048
+    assert acc_memory != memory  # the fixture's prompts are a little short of their length
+    said = claims.verdict(acc, acc_memory, claims.ACCURACY)
+    assert f"On the needle grid at 2,048 tokens: {said[0].lower()}{said[1:]}" in shown
+    assert "lesson_frontier" in charts(at)
+    assert len(shown[0]) < 250
+
+
+def test_chapters_7_and_8_without_the_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "RESULTS_DIR", tmp_path)
+    for n in (7, 8):
+        at = open_chapter(n)
+        assert any("is not in this copy" in i.value for i in at.info), n
+
+
+def test_a_failing_recompute_is_an_error_and_changes_nothing(results, monkeypatch):
+    def refuse(spec, load=None):
+        raise ValueError("row 'full': <b>no</b> such thing")
+
+    monkeypatch.setattr(runs, "run_cell_function", lambda: refuse)
+    monkeypatch.setattr(model_runs, "model_path", lambda: Path("/dev/null"))
+    runs.recompute.clear()
+    at = open_page(GRID_PAGE)
+    before = [t.value for t in at.text]
+    at.button(key="ng_recompute").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    (err,) = at.error
+    assert err.value.startswith("The cell was not recomputed: ") and "\\<b\\>" in err.value
+    assert [t.value for t in at.text] == before
+    assert at.session_state["_ng_fresh"] == {}
+
+
+def test_the_librarys_run_cell_is_the_one_the_page_calls():
+    cells = pytest.importorskip("h2o.needle.cells")
+    assert runs.run_cell_function() is cells.run_cell
+
+
+@pytest.mark.parametrize("page", [GRID_PAGE, EC_PAGE])
+def test_every_chart_is_titled_valid_and_small(results, page):
+    at = open_page(page)
+    for key, spec in charts(at).items():
+        assert spec["layout"]["title"]["text"], key
+        assert spec["layout"]["xaxis"]["title"]["text"], key
+        assert spec["layout"]["yaxis"]["title"]["text"], key
+    sizes = [len(c.proto.spec.encode()) for c in at.get("plotly_chart")]
+    assert sizes and max(sizes) <= 1_500_000
+
+
+@needs_model
+def test_recompute_a_cell_with_the_model(results):
+    """The real ``run_cell`` through the page: the fixture's full-cache cell at 512 tokens, 0 %,
+    the green locker (a real needle: its code is 9237)."""
+    runs.recompute.clear()
+    at = open_page(
+        GRID_PAGE, ng_rows=["full"], ng_cell_row="full", ng_cell_len=512, ng_cell_depth=0
+    )
+    at.session_state["ng_n"] = "green-locker"
+    at.run()
+    at.button(key="ng_recompute").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    ((key, got),) = at.session_state["_ng_fresh"].items()
+    assert key == ("full", 512, 0, "green-locker")
+    assert got["expected"] == "9237" and got["row"] == "full" and got["held"] is None
+    assert any("Recomputed on this server" in m for m in markdown(at))
+
+
+def test_no_row_chosen_asks_for_one_and_unknown_rows_fall_back(results):
+    at = open_page(GRID_PAGE, ng_rows=[])
+    assert any("Choose at least one row" in i.value for i in at.info)
+    assert not at.get("plotly_chart")
+    at = open_page(GRID_PAGE, ng_rows=["tova@999"])
+    assert at.session_state["ng_rows"] == ["full", "h2o@128", "streaming-llm@128", "kivi2"]
+
+
+def test_a_frontier_without_the_lighthouse_2048_rows_says_so(results):
+    path = results / data.FRONTIER_FILE
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines if r["tokens"] != 2048))
+    at = open_chapter(8)
+    assert any("no row measured on lighthouse.txt at 2,048 tokens" in i.value for i in at.info)
+    at = open_page(EC_PAGE)
+    assert any("no row measured on lighthouse.txt at 2,048 tokens" in i.value for i in at.info)
+    assert "ec_ppl" not in charts(at) and "ec_acc" in charts(at)
+
+
+# -- in Chromium, on the shipped files (whatever part of them this copy has) -----------------------
+@pytest.mark.browser
+@needs_chromium
+@pytest.mark.parametrize(
+    ("path", "heading", "loaded", "charts"),
+    [
+        ("needle-grid", "The needle grid", data.read_grid, 1),
+        ("evict-or-compress", "Evict or compress?", data.read_frontier, 1),
+    ],
+)
+def test_the_pages_render_in_a_browser(server, browser, path, heading, loaded, charts):
+    ctx, page = new_page(browser)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(f"{server}/{path}")
+        wait_ready(page)
+        page.get_by_role("heading", name=heading).first.wait_for(timeout=60_000)
+        name = data.GRID_FILE if loaded is data.read_grid else data.FRONTIER_FILE
+        if loaded(data.RESULTS_DIR / name).records:
+            page.wait_for_function(
+                f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {charts}",
+                timeout=60_000,
+            )
+        else:
+            assert (
+                page.get_by_text("is not in this copy").count()
+                or page.get_by_text("has no usable lines").count()
+            )
+        page.screenshot(path=f"/tmp/{path}.png", full_page=True)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        assert not errors, errors
+    finally:
+        ctx.close()
