@@ -1,8 +1,8 @@
 """The step-through player in a notebook (Jupyter, JupyterLab, VS Code, Colab, marimo).
 
 An anywidget whose front end is the app's own (:mod:`h2o.player`: the same ES modules, payload
-and colour scale), offline: plotly.js comes from the installed ``plotly`` package, sent once with
-the widget, never from a CDN. ::
+and colour scale), offline: plotly.js comes from the installed ``plotly`` package, sent once per
+page (to the first player that asks for it), never from a CDN. ::
 
     import h2o
     from h2o.notebook import Player
@@ -12,11 +12,13 @@ the widget, never from a CDN. ::
 A policy is a name from :data:`h2o.POLICIES`, a class (yours too, defined in a cell) or a fresh
 instance. Stepping, playing, the slider and the keys run in the browser; when the step nears the
 edge of the loaded range the browser asks the kernel for the next one, as the app asks its
-server. Needs ``pip install 'h2o[notebook]'`` (anywidget).
+server — the only message it sends (none per step, none on a pause). Needs
+``pip install 'h2o[notebook]'`` (anywidget).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 from pathlib import Path
@@ -38,39 +40,66 @@ COLOURS = ("#3D9DF3", "#F28E2B")
 _ESM = """
 const bytesOf = (v) => (v instanceof DataView ? new Uint8Array(v.buffer, v.byteOffset, v.byteLength)
   : v instanceof ArrayBuffer ? new Uint8Array(v) : new Uint8Array(v.buffer || v));
-function ensurePlotly(source) {
-  if (window.Plotly) return;
-  const s = document.createElement("script");
-  s.textContent = source;  // the installed plotly package's own file: no network
-  document.head.appendChild(s);
+// plotly.js is the installed plotly package's own file, asked of the kernel once per page by the
+// first player that needs it (never a CDN; not in every widget's state: it is 4.6 MB). The
+// others wait for the page's "h2o-plotly" event; one whose asker went away asks again.
+function withPlotly(model, ready) {
+  if (window.Plotly) { ready(); return () => {}; }
+  const arrived = () => window.dispatchEvent(new Event("h2o-plotly"));
+  const inject = () => {
+    const source = model.get("plotly_js");
+    if (source && !window.Plotly) {
+      const s = document.createElement("script");
+      s.textContent = source;
+      document.head.appendChild(s);
+    }
+    if (window.Plotly) arrived();  // from this script, or one the page loaded meanwhile
+  };
+  const ask = () => {
+    if (window.Plotly) { arrived(); return; }
+    window.__h2oPlotlyAsked = true;
+    model.send({ need: "plotly" });
+  };
+  model.on("change:plotly_js", inject);
+  window.addEventListener("h2o-plotly", ready, { once: true });
+  inject();  // a state saved with the notebook may carry it already
+  if (!window.__h2oPlotlyAsked) ask();
+  const retry = setTimeout(ask, 15000);
+  return () => { clearTimeout(retry); window.removeEventListener("h2o-plotly", ready); };
 }
 export default {
   render({ model, el }) {
-    if (!document.getElementById("h2o-player-css")) {
+    // The stylesheet, once per page — or per shadow root: marimo draws each widget in one.
+    const scope = el.getRootNode() instanceof ShadowRoot ? el.getRootNode() : document.head;
+    if (!scope.querySelector("#h2o-player-css")) {
       const style = document.createElement("style");
       style.id = "h2o-player-css";
       style.textContent = model.get("css");
-      document.head.appendChild(style);
+      scope.appendChild(style);
     }
     const root = document.createElement("div");
     root.className = "h2o-root";
     root.tabIndex = 0;  // a click gives the player the keys; else they are the notebook's
+    // ...and while it has them, JupyterLab's own shortcuts (Lumino's) leave them alone.
+    root.dataset.lmSuppressShortcuts = "true";
     el.appendChild(root);
     const player = H2OPlayer.mount(root, bytesOf(model.get("payload")), {
-      report: (view) => model.send({ view }),
+      // The kernel only serves ranges: the browser's step is sent when it needs the next range,
+      // never per step nor when the user pauses (root.__h2o is the player, set before it loads).
+      report: (view) => { if (root.__h2o.needsLoad(view.step)) model.send({ view }); },
       keysInside: true,
     });
     model.on("change:payload", () => player.load(bytesOf(model.get("payload"))));
-    ensurePlotly(model.get("plotly_js"));
-    player.plotlyReady();
-    return () => player.destroy();
+    const stop = withPlotly(model, () => player.plotlyReady());
+    return () => { stop(); player.destroy(); };
   },
 };
 """
 
 
+@functools.cache
 def plotly_js() -> str:
-    """The installed ``plotly`` package's plotly.min.js, read without importing plotly."""
+    """The installed ``plotly`` package's plotly.min.js, read (once) without importing plotly."""
     spec = importlib.util.find_spec("plotly")
     if spec is None or spec.origin is None:
         raise ValueError("the player needs the plotly package for plotly.js: pip install plotly")
@@ -101,6 +130,7 @@ class Player(anywidget.AnyWidget):
     _esm = traitlets.Unicode(front.bundle() + _ESM).tag(sync=True)
     payload = traitlets.Bytes().tag(sync=True)
     css = traitlets.Unicode().tag(sync=True)
+    #: plotly.js, sent only when the page asks (its first player; see the module's script).
     plotly_js = traitlets.Unicode().tag(sync=True)
 
     def __init__(
@@ -133,8 +163,8 @@ class Player(anywidget.AnyWidget):
         super().__init__(
             payload=self._encode(self.rng),
             css=front.CSS_FILE.read_text("utf-8"),
-            plotly_js=plotly_js(),
         )
+        plotly_js()  # here, not in the browser, is where a missing plotly package is said
         self.on_msg(self._on_report)
 
     def _encode(self, rng: tuple[int, int]) -> bytes:
@@ -150,8 +180,12 @@ class Player(anywidget.AnyWidget):
         )
 
     def _on_report(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        """The browser's step (when it pauses, or nears the edge of the loaded range): send the
-        range around it if that is another one. Browser input: anything else is ignored."""
+        """The browser's step, when it nears the edge of the loaded range: send the range
+        around it if that is another one; or the page's request for plotly.js. Browser input:
+        anything else is ignored."""
+        if content == {"need": "plotly"}:
+            self.plotly_js = plotly_js()
+            return
         view = content.get("view") if isinstance(content, dict) else None
         t = view.get("step") if isinstance(view, dict) else None
         if not isinstance(t, int | float) or isinstance(t, bool) or not math.isfinite(t):

@@ -4,7 +4,9 @@ The kernel side is checked directly (the payload, policies given as names, class
 instances, a policy that fails, the browser's range requests); the front end runs in real
 Chromium through the widget's own ES module, rendered by a stand-in for the notebook's widget
 model (``get``, ``on``, ``send``): both panels draw, → moves the step with no message to the
-kernel, and nothing is fetched from a network.
+kernel (not even once the user pauses), a jump past the loaded range sends the one message that
+asks for the next, and nothing is fetched from a network. The lesson notebook in a live
+JupyterLab is ``tests/test_notebook_browser.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 
 import h2o
 from h2o import player as front
-from h2o.player import playback
+from h2o.player import constants, playback
 from h2o.policies import ScoredPolicy
 
 notebook = pytest.importorskip("h2o.notebook")
@@ -64,6 +66,15 @@ def test_the_front_end_is_the_apps_and_plotly_comes_from_the_package():
     assert len(js) > 1_000_000 and "Plotly" in js[:4000]
 
 
+def test_plotly_js_is_sent_only_when_the_page_asks(canonical):
+    w = notebook.Player(canonical, "h2o", "scissorhands", budget=256)
+    assert w.plotly_js == ""  # not in every widget's state: the page asks once
+    w._on_report(w, {"need": "plotly", "and": "more"}, [])
+    assert w.plotly_js == ""
+    w._on_report(w, {"need": "plotly"}, [])
+    assert w.plotly_js == notebook.plotly_js()
+
+
 def test_a_class_from_a_cell_and_an_instance_play(canonical):
     w = notebook.Player(canonical, Halved, h2o.H2O(256, recent_window=64), budget=256)
     header, _ = playback.decode(w.payload)
@@ -106,21 +117,26 @@ def test_the_widget_renders_and_steps_in_chromium_with_no_kernel_message(canonic
 
     if not CHROMIUM.exists():
         pytest.skip(f"browser tests need Debian's Chromium at {CHROMIUM}")
-    w = notebook.Player(h2o.toy_trace(), "h2o", "scissorhands", budget=8, recent_window=2)
+    w = notebook.Player(canonical, "h2o", "scissorhands", budget=256)
     state = {
         "payload": base64.b64encode(w.payload).decode(),
         "css": w.css,
-        "plotly_js": w.plotly_js,
+        "plotly_js": notebook.plotly_js(),  # what the kernel sends when the page asks
     }
     page_html = (
         "<!doctype html><html><head></head><body><div id='out'></div><script type='module'>\n"
         f"const S = {json.dumps(state)};\n"
         "const bytes = Uint8Array.from(atob(S.payload), (c) => c.charCodeAt(0));\n"
-        "const values = { payload: new DataView(bytes.buffer), css: S.css,"
-        " plotly_js: S.plotly_js };\n"
+        "const values = { payload: new DataView(bytes.buffer), css: S.css, plotly_js: '' };\n"
+        "const on = {};\n"
         "window.__sent = [];\n"
-        "const model = { get: (k) => values[k], on: () => {},"
-        " send: (m) => window.__sent.push(m) };\n"
+        "const model = { get: (k) => values[k], on: (e, f) => { on[e] = f; },\n"
+        "  send: (m) => {\n"
+        "    window.__sent.push(m);\n"
+        "    if (m.need === 'plotly') setTimeout(() => {\n"
+        "      values.plotly_js = S.plotly_js; on['change:plotly_js']();\n"
+        "    }, 50);\n"
+        "  } };\n"
         f"const url = URL.createObjectURL(new Blob([{json.dumps(w._esm)}],"
         " { type: 'text/javascript' }));\n"
         "const mod = await import(url);\n"
@@ -136,6 +152,7 @@ def test_the_widget_renders_and_steps_in_chromium_with_no_kernel_message(canonic
             page.set_content(page_html)
             wait_player(page, plots=2)
             assert page.locator(f"{PLAYER} .js-plotly-plot").count() >= 2
+            assert page.evaluate("window.__sent.splice(0)") == [{"need": "plotly"}]  # once
             assert "NaN" not in page.inner_text(PLAYER)  # every header field the player reads
             before = shown_step(page)
             page.keyboard.press("ArrowRight")  # the notebook's key, not the player's: no step
@@ -146,7 +163,14 @@ def test_the_widget_renders_and_steps_in_chromium_with_no_kernel_message(canonic
             page.wait_for_function(
                 f"Number(document.querySelector('{PLAYER}').dataset.rendered) === {before + 1}"
             )
-            assert page.evaluate("window.__sent.length") == 0  # stepping sent nothing
+            page.wait_for_timeout(constants.IDLE_REPORT_MS + 500)  # the app would report by now
+            assert page.evaluate("window.__sent") == []  # a step inside the range: no message
+            page.keyboard.press("End")  # past the loaded range: the one message the kernel gets
+            page.wait_for_function("window.__sent.length > 0")
+            page.wait_for_timeout(300)
+            assert page.evaluate("window.__sent") == [
+                {"view": {**constants.VIEW_DEFAULTS, "step": canonical.steps - 1}}
+            ]
             assert [u for u in requests if u.startswith("http")] == []
         finally:
             browser.close()

@@ -310,8 +310,9 @@ export class Player {
     const tag = tgt && tgt.tagName;
     if (tgt && tgt !== this.slider && (tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT" || tgt.isContentEditable)) return;
     // In a notebook the page's keys are the notebook's: the player takes them only while it has
-    // the focus (a click on it gives it; opts.keysInside).
-    if (this.opts.keysInside && !this.root.contains(document.activeElement)) return;
+    // the focus (a click on it gives it; opts.keysInside). Its own root's focus: a host such as
+    // marimo draws widgets in a shadow root, where the document's activeElement is the host.
+    if (this.opts.keysInside && !this.root.contains(this.root.getRootNode().activeElement)) return;
     const k = e.key;
     const big = e.shiftKey ? 10 : 1;
     if (k === "ArrowRight" || k === "PageDown") this.move(big);
