@@ -31,7 +31,7 @@ for p in (ROOT, ROOT / "tests", ROOT / "benchmarks"):
         sys.path.append(str(p))
 
 import hall  # noqa: E402
-from load import IDLE_JS, PAGES  # noqa: E402
+from load import PAGES, idle  # noqa: E402
 from measure import Sampler  # noqa: E402
 from streamlit.proto.BackMsg_pb2 import BackMsg  # noqa: E402
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg  # noqa: E402
@@ -70,20 +70,6 @@ class Frames:
 
         ws.on("framesent", on_sent)
         ws.on("framereceived", on_received)
-
-
-async def idle(page: Any, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    since = None
-    while time.monotonic() < deadline:
-        if await page.evaluate(IDLE_JS):
-            since = since or time.monotonic()
-            if time.monotonic() - since > 0.5:
-                return
-        else:
-            since = None
-        await asyncio.sleep(0.1)
-    raise TimeoutError("the script did not finish")
 
 
 async def clicker(i: int, browser: Any, url: str, delay: float, rounds: int, out: list) -> None:
