@@ -28,6 +28,7 @@ import numpy as np
 
 from h2o.model.closed_loop import EvictionPolicy, LayerHeads, as_heads, check_layers
 from h2o.model.gguf_io import GGUFModel, ModelConfig, find_gguf, read_gguf
+from h2o.model.mixed import mixed_scores, mixed_values
 from h2o.model.tokenizer import BPETokenizer
 from h2o.progress import Progress
 
@@ -319,7 +320,7 @@ class SmolLM:
             else:
                 rows_t = np.arange(t0 + cs, t0 + ce)
                 kqT = qz[1].transpose(0, 2, 1)
-                s = _mixed_scores(qg[:, :, cs:ce], kT, kqT, kv, qz[0].key_cut(rows_t))
+                s = mixed_scores(qg[:, :, cs:ce], kT, kqT, kv, qz[0].key_cut(rows_t))
                 vcut = qz[0].value_cut(rows_t)
             s[..., t0 + cs : kv] += _causal_bias(c)
             p = _softmax_rows(s)
@@ -340,7 +341,7 @@ class SmolLM:
             if first == c and vcut is None:  # nothing evicted: the plain prefill, bit for bit
                 o = np.matmul(p.reshape(G, gs * c, kv), v[:, :kv])
             elif first == c:  # a quantized cache, nothing evicted
-                o = _mixed_values(p, v[:, :kv], qz[2][:, :kv], vcut)  # type: ignore[index]
+                o = mixed_values(p, v[:, :kv], qz[2][:, :kv], vcut)  # type: ignore[index]
             else:
                 vq = None if vcut is None else (qz[2], vcut)  # type: ignore[index]
                 o = _masked_output(s, p, mask, v, first, vq)
@@ -424,49 +425,6 @@ def _causal_bias(c: int) -> np.ndarray:
     return b
 
 
-def _mixed_scores(
-    qc: np.ndarray, kT: np.ndarray, kqT: np.ndarray, kv: int, cut: np.ndarray
-) -> np.ndarray:
-    """Scores ``(G, gs, c, kv)`` of a chunk's queries ``qc (G, gs, c, hd)`` where row ``i``
-    reads the dequantized keys (``kqT``, ``(G, hd, keys)``) on columns ``j < cut[i]`` and the
-    full-precision ones (``kT``) elsewhere. ``cut`` grows with the row, so the columns below
-    its first value are all dequantized, those from its last value on all full precision, and
-    only the band between needs both (the band is at most the chunk wide)."""
-    G, gs, c, hd = qc.shape
-    lo, hi = int(cut[0]), int(cut[-1])
-    qf = qc.reshape(G, gs * c, hd)
-    s = np.empty((G, gs * c, kv), dtype=np.float32)
-    if lo:
-        s[:, :, :lo] = np.matmul(qf, kqT[:, :, :lo])
-    s[:, :, hi:] = np.matmul(qf, kT[:, :, hi:kv])
-    s4 = s.reshape(G, gs, c, kv)
-    if hi > lo:
-        w = hi - lo
-        sd = np.matmul(qf, kqT[:, :, lo:hi]).reshape(G, gs, c, w)
-        sf = np.matmul(qf, kT[:, :, lo:hi]).reshape(G, gs, c, w)
-        s4[..., lo:hi] = np.where(np.arange(lo, hi)[None, :] < cut[:, None], sd, sf)
-    return s4
-
-
-def _mixed_values(p: np.ndarray, v: np.ndarray, vq: np.ndarray, cut: np.ndarray) -> np.ndarray:
-    """``p (G, gs, c, kv)`` times the values, row ``i`` reading the dequantized values ``vq``
-    on columns ``j < cut[i]`` and the full-precision ``v`` elsewhere (the band scheme of
-    :func:`_mixed_scores`): ``(G, gs, c, hd)``."""
-    G, gs, c, kv = p.shape
-    lo, hi = int(cut[0]), int(cut[-1])
-    pf = p.reshape(G, gs * c, kv)
-    o = np.matmul(pf[:, :, hi:kv], v[:, hi:kv])
-    if lo:
-        o += np.matmul(pf[:, :, :lo], vq[:, :lo])
-    if hi > lo:
-        w = hi - lo
-        sel = np.arange(lo, hi)[None, :] < cut[:, None]  # (c, w)
-        pb = p[..., lo:hi]
-        o += np.matmul(np.where(sel, pb, 0).reshape(G, gs * c, w), vq[:, lo:hi])
-        o += np.matmul(np.where(sel, 0, pb).reshape(G, gs * c, w), v[:, lo:hi])
-    return o.reshape(G, gs, c, -1)
-
-
 def _masked_output(
     s: np.ndarray,
     p: np.ndarray,
@@ -494,6 +452,6 @@ def _masked_output(
     if vq is None:
         o = np.matmul(p.reshape(G, gs * c, kv), v[:, :kv]).reshape(G, gs, c, -1)
     else:  # a quantized cache: its dequantized values where held so
-        o = _mixed_values(p, v[:, :kv], vq[0][:, :kv], vq[1])
+        o = mixed_values(p, v[:, :kv], vq[0][:, :kv], vq[1])
     o[:, :, first:] /= z
     return o
