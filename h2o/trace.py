@@ -286,13 +286,12 @@ def _check_weights(w: np.ndarray, steps: int) -> None:
 
 
 def row_of(index: int) -> int:
-    # The row t holding packed index i satisfies offset(t) <= i < offset(t + 1).
-    t = int((1 + np.sqrt(1 + 8 * index)) / 2)
-    while offset(t) > index:
-        t -= 1
-    while offset(t + 1) <= index:
-        t += 1
-    return t
+    """The row ``t`` holding packed index ``i``: ``offset(t) <= i < offset(t + 1)``.
+
+    Integer arithmetic, so exact for any index: ``floor((1 + isqrt(m)) / 2)`` equals
+    ``floor((1 + sqrt(m)) / 2)`` because ``1 + sqrt(m) >= 2t`` exactly when ``isqrt(m) >= 2t - 1``.
+    """
+    return (1 + math.isqrt(1 + 8 * index)) // 2
 
 
 # -- files -------------------------------------------------------------------------------------

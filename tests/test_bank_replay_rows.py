@@ -71,3 +71,35 @@ def test_the_lookback_trace_meets_the_cases():
         )
         zero, part = (masses == 0).any(axis=0), ((masses > 0) & (masses < 0.99)).any(axis=0)
         assert (zero & part).any(), name
+
+
+def split_trace(steps: int = 24, early: int = 12) -> Trace:
+    """Positions 1-3 take every row until ``early``; then half of each row goes to position 2
+    and half six positions back (1e-12 on position 0 keeps the sums order-dependent). A lane of
+    heavy hitters keeps position 2 and sees half its row; a lane with a window of 4 sees none."""
+    dense = np.zeros((steps, steps))
+    for t in range(1, steps):
+        if t < early:
+            for p, w in ((1, 0.5), (2, 0.3), (3, 0.2)):
+                dense[t, min(p, t - 1)] += w
+        else:
+            dense[t, 2], dense[t, t - 6], dense[t, 0] = 0.5, 0.5, 1e-12
+    return Trace.from_dense("split", dense, normalize=True)
+
+
+def test_a_part_row_is_normalised_when_another_lane_sees_zeros():
+    """At a step where one lane's kept weights are all zero, the other lane's part of the row
+    is still divided by its own mass (only the zero row goes through unnormalised): the score
+    it adds to position 2, which it keeps to the end, shows it."""
+    trace = split_trace()
+    assert not _exact_sums(trace)
+    specs = [(5, 0), (5, 4)]
+    bank = make_bank([make_policy("h2o", b, recent_window=w) for b, w in specs])
+    got = replay_bank(bank, trace, 4)
+    assert (got[0].mass[12:] < 0.6).all() and (got[1].mass[12:] == 0).all()  # the case is met
+    for i, (b, w) in enumerate(specs):
+        p = make_policy("h2o", b, recent_window=w)
+        replay(p, trace, 4, record=False)
+        assert bank[i].kept.tolist() == p.kept.tolist(), i
+        assert bank[i].scores.tobytes() == p.scores.tobytes(), i
+    assert 2 in bank[0].kept.tolist()

@@ -7,24 +7,20 @@ the screen too): the question and its answer sit beside the figure. Screenshots 
 ``/tmp/presenter_chN.png``.
 
 Without a browser: the exported HTML file opens at the view's step, or at the first eviction when
-the view is at step 0 (where nothing has happened yet), in a range of steps that holds it.
+the view is at step 0 (where nothing has happened yet), in a range of steps that holds it —
+those are ``tests/test_stepper_export.py``.
 """
 
 from __future__ import annotations
 
-import base64
 import re
 
 import pytest
 from streamlit_server import needs_chromium, shown_step, wait_player, wait_ready
 from test_browser import new_page
 
-import h2o
 from app.needle import data as needle_data
 from app.needle import frontier as needle_frontier
-from app.player import stepper
-from h2o import explain
-from h2o.player import playback
 
 VIEWPORT = (1280, 720)
 #: The lesson's chapters (``app.lesson.chapters()``; not imported here, to keep collection light).
@@ -193,93 +189,3 @@ def test_how_it_works_shows_every_line_of_code_whole(server, browser, size, side
             assert lib["y"] > card["y"] + card["height"]
     finally:
         ctx.close()
-
-
-# -- the exported file's first step (no browser) ---------------------------------------------------
-def view(trace: h2o.Trace, budget: int, window: int) -> stepper.Export:
-    """A step view of two replays, as the Step through page builds it, at its loaded range for
-    step 0."""
-    panels = [
-        playback.Panel(
-            "A · H2O", "#1f77b4", h2o.replay(h2o.H2O(budget, recent_window=window), trace)
-        ),
-        playback.Panel("B · StreamingLLM", "#ff7f0e", h2o.replay(h2o.StreamingLLM(budget), trace)),
-    ]
-    panels_n = max(int(s.replay.n_kept.max()) for s in panels if s.replay is not None)
-    length = playback.range_length(panels_n, trace.steps)
-
-    def encode(rng: tuple[int, int]) -> bytes:
-        return playback.encode(
-            view="test",
-            trace_id=trace.name,
-            trace=trace,
-            panels=panels,
-            rng=rng,
-            range_blocks=[playback.range_block(s.replay, trace, *rng) for s in panels],
-            run_blocks=[playback.run_block(s.replay) for s in panels],
-            start={"step": 0},
-        )
-
-    rng = playback.range_around(0, trace.steps, length)
-    return stepper.Export(encode(rng), encode, rng, length, "Step through", trace, panels)
-
-
-def opened(html: bytes) -> dict:
-    """The header of the payload inlined in an exported file (its ``start`` is where it opens)."""
-    (data,) = re.findall(rb'atob\("([A-Za-z0-9+/=]+)"\)', html)
-    header, _ = playback.decode(base64.b64decode(data))
-    return header
-
-
-SETTINGS = {"colour": "linear", "rows": "all", "width": 64, "speed": 30, "reveal": True}
-
-
-@pytest.fixture(scope="module")
-def toy() -> h2o.Trace:
-    return h2o.toy_trace()  # the Step through page's trace=toy
-
-
-@pytest.mark.parametrize("step", [1, 10, 39])
-def test_the_export_opens_at_the_views_step(toy, step):
-    ex = view(toy, 8, 2)
-    ex = stepper.Export(
-        ex.encode(playback.range_around(step, toy.steps, ex.length)),
-        ex.encode,
-        playback.range_around(step, toy.steps, ex.length),
-        ex.length,
-        ex.title,
-        ex.trace,
-        ex.panels,
-    )
-    name, build = stepper.export_file(ex, step, SETTINGS)
-    header = opened(build())
-    assert header["start"] == {"step": step, **SETTINGS}
-    a, b = header["range"]
-    assert a <= step < b
-    assert name == f"h2o-{toy.name}-steps-{a}-{b - 1}.html"
-
-
-def test_at_step_0_the_export_opens_at_the_first_eviction(toy):
-    ex = view(toy, 8, 2)
-    _, build = stepper.export_file(ex, 0, SETTINGS)
-    header = opened(build())
-    # The card: a cache of B panels holds positions 0..B-1; position B's arrival is the first
-    # step over budget. Both policies of the view evict first there.
-    assert header["start"]["step"] == 8
-    assert [explain.first_eviction(s.replay) for s in ex.panels] == [8, 8]
-
-
-def test_a_first_eviction_beyond_the_loaded_range_brings_its_own_range():
-    trace = h2o.canonical_trace()
-    ex = view(trace, 1024, 32)
-    assert not ex.rng[0] <= 1024 < ex.rng[1]  # the loaded range at step 0 stops short of it
-    name, build = stepper.export_file(ex, 0, SETTINGS)
-    header = opened(build())
-    a, b = header["range"]
-    assert header["start"]["step"] == 1024 and a <= 1024 < b
-    assert name == f"h2o-{trace.name}-steps-{a}-{b - 1}.html"
-    # The file's range is the player's own data for those steps, not the step-0 range's.
-    _, arrays = playback.decode(base64.b64decode(re.findall(rb'atob\("([^"]+)"\)', build())[0]))
-    rep = ex.panels[0].replay
-    assert rep is not None
-    assert list(arrays["0"]["n_kept"]) == list(rep.n_kept[a:b])
