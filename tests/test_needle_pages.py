@@ -81,7 +81,14 @@ def test_the_grid_draws_each_row_on_one_scale_and_says_what_it_shows(results, me
     lens, deps = sorted(g.length.unique()), sorted(g.depth.unique())
     col = "correct" if metric == "correct" else "logprob"
     zs = []
-    for tr, row in zip(spec["data"], shown, strict=True):
+    heat = [t for t in spec["data"] if t["type"] == "heatmap"]
+    marks = [t for t in spec["data"] if t["type"] == "scatter"]  # click targets, one per panel
+    for i, (tr, mark, row) in enumerate(zip(heat, marks, shown, strict=True)):
+        computed = g[g.row == row][["length", "depth"]].drop_duplicates()
+        assert sorted(tuple(c[:3]) for c in mark["customdata"]) == sorted(
+            (i, int(n), int(d)) for n, d in computed.itertuples(index=False)
+        )
+        assert mark["marker"]["opacity"] == 0 and tr.get("hoverinfo") == "skip"
         mine = g[g.row == row].assign(v=lambda f: f[col].astype(float))
         want = mine.pivot_table(index="depth", columns="length", values="v", aggfunc="mean")
         want = want.reindex(index=deps, columns=lens).to_numpy()
@@ -103,6 +110,27 @@ def test_the_grid_draws_each_row_on_one_scale_and_says_what_it_shows(results, me
     acc = g[g.row.isin(shown)].groupby("row").correct.mean()
     for row in shown:
         assert table.loc[row, "accuracy"] == pytest.approx(acc[row])
+
+
+@pytest.mark.parametrize(
+    ("points", "want"),
+    [
+        ([{"customdata": [1, 2048, 50, 0.5, 1]}], (1, 2048, 50)),
+        ([{"customdata": [0.0, 512.0, 0]}], (0, 512, 0)),
+        ([{"x": "512"}, {"customdata": [2, 1024, 25]}], (2, 1024, 25)),
+        ([], None),
+        (None, None),
+        ("[1, 2, 3]", None),
+        ([{"customdata": [3, 512, 0]}], None),  # no fourth panel
+        ([{"customdata": [-1, 512, 0]}], None),
+        ([{"customdata": [0.5, 512, 0]}], None),
+        ([{"customdata": ["0", "512", "0"]}], None),
+        ([{"customdata": [0, 512]}], None),
+        (["not a point", 7], None),
+    ],
+)
+def test_a_click_is_read_from_the_selection_and_nothing_else(points, want):
+    assert grid.clicked(points, 3) == want
 
 
 def test_other_rows_change_the_panels_and_the_sentences(results):
@@ -380,6 +408,25 @@ def test_a_frontier_without_the_lighthouse_2048_rows_says_so(results):
 
 
 # -- in Chromium, on the shipped files (whatever part of them this copy has) -----------------------
+#: The visible buttons and labels whose text is cut: by their own width, or by the first
+#: ancestor that clips (a column too narrow for a segmented control).
+CUT_CONTROLS = """() => [...document.querySelectorAll(
+    '[data-testid="stMain"] button, [data-testid="stMain"] label')]
+  .filter(b => b.offsetParent !== null)
+  .filter(b => {
+    if (b.scrollWidth > b.clientWidth + 1) return true;
+    const r = b.getBoundingClientRect();
+    for (let a = b.parentElement; a; a = a.parentElement) {
+      if (getComputedStyle(a).overflowX !== 'visible') {
+        const c = a.getBoundingClientRect();
+        return r.right > c.right + 1 || r.left < c.left - 1;
+      }
+    }
+    return false;
+  })
+  .map(b => b.innerText || b.getAttribute('aria-label'))"""
+
+
 @pytest.mark.browser
 @needs_chromium
 @pytest.mark.parametrize(
@@ -390,7 +437,8 @@ def test_a_frontier_without_the_lighthouse_2048_rows_says_so(results):
     ],
 )
 def test_the_pages_render_in_a_browser(server, browser, path, heading, loaded, charts):
-    ctx, page = new_page(browser)
+    """At a projector's 1280x720: the page renders, and no control's text is cut."""
+    ctx, page = new_page(browser, size=(1280, 720))
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
@@ -410,6 +458,67 @@ def test_the_pages_render_in_a_browser(server, browser, path, heading, loaded, c
             )
         page.screenshot(path=f"/tmp/{path}.png", full_page=True)
         assert page.locator('[data-testid="stException"]').count() == 0
+        cut = page.evaluate(CUT_CONTROLS)
+        assert cut == [], f"truncated controls at 1280x720: {cut}"
+        assert not errors, errors
+    finally:
+        ctx.close()
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_clicking_a_heatmap_cell_opens_it_below(server, browser):
+    """A click on the second panel's cell at the longest length and the middle depth opens that
+    row, length and depth under "One cell"; a click on another cell then opens that one."""
+    cells = data.read_grid(data.RESULTS_DIR / data.GRID_FILE).records
+    if not cells:
+        pytest.skip("this copy has no shipped needle grid")
+    ctx, page = new_page(browser, size=(1280, 900))
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(f"{server}/needle-grid")
+        wait_ready(page)
+        page.wait_for_function(
+            "document.querySelectorAll('.js-plotly-plot .nsewdrag').length >= 2", timeout=60_000
+        )
+        shown = ["full", "h2o@128", "streaming-llm@128", "kivi2"]
+        lens, deps = grid.lengths(cells), grid.depths(cells)
+
+        def click(panel: int, k: int, d: int, n_lens: int) -> None:
+            sub = "xy" if panel == 0 else f"x{panel + 1}y{panel + 1}"
+            box = page.locator(f'.js-plotly-plot .nsewdrag[data-subplot="{sub}"]').first
+            box.scroll_into_view_if_needed()
+            b = box.bounding_box()
+            x = b["x"] + b["width"] * (k + 0.5) / n_lens
+            y = b["y"] + b["height"] * (d + 0.5) / len(deps)
+            page.mouse.move(x, y)  # plotly.js picks the point on hover (throttled)
+            page.wait_for_timeout(300)
+            page.mouse.click(x, y)
+
+        def opened() -> list[str]:
+            return page.evaluate(
+                """() => [...document.querySelectorAll('[data-testid="stSelectbox"] input')]
+                    .map(i => i.value)"""
+            )
+
+        # The cells the page drew (its click targets), whatever the file held when it read it.
+        marks = page.evaluate(
+            """() => document.querySelector('.js-plotly-plot').data
+                .filter(t => t.type === 'scatter').map(t => t.customdata)"""
+        )
+        drawn_lens = sorted({int(m[1]) for ms in marks for m in ms})
+        assert lens[: len(drawn_lens)] == drawn_lens
+        for panel, at_depth in ((1, len(deps) // 2), (3, 0)):
+            longest = max(int(m[1]) for m in marks[panel] if int(m[2]) == deps[at_depth])
+            k, d = drawn_lens.index(longest), at_depth
+            click(panel, k, d, len(drawn_lens))
+            want = [shown[panel], str(longest), f"{deps[d]} %"]
+            for _ in range(60):  # the rerun the click starts
+                if opened()[:3] == want:
+                    break
+                page.wait_for_timeout(500)
+            assert opened()[:3] == want
         assert not errors, errors
     finally:
         ctx.close()

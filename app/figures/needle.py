@@ -137,9 +137,15 @@ def needle_heatmaps(
     value_format: str,
     title: str,
     height: int = 360,
+    clickable: bool = False,
 ) -> go.Figure:
     """Length (x) × depth (y) per row, side by side on ONE colour axis; ``panels``: (label,
-    values ``(depths, lengths)`` with NaN where absent, needles per cell)."""
+    values ``(depths, lengths)`` with NaN where absent, needles per cell).
+
+    ``clickable``: a click on a cell selects it (plotly.js fires no click on a heatmap, so an
+    invisible marker sits on each computed cell, after the heatmaps, with the cell's tooltip
+    and ``customdata`` ``[panel, length, depth]``; the nearest marker is the cell under the
+    pointer, as the cells form a grid)."""
     n = max(1, len(panels))
     gap = 0.03
     w = (1 - gap * (n - 1)) / n
@@ -147,6 +153,7 @@ def needle_heatmaps(
     layout = base_layout(title, height, "", "")
     xs = [f"{x:,}" for x in lengths]
     ys = [f"{d}%" for d in depths]
+    overlay: list[dict] = []
     for i, (label, z, counts) in enumerate(panels):
         ax = "" if i == 0 else str(i + 1)
         lo, hi = round(i * (w + gap), 6), round(min(1.0, i * (w + gap) + w), 6)
@@ -170,6 +177,9 @@ def needle_heatmaps(
                 "needle(s)<extra></extra>",
             }
         )
+        if clickable:
+            data[-1]["hoverinfo"] = "skip"  # the marker above it carries the tooltip
+            overlay.append(_cell_markers(i, label, z, counts, lengths, depths, ax))
         layout[f"xaxis{ax}"] = {
             "domain": [lo, hi],
             "anchor": f"y{ax}",
@@ -204,7 +214,49 @@ def needle_heatmaps(
         "cmax": zrange[1],
         "colorbar": {"title": {"text": _e(colour_title), "side": "right"}, "thickness": 14},
     }
+    if overlay:
+        tip = f"{_e(colour_title)}: %{{customdata[3]:{value_format}}} over %{{customdata[4]}}"
+        for tr in overlay:
+            tr["hovertemplate"] = (
+                f"{tr.pop('_label')}<br>%{{x}} tokens, needle at %{{y}}<br>{tip} needle(s)"
+                "<br>click to open this cell below<extra></extra>"
+            )
+        data += overlay
+        layout["hovermode"] = "closest"
+        layout["hoverdistance"] = 200  # the nearest cell's marker, wherever in the cell
+        layout["clickmode"] = "event+select"
     return make_figure(data, layout)
+
+
+def _cell_markers(
+    i: int,
+    label: str,
+    z: np.ndarray,
+    counts: np.ndarray,
+    lengths: Sequence[int],
+    depths: Sequence[int],
+    ax: str,
+) -> dict:
+    """Panel ``i``'s click targets: one invisible marker per computed cell."""
+    cells = [
+        (d, k) for d in range(len(depths)) for k in range(len(lengths)) if np.isfinite(z[d, k])
+    ]
+    cnt = np.asarray(counts)
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "x": [f"{lengths[k]:,}" for _, k in cells],
+        "y": [f"{depths[d]}%" for d, _ in cells],
+        "xaxis": f"x{ax}",
+        "yaxis": f"y{ax}",
+        "marker": {"size": 24, "opacity": 0, "symbol": "square"},
+        "customdata": [
+            [i, int(lengths[k]), int(depths[d]), float(z[d, k]), int(cnt[d, k])] for d, k in cells
+        ],
+        "showlegend": False,
+        "name": "",
+        "_label": _e(label),
+    }
 
 
 def held_bars(*, held: Sequence[float], title: str, height: int = 300) -> go.Figure:

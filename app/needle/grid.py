@@ -17,6 +17,8 @@ from h2o.alloc import ALLOCATORS
 #: The two things a heatmap can colour: the share of the cell's needles answered right, or the
 #: answer's mean teacher-forced log-probability.
 METRICS = {"correct": "share answered right", "logprob": "mean log-prob of the answer"}
+#: The same, short enough for the page's buttons at 1280x720 (the long form titles the figure).
+METRIC_BUTTONS = {"correct": "answered right", "logprob": "log-prob"}
 
 
 def row_order(rec: Cell | object) -> tuple:
@@ -158,3 +160,22 @@ def pick(available: Sequence[str], wanted: Sequence[str], n: int) -> list[str]:
     out = [w for w in wanted if w in available]
     out += [r for r in available if r not in out]
     return out[:n]
+
+
+def clicked(points: object, panels: int) -> tuple[int, int, int] | None:
+    """The ``(panel, length, depth)`` of a clicked cell (the heatmaps' selection: its points'
+    ``customdata`` is ``[panel, length, depth, …]``); None when nothing usable was clicked. The
+    points come from the browser, so anything else is ignored."""
+    if not isinstance(points, list | tuple):
+        return None
+    for p in points:
+        cd = p.get("customdata") if isinstance(p, dict) else None
+        if not isinstance(cd, list | tuple) or len(cd) < 3:
+            continue
+        vals = cd[:3]
+        if not all(isinstance(v, int | float) and float(v).is_integer() for v in vals):
+            continue
+        i, length, depth = (int(v) for v in vals)
+        if 0 <= i < panels:
+            return i, length, depth
+    return None

@@ -16,12 +16,12 @@ import streamlit as st
 
 from app import figures, state
 from app.needle import claims, grid, runs, shipped
-from app.needle.grid import METRICS
+from app.needle.grid import METRIC_BUTTONS, METRICS
 
 ss = st.session_state
 ROWS, METRIC = "ng_rows", "ng_metric"
 CELL_ROW, CELL_LEN, CELL_DEPTH, CELL_NEEDLE = "ng_cell_row", "ng_cell_len", "ng_cell_depth", "ng_n"
-FRESH, GO = "_ng_fresh", "_ng_go"
+FRESH, GO, CLICKED = "_ng_fresh", "_ng_go", "_ng_clicked"
 #: The rows the page opens on when the file has them (else the first rows it has).
 DEFAULT_ROWS = ("full", "h2o@128", "streaming-llm@128", "kivi2")
 MAX_ROWS = 6
@@ -72,8 +72,10 @@ _valid(METRIC, list(METRICS), "correct")
 metric = c2.segmented_control(
     "Colour by",
     list(METRICS),
-    format_func=METRICS.get,
+    format_func=METRIC_BUTTONS.get,
     required=True,
+    help="answered right: the share of a cell's needles whose greedy answer matched; "
+    "log-prob: the mean log-probability of the expected answer, teacher-forced",
     **state.mirror(METRIC, "correct"),
 )
 if not chosen:
@@ -83,7 +85,7 @@ if not chosen:
 zrange = grid.colour_range(cells, chosen, metric)
 fmt = ".0%" if metric == "correct" else ".2f"
 panels = [(r, *grid.matrix(cells, r, lens, deps, metric)) for r in chosen]
-st.plotly_chart(
+event = st.plotly_chart(
     figures.needle_heatmaps(
         panels=panels,
         lengths=lens,
@@ -92,11 +94,23 @@ st.plotly_chart(
         colour_title=METRICS[metric],
         value_format=fmt,
         title=f"{METRICS[metric].capitalize()}, per prompt length and needle depth",
+        clickable=True,
     ),
     width="stretch",
     key="ng_heatmaps",
     config={"displaylogo": False},
+    on_select="rerun",
+    selection_mode="points",
 )
+# A new click opens its cell below. The selection outlives a change of rows, so only a click
+# that differs from the last one applied counts.
+picked = grid.clicked(event.selection.points if event else None, len(chosen))
+if picked is None:
+    ss.pop(CLICKED, None)
+elif picked != ss.get(CLICKED):
+    ss[CLICKED] = picked
+    ss[CELL_ROW], ss[CELL_LEN], ss[CELL_DEPTH] = chosen[picked[0]], picked[1], picked[2]
+st.caption("Click a cell to open it under *One cell* below.")
 st.markdown(claims.shown_sentence(chosen, rows, cells, planned))
 scores = grid.scores(cells, chosen)
 st.markdown(claims.scores_sentence(scores))
