@@ -186,3 +186,47 @@ def test_a_budget_refusal_names_the_budget_and_why(cls):
         f"budget must be <= {2**24} (2**24), got {2**24 + 1}: the cache is preallocated at the "
         "budget, so a larger one would not fit in memory"
     )
+
+
+# -- drop: the engines' eviction of exactly k ----------------------------------------------------
+def stepped(name: str, steps: int = 12) -> Policy:
+    """A policy of budget 8 (protecting 3: window or sinks) after ``steps`` steps, unevicted."""
+    kw = {"sinks": 3} if name == "streaming-llm" else {}
+    kw |= {"recent_window": 3} if name not in ("streaming-llm", "sliding-window") else {}
+    p = POLICIES[name](8, **kw)
+    rng = np.random.default_rng(1)
+    for t in range(steps):
+        w = rng.random(len(p)).astype(np.float32)
+        p.on_decode_step(t, w / w.sum() if len(p) else None)
+    return p
+
+
+@pytest.mark.parametrize("name", ["h2o", "tova", "scissorhands", "random", "streaming-llm"])
+@pytest.mark.parametrize("bad", [0, -1, 10, True, 2.0, "1"])
+def test_drop_refuses_what_the_rule_may_not_evict_and_changes_nothing(name, bad):
+    """``drop(k)`` takes 1 to ``droppable`` positions: all but the protected 3 (window or
+    sinks) of the 12 kept. More, none, or a k that is not an integer is refused — and the
+    policy steps on exactly like a twin that was never asked."""
+    p, twin = stepped(name), stepped(name)
+    assert (len(p), p.droppable) == (12, 9)
+    with pytest.raises(ValueError, match="cannot drop 10|k must be"):
+        p.drop(bad)
+    assert p.kept.tolist() == twin.kept.tolist() and p.scores.tobytes() == twin.scores.tobytes()
+    assert p.drop(9) == twin.drop(9) and len(p) == 3 and p.droppable == 0
+    with pytest.raises(ValueError, match=r"holds 3 position\(s\), of which its rule may evict 0"):
+        p.drop(1)
+
+
+@pytest.mark.parametrize("name", ["h2o", "tova", "scissorhands", "random", "streaming-llm"])
+def test_drop_returns_its_victims_ascending_and_keeps_the_protected(name):
+    p = stepped(name)
+    protected = p.kept[-3:].tolist() if name != "streaming-llm" else [0, 1, 2]
+    victims = p.drop(p.droppable)
+    assert victims == sorted(victims) and len(victims) == 9
+    assert p.kept.tolist() == protected
+
+
+def test_a_sliding_window_may_drop_everything_it_keeps():
+    p = stepped("sliding-window")
+    assert p.droppable == len(p) == 12
+    assert p.drop(12) == list(range(12)) and len(p) == 0

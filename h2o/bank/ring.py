@@ -37,6 +37,10 @@ class _RingRow:
     def __len__(self) -> int:
         return self._n
 
+    @property
+    def droppable(self) -> int:
+        return max(0, self._n - self.sinks)
+
     def _set_fill(self, n: int) -> None:
         self._n = n
 

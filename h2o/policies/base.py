@@ -130,9 +130,22 @@ class Policy:
         self._last_pos = pos
 
     def drop(self, k: int) -> list[int]:
-        """Evict exactly ``k > 0`` positions (``evict`` past its budget arithmetic); the victims
-        ascending."""
+        """Evict exactly ``k`` positions (``evict`` past its budget arithmetic); the victims
+        ascending. ``k`` must be 1 to :attr:`droppable`; any other is refused with
+        ``ValueError`` and changes nothing (the one check here: the eviction scans would
+        otherwise read past what the rule may evict)."""
+        k = check_int("k", k, 1)
+        if k > self.droppable:
+            raise ValueError(
+                f"cannot drop {k}: {self!r} holds {len(self)} position(s), of which its rule may "
+                f"evict {self.droppable} (not the protected window or the sinks)"
+            )
         return self._evict(k)
+
+    @property
+    def droppable(self) -> int:
+        """How many kept positions the rule may evict now (all but the protected ones)."""
+        return len(self)
 
     def set_fill(self, n: int, last_pos: int) -> None:
         """After an engine wrote this policy's storage in place (a bank lane, an adaptive
@@ -281,6 +294,10 @@ class ScoredPolicy(Policy):
 
     def __len__(self) -> int:
         return self._n
+
+    @property
+    def droppable(self) -> int:
+        return max(0, self._n - self.recent_window)  # the window is protected
 
     def check_budget(self, budget: int) -> int:
         budget = super().check_budget(budget)

@@ -46,6 +46,10 @@ class StreamingLLM(Policy):
         return self._ns + self._count
 
     @property
+    def droppable(self) -> int:
+        return self._count  # the ring; the sinks are never evicted
+
+    @property
     def kept(self) -> np.ndarray:
         cap, h, c = self._ring.shape[0], self._head, self._count
         parts = [
