@@ -209,7 +209,7 @@ def test_drop_refuses_what_the_rule_may_not_evict_and_changes_nothing(name, bad)
     policy steps on exactly like a twin that was never asked."""
     p, twin = stepped(name), stepped(name)
     assert (len(p), p.droppable) == (12, 9)
-    with pytest.raises(ValueError, match="cannot drop 10|k must be"):
+    with pytest.raises(ValueError, match=r"cannot drop 10|k must be"):
         p.drop(bad)
     assert p.kept.tolist() == twin.kept.tolist() and p.scores.tobytes() == twin.scores.tobytes()
     assert p.drop(9) == twin.drop(9) and len(p) == 3 and p.droppable == 0

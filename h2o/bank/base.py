@@ -45,6 +45,8 @@ class PolicyBank(LockstepReplay):
     reads_attention: bool
     #: "scored" or "ring": what the lock-step replay's closed-form and compiled paths may assume.
     kind: str = ""
+    #: Each lane's budget (int64, read-only: a bank's budgets are fixed when it is built).
+    budgets: np.ndarray
 
     def __init__(self, policies: Sequence[Policy]) -> None:
         policies = list(policies)
