@@ -96,18 +96,7 @@ def chapter8(literal: Callable[..., str], titles: dict) -> list[Cell]:
                     f"{needle_frontier.PPL_TOKENS:,} tokens yet."
                 )
             else:
-                lines8 = [
-                    (
-                        fam,
-                        ps[0].group,
-                        ps[0].policy,
-                        ps[0].bits,
-                        [p.x for p in ps],
-                        [p.y for p in ps],
-                        [f"{p.row}: perplexity {p.y:.2f}" for p in ps],
-                    )
-                    for fam, ps in needle_frontier.lines(ppl8).items()
-                ]
+                lines8 = needle_frontier.figure_lines(ppl8, lambda p: f"perplexity {p.y:.2f}")
                 display(
                     figures.frontier(
                         lines=lines8,

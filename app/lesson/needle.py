@@ -101,18 +101,7 @@ def evict_or_compress() -> None:
         )
         open_in("Open Evict or compress?", pages.EVICT_OR_COMPRESS, {}, key="lesson_open_8")
         return
-    lines = [
-        (
-            fam,
-            ps[0].group,
-            ps[0].policy,
-            ps[0].bits,
-            [p.x for p in ps],
-            [p.y for p in ps],
-            [f"{p.row}: perplexity {p.y:.2f}" for p in ps],
-        )
-        for fam, ps in frontier.lines(ppl).items()
-    ]
+    lines = frontier.figure_lines(ppl, lambda p: f"perplexity {p.y:.2f}")
     full = next(((p.x, p.y) for p in ppl if p.group == "full"), None)
     st.plotly_chart(
         figures.frontier(

@@ -8,7 +8,7 @@ and the two combined (eviction at a budget, the kept tokens quantized).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from app.needle.data import Cell, FrontierRow
@@ -109,6 +109,23 @@ def lines(points: Iterable[Point]) -> dict[str, list[Point]]:
         if p.group != "full":
             by.setdefault(p.family, []).append(p)
     return {f: sorted(ps, key=lambda p: (p.x, p.row)) for f, ps in by.items()}
+
+
+def figure_lines(points: Iterable[Point], value: Callable[[Point], str]) -> list[tuple]:
+    """:func:`lines` as the frontier figure takes them: (family, group, policy, bits, xs, ys,
+    hover) per family, each point's hover ``"<row>: <value(point)>"``."""
+    return [
+        (
+            fam,
+            ps[0].group,
+            ps[0].policy,
+            ps[0].bits,
+            [p.x for p in ps],
+            [p.y for p in ps],
+            [f"{p.row}: {value(p)}" for p in ps],
+        )
+        for fam, ps in lines(points).items()
+    ]
 
 
 def memory_choices(points: Sequence[Point]) -> list[int]:

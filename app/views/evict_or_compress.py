@@ -20,22 +20,6 @@ ss = st.session_state
 MEMORY, LENGTH = "ec_memory", "ec_length"
 
 
-def line_data(points: list[frontier.Point], value) -> list:
-    """The figure's lines: (family, group, policy, bits, xs, ys, hover) per family."""
-    return [
-        (
-            fam,
-            ps[0].group,
-            ps[0].policy,
-            ps[0].bits,
-            [p.x for p in ps],
-            [p.y for p in ps],
-            [f"{p.row}: {value(p)}" for p in ps],
-        )
-        for fam, ps in frontier.lines(points).items()
-    ]
-
-
 def plural(n: int, one: str, many: str = "") -> str:
     return f"{n:,} {one if n == 1 else (many or one + 's')}"
 
@@ -98,7 +82,7 @@ if shipped.report(fr, fr_path, "frontier"):
     else:
         st.plotly_chart(
             figures.frontier(
-                lines=line_data(ppl, lambda p: f"perplexity {p.y:.2f}"),
+                lines=frontier.figure_lines(ppl, lambda p: f"perplexity {p.y:.2f}"),
                 full=full_of(ppl),
                 limit=memory,
                 title=f"Perplexity against KV memory — {PPL_TEXT}, {PPL_TOKENS:,} tokens "
@@ -142,7 +126,7 @@ if shipped.report(gr, gr_path, "needle grid") and lens:
     acc = frontier.accuracy_points(gr.records, length)
     st.plotly_chart(
         figures.frontier(
-            lines=line_data(acc, lambda p: f"{p.right} of {p.n} right"),
+            lines=frontier.figure_lines(acc, lambda p: f"{p.right} of {p.n} right"),
             full=full_of(acc),
             limit=memory,
             title=f"Needle accuracy against KV memory — prompts of {length:,} tokens "
