@@ -63,6 +63,12 @@ def test_each_chapters_first_figure_is_on_a_projector_screen(server, browser, ch
         page.get_by_role("heading", name=re.compile(rf"^{chapter}\. ")).wait_for(timeout=60_000)
         selector = f"{CHAPTER} {FIRST_FIGURE.get(chapter, CHART)}"
         reveal = page.locator(CHAPTER).get_by_role("button", name="Just show me")
+        # Presenter mode collapses the sidebar after the first paint; measure nothing before
+        # (with the sidebar open the text is narrower, taller, and pushes the button down).
+        page.wait_for_function(
+            "document.querySelector('[data-testid=stSidebar]').dataset.collapsed === 'true'",
+            timeout=30_000,
+        )
         predicted = page.locator(selector).count() == 0 and reveal.count() > 0
         if predicted:
             # The figure waits behind the question: the question is on the screen, and the
@@ -78,10 +84,6 @@ def test_each_chapters_first_figure_is_on_a_projector_screen(server, browser, ch
         figure.wait_for(timeout=60_000)
         if chapter not in FIRST_FIGURE:
             figure.locator(".main-svg").first.wait_for(timeout=60_000)
-        page.wait_for_function(
-            "document.querySelector('[data-testid=stSidebar]').dataset.collapsed === 'true'",
-            timeout=30_000,
-        )
         box = settled_box(page, figure)
         sidebar = settled_box(page, page.get_by_test_id("stSidebar"))
         page.screenshot(path=f"/tmp/presenter_ch{chapter}.png")
