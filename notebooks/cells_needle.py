@@ -30,6 +30,7 @@ def grid_cells(literal: Callable[..., str]) -> list[Cell]:
     """Chapter 7's needle grid (the app's ``grid_section``): its paragraph states the needle's
     code, so a code cell shows it (the text is still the app's, copied at build time)."""
     intro = literal("needle", "grid_section", "Does the model still *answer*")
+    modes = literal("needle", "grid_section", "H2O runs here as its authors split")
     return [
         code(
             f"""
@@ -44,7 +45,9 @@ def grid_cells(literal: Callable[..., str]) -> list[Cell]:
             if file_ok(grid_read, grid_path, "needle grid"):
                 rows7 = needle_grid.rows(cells7)
                 shown7 = part_needle.lesson_rows(rows7)
-                lens7, deps7 = needle_grid.lengths(cells7), needle_grid.depths(cells7)
+                lens7 = [n for n in needle_grid.lengths(cells7) if n <= part_needle.LESSON_MAX_LENGTH]
+                deps7 = needle_grid.depths(cells7)
+                cells7 = [c for c in cells7 if c.length in set(lens7)]
                 display(
                     figures.needle_heatmaps(
                         panels=[(r, *needle_grid.matrix(cells7, r, lens7, deps7, "correct")) for r in shown7],
@@ -58,7 +61,8 @@ def grid_cells(literal: Callable[..., str]) -> list[Cell]:
                 )
                 say(
                     needle_claims.full_note(cells7),
-                    needle_claims.scores_sentence(needle_grid.scores(cells7, shown7)),
+                    needle_claims.scores_sentence(needle_grid.scores(cells7, shown7), cells7),
+                    {_pieces(modes)},
                 )
                 print(needle_claims.shown_sentence(shown7, rows7, cells7))
             """

@@ -112,8 +112,29 @@ def test_16_bits_is_the_full_cache_to_the_last_digit(model, ids) -> None:
         model, ids, Row.parse("full")
     )
     # and the quantized rows do move the numbers
-    k2 = score_answer(model, prompt, answer, Row.parse("kivi2"), max_new=4)
+    k2 = score_answer(model, prompt, answer, Row.parse("kivi2:r32:qprompt"), max_new=4)
     assert k2.token_logprobs != full.token_logprobs
+    # at residual 128 with the prompt attended at full precision, 125 tokens code nothing: the
+    # full cache to the last digit
+    k2 = score_answer(model, prompt, answer, Row.parse("kivi2"), max_new=4)
+    assert k2.token_logprobs == full.token_logprobs
+
+
+def test_kivi_attends_the_prompt_at_full_precision(model) -> None:
+    """KIVI's prefill: the prompt's own attention is the full cache's (so the first answer token,
+    predicted from the prompt's last state, is the full cache's to the last digit); the answer
+    then reads the coded cache. ``:qprompt`` reads the prompt quantized: the first token moves."""
+    from tiny_model import token_ids
+
+    ids = token_ids(310, seed=9)
+    prompt, answer = ids[:300], ids[300:305]
+    full = score_answer(model, prompt, answer, Row.parse("full"), max_new=0)
+    k2 = score_answer(model, prompt, answer, Row.parse("kivi2"), max_new=0)
+    q2 = score_answer(model, prompt, answer, Row.parse("kivi2:qprompt"), max_new=0)
+    assert k2.token_logprobs[0] == full.token_logprobs[0]
+    assert k2.token_logprobs[1:] != full.token_logprobs[1:]
+    assert q2.token_logprobs[0] != full.token_logprobs[0]
+    assert k2.kv_bytes == q2.kv_bytes == Row.parse("kivi2").kv_bytes(model.config, 300)
 
 
 def test_held_follows_the_policy_rules(model, ids) -> None:

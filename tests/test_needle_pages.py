@@ -102,7 +102,7 @@ def test_the_grid_draws_each_row_on_one_scale_and_says_what_it_shows(results, me
         assert (cax["cmin"], cax["cmax"]) == pytest.approx((np.nanmin(zs), np.nanmax(zs)))
     shown_md = markdown(at)
     assert claims.shown_sentence(shown, grid.rows(cells), cells, loaded.meta["rows"]) in shown_md
-    assert claims.scores_sentence(grid.scores(cells, shown)) in shown_md
+    assert claims.scores_sentence(grid.scores(cells, shown), cells) in shown_md
     assert claims.full_note(cells) in shown_md
     assert at.code[0].value == "python -m h2o needle --rows full\npython -m h2o needle --rows kivi4"
     assert any("2 min of wall time in all" in c.value for c in at.caption)
@@ -140,7 +140,7 @@ def test_other_rows_change_the_panels_and_the_sentences(results):
     spec = charts(at)["ng_heatmaps"]
     titles = [a["text"] for a in spec["layout"]["annotations"]]
     assert titles == rows
-    assert claims.scores_sentence(grid.scores(cells, rows)) in markdown(at)
+    assert claims.scores_sentence(grid.scores(cells, rows), cells) in markdown(at)
     assert "at lengths 512, 1,024, 2,048 and 4,096 tokens" in markdown(at)[2]
 
 
@@ -301,13 +301,16 @@ def test_chapter_7_shows_the_needle_grid_and_keeps_the_owl(results):
     at = open_chapter(7)
     cells = data.read_grid(results / data.GRID_FILE).records
     rows = lesson_needle.lesson_rows(grid.rows(cells))
-    assert rows == ["full", "h2o@256", "streaming-llm@256"]  # snapkv@256 is not in the fixture
+    # the fixture has neither H2O prefill mode nor snapkv@256
+    assert rows == ["full", "h2o@256:w50%", "streaming-llm@256"]
+    cells = [c for c in cells if c.length <= lesson_needle.LESSON_MAX_LENGTH]
     spec = charts(at)["lesson_needle"]
     assert [a["text"] for a in spec["layout"]["annotations"]] == rows
     shown = markdown(at)
-    assert claims.scores_sentence(grid.scores(cells, rows)) in shown
+    assert claims.scores_sentence(grid.scores(cells, rows), cells) in shown
     assert claims.full_note(cells) in shown
     assert any("as an anecdote" in m for m in shown)
+    assert any("**prefill mode**" in m for m in shown)
     assert len(shown[0]) < 250  # presenter mode: a short paragraph before the first figure
 
 

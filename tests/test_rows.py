@@ -151,21 +151,34 @@ def test_allocations_hold_the_same_total() -> None:
 
 
 def test_kivi_and_combination_bytes() -> None:
-    assert Row.parse("kivi4").kv_bytes(CFG, 70) == 6 * 8944  # test_quant's hand count
+    assert Row.parse("kivi4:r32").kv_bytes(CFG, 70) == 6 * 8944  # test_quant's hand count
     assert Row.parse("kivi2+sinks").kv_bytes(CFG, 70) == kivi_bytes(KiviSpec(2, 4), 70, 64, 6)
     # the least 128 slots of 1000 tokens can hold at 4 bits (the newest 128: 872..999), plus
     # H2O's 13 bytes a slot: keys coded below 992 (872..991: 120 in groups 27..30), values
     # coded below 968 (872..967: 96); 8 keys and 32 values in fp16
     per_head = 4 * 64 * (120 + 96) // 8 + (4 * 64 + 96 * 2) * 4 + (8 + 32) * 64 * 2
-    assert Row.parse("h2o@128+kivi4").kv_bytes(CFG, 1000) == 6 * (per_head + 128 * 13)
-    assert Row.parse("snapkv@128+kivi4").kv_bytes(CFG, 1000) == 6 * per_head
+    assert Row.parse("h2o@128+kivi4:r32").kv_bytes(CFG, 1000) == 6 * (per_head + 128 * 13)
+    assert Row.parse("snapkv@128+kivi4:r32").kv_bytes(CFG, 1000) == 6 * per_head
     # equal memory: 4 bits hold about 3.4x the tokens of 16 bits here
     full128 = Row.parse("h2o@128").kv_bytes(CFG, 1000)
-    assert Row.parse("h2o@128+kivi4").kv_bytes(CFG, 1000) < full128 / 2
+    assert Row.parse("h2o@128+kivi4:r32").kv_bytes(CFG, 1000) < full128 / 2
+
+
+def test_the_papers_residual_in_the_bytes_by_hand() -> None:
+    """Residual 128 (the default): the newest 256 of 1000 tokens (744..999) at 4 bits — keys
+    coded below 896 (744..895: 152 in groups 23..27), values below 872 (744..871: 128); 104
+    keys and 128 values in fp16."""
+    per_head = 4 * 64 * (152 + 128) // 8 + (5 * 64 + 128 * 2) * 4 + (104 + 128) * 64 * 2
+    assert Row.parse("h2o@256+kivi4").kv_bytes(CFG, 1000) == 6 * (per_head + 256 * 13)
+    assert Row.parse("h2o@256+kivi4").kv_bytes(CFG, 1000) > Row.parse("h2o@256+kivi4:r32").kv_bytes(
+        CFG, 1000
+    )
+    # the prompt read quantized holds the same bytes: only what the prompt's queries read differs
+    assert Row.parse("kivi4:qprompt").kv_bytes(CFG, 1000) == Row.parse("kivi4").kv_bytes(CFG, 1000)
 
 
 def test_bytes_of_a_run_count_its_kept_sets() -> None:
-    row = Row.parse("h2o@128+kivi4")
+    row = Row.parse("h2o@128+kivi4:r32")
     # kept contiguous (no eviction yet, or the newest): the count without kept sets
     kept = [[np.arange(100)] * 3] * 2
     assert row.kv_bytes(CFG, 100, kept=kept) == row.kv_bytes(CFG, 100)

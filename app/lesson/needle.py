@@ -14,15 +14,19 @@ from app import figures, pages
 from app.lesson import open_in
 from app.needle import claims, frontier, grid, shipped
 
-#: Chapter 7's rows: the full cache, then H2O and StreamingLLM at one budget (chapter 7's pair),
-#: and SnapKV, which reads the question before it compresses.
+#: Chapter 7's rows: the full cache, then H2O at one budget as its authors split it (half the
+#: budget a recent window) in its two modes, StreamingLLM (chapter 7's pair), and SnapKV, which
+#: reads the question before it compresses.
 LESSON_BUDGET = 256
 LESSON_ROWS = (
     "full",
-    f"h2o@{LESSON_BUDGET}",
+    f"h2o@{LESSON_BUDGET}:w50%",
+    f"h2o@{LESSON_BUDGET}:w50%:prefill",
     f"streaming-llm@{LESSON_BUDGET}",
     f"snapkv@{LESSON_BUDGET}",
 )
+#: The lengths chapter 7 counts: those the compared rows were asked with several needles a cell.
+LESSON_MAX_LENGTH = 2048
 #: The needle length chapter 8 reads accuracy at (the frontier's perplexity is at T = 2,048).
 LESSON_LENGTH = frontier.PPL_TOKENS
 
@@ -46,7 +50,9 @@ def grid_section() -> None:
     cells = loaded.records
     rows = grid.rows(cells)
     shown = lesson_rows(rows)
-    lens, deps = grid.lengths(cells), grid.depths(cells)
+    lens = [n for n in grid.lengths(cells) if n <= LESSON_MAX_LENGTH]
+    deps = grid.depths(cells)
+    cells = [c for c in cells if c.length in set(lens)]
     st.plotly_chart(
         figures.needle_heatmaps(
             panels=[(r, *grid.matrix(cells, r, lens, deps, "correct")) for r in shown],
@@ -62,7 +68,16 @@ def grid_section() -> None:
         config={"displaylogo": False},
     )
     st.markdown(claims.full_note(cells))
-    st.markdown(claims.scores_sentence(grid.scores(cells, shown)))
+    st.markdown(claims.scores_sentence(grid.scores(cells, shown), cells))
+    st.markdown(
+        "H2O runs here as its authors split the budget: half heavy hitters, half a recent "
+        "window. It runs in two modes, and they differ in *when* a fact's attention is counted. "
+        "**Evicting while it reads** (the card's rule at every prompt token), a fact read once "
+        "must defend its slot against each token read after it while its score is still young. "
+        "In the **prefill mode** of the authors' generation code the model reads the whole "
+        "prompt with full attention first, and the heavy hitters are chosen from the attention "
+        "every later prompt token paid — the question's included — before anything is evicted."
+    )
     st.caption(claims.shown_sentence(shown, rows, cells))
     open_in("Open the needle grid", pages.NEEDLE_GRID, {}, key="lesson_open_7_needle")
 

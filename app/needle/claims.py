@@ -13,10 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.needle import frontier
 from app.needle.data import Cell
 from app.needle.frontier import GROUPS, Point
 from app.needle.grid import RowScore
 from app.real_model.claims import esc, names
+from h2o.stats import Paired, p_text, paired, share
 
 #: The share of cells the full cache should answer at ≤ :data:`FULL_MAX_LENGTH` tokens (issue 17).
 FULL_TARGET, FULL_MAX_LENGTH = 0.9, 2048
@@ -32,12 +34,7 @@ class Metric:
     def value(self, p: Point) -> str:
         if self.lower_better:
             return f"perplexity {p.y:.2f}"
-        return f"{p.y:.0%} of {p.n} needle cells right"
-
-    def gap(self, win: Point, lose: Point) -> str:
-        if self.lower_better:
-            return f"{lose.y - win.y:.2f} perplexity ({1 - win.y / lose.y:.1%} lower)"
-        return f"{(win.y - lose.y) * 100:.0f} percentage points"
+        return f"{share(p.right, p.n).text()} needle cells right"
 
 
 PERPLEXITY = Metric("perplexity", lower_better=True)
@@ -53,30 +50,66 @@ def _key(metric: Metric):
     return lambda p: (p.y if metric.lower_better else -p.y, p.x, p.row)
 
 
-def within(points: Iterable[Point], limit: int) -> list[Point]:
-    """The rows (not the full cache) that hold at most ``limit`` bytes per token (rounded)."""
-    return [p for p in points if p.group != "full" and round(p.x) <= limit]
-
-
-def best(points: Iterable[Point], limit: int, metric: Metric) -> dict[str, Point]:
-    """Group → its best row within ``limit`` (ties: fewer bytes, then the label)."""
+def best(points: Iterable[Point], memory: float, metric: Metric) -> dict[str, Point]:
+    """Group → its best row at ``memory`` (within :data:`frontier.TOLERANCE`; ties: fewer bytes,
+    then the label)."""
     out: dict[str, Point] = {}
-    for p in sorted(within(points, limit), key=_key(metric)):
+    for p in sorted(frontier.at_memory(points, memory), key=_key(metric)):
         out.setdefault(p.group, p)
     return out
 
 
-def verdict(points: Sequence[Point], limit: int, metric: Metric) -> str:
-    """The equal-memory answer at ``limit`` bytes per token: each group's best row that fits,
-    and which group wins, by how much."""
+def _nearest(mine: Sequence[Point], memory: float, name: str) -> str:
+    near = min(mine, key=lambda p: (abs(p.x - memory), p.x, p.row))
+    gap = (near.x - memory) / memory
+    side = "more" if gap > 0 else "less"
+    return (
+        f"no {name} row holds within {frontier.TOLERANCE:.0%} of it (the nearest, {label(near)}, "
+        f"holds {near.x:,.0f}: {abs(gap):.0%} {side})"
+    )
+
+
+def compare(win: Point, other: Point) -> Paired:
+    """The exact paired test of two accuracy points on the cells they share."""
+    return paired(dict(win.outcomes), dict(other.outcomes))
+
+
+def _accuracy_said(win: Point, others: Sequence[tuple[str, Point]]) -> str:
+    more, same = [], []
+    for name, b in others:
+        t = compare(win, b)
+        said = (
+            f"the best {name} row ({t.right_a} against {t.right_b} of {t.n} shared cells, "
+            f"{t.only_a} right only under the first and {t.only_b} only under the second, "
+            f"exact paired test {p_text(t.p)})"
+        )
+        (more if t.differs else same).append(said)
+    text = ""
+    if more:
+        text += f" {label(win)} answers more needles than {names(more)}."
+    if same:
+        n = sorted({compare(win, b).n for _, b in others if not compare(win, b).differs})
+        lead = "It" if more else label(win)
+        text += (
+            f" {lead} is not distinguishable with n = {names([str(x) for x in n])} from "
+            f"{names(same)}."
+        )
+    return text
+
+
+def verdict(points: Sequence[Point], memory: int, metric: Metric) -> str:
+    """The equal-memory answer at ``memory`` bytes per token: each group's best row within
+    :data:`frontier.TOLERANCE` of it (a group with none says so, and names its nearest row), and
+    how they compare — for accuracy by an exact paired test on their shared cells, a difference
+    said only at p < 0.05; for perplexity (one text, one number a row) the values alone."""
     full = min((p for p in points if p.group == "full"), key=lambda p: p.order, default=None)
-    head = f"At most {limit:,} KV bytes per token"
+    head = f"At {memory:,} KV bytes per token (± {frontier.TOLERANCE:.0%})"
     if full is not None:
         head += (
-            f" ({limit / full.x:.0%} of the full cache's {full.x:,.0f}, which has "
+            f", {memory / full.x:.0%} of the full cache's {full.x:,.0f} (which has "
             f"{metric.value(full)})"
         )
-    bests = best(points, limit, metric)
+    bests = best(points, memory, metric)
     parts = []
     for g, name in GROUPS.items():
         mine = [p for p in points if p.group == g]
@@ -85,30 +118,29 @@ def verdict(points: Sequence[Point], limit: int, metric: Metric) -> str:
             said = f"{metric.value(b)} at {b.x:,.0f} bytes per token"
             parts.append(f"the best {name} row is {label(b)}, {said}")
         elif mine:
-            small = min(mine, key=lambda p: p.x)
-            parts.append(f"no {name} row fits (the smallest holds {small.x:,.0f})")
+            parts.append(_nearest(mine, memory, name))
     if not parts:
         return f"{head}: the file has no row but the full cache to compare yet."
-    if not bests:
-        return f"{head}: {'; '.join(parts)}."
     text = f"{head}: {'; '.join(parts)}."
+    if not bests:
+        return text
     if len(bests) == 1:
         (g,) = bests
-        return f"{text} Only {GROUPS[g]} fits in this memory."
-    win = min(bests.values(), key=_key(metric))
-    beats, ties = [], []
-    for g, b in bests.items():
-        if b is win:
-            continue
-        if b.y == win.y:
-            ties.append(f"the best {GROUPS[g]} row")
-        else:
-            beats.append(f"the best {GROUPS[g]} row by {metric.gap(win, b)}")
-    said = f" {GROUPS[win.group][0].upper()}{GROUPS[win.group][1:]} wins on {metric.name}: "
-    said += f"{label(win)} beats {names(beats)}" if beats else f"{label(win)}"
-    if ties:
-        said += (", and " if beats else " ") + f"ties with {names(ties)}"
-    return text + said + "."
+        return f"{text} Only {GROUPS[g]} has a row at this memory: nothing to compare it with."
+    ranked = sorted(bests.items(), key=lambda kv: _key(metric)(kv[1]))
+    win, rest = ranked[0][1], ranked[1:]
+    if metric.lower_better:
+        gaps = [
+            f"{b.y - win.y:.2f} below the best {GROUPS[g]} row's"
+            if b.y != win.y
+            else f"equal to the best {GROUPS[g]} row's"
+            for g, b in rest
+        ]
+        return (
+            f"{text} The lowest perplexity here is {label(win)}'s, {names(gaps)} (one text of "
+            f"{frontier.PPL_TOKENS:,} tokens: a single measurement each, without an interval)."
+        )
+    return text + _accuracy_said(win, [(GROUPS[g], b) for g, b in rest])
 
 
 # -- the needle grid -------------------------------------------------------------------------------
@@ -150,21 +182,41 @@ def shown_sentence(
     return text
 
 
-def scores_sentence(scores: Sequence[RowScore]) -> str:
-    """Per row: cells right and mean log-prob; then the most and least accurate."""
+def scores_sentence(scores: Sequence[RowScore], cells: Sequence[Cell]) -> str:
+    """Per row: cells right with its 95 % Wilson interval, and mean log-prob; then the most
+    against the least accurate row, said to differ only when an exact paired test on their
+    shared cells (``cells``: the cells shown) gives p < 0.05."""
     if not scores:
         return ""
     parts = [
-        f"{esc(s.row)}: {s.right} of {s.cells} right ({s.accuracy:.0%}), mean log-prob "
-        f"{s.mean_logprob:.2f}"
+        f"{esc(s.row)}: {share(s.right, s.cells).text()} right, mean log-prob {s.mean_logprob:.2f}"
         for s in scores
     ]
     text = "Row by row — " + "; ".join(parts) + "."
     accs = [s.accuracy for s in scores]
     if len(scores) > 1 and max(accs) > min(accs):
-        top = [esc(s.row) for s in scores if s.accuracy == max(accs)]
-        low = [esc(s.row) for s in scores if s.accuracy == min(accs)]
-        text += f" Most accurate: {names(top)}; least: {names(low)}."
+        top = min((s for s in scores if s.accuracy == max(accs)), key=lambda s: s.cells)
+        low = min((s for s in scores if s.accuracy == min(accs)), key=lambda s: s.cells)
+        outcome: dict[str, dict] = {top.row: {}, low.row: {}}
+        for c in cells:
+            if c.row in outcome:
+                outcome[c.row][(c.length, c.depth, c.needle)] = bool(c.correct)
+        try:
+            t = paired(outcome[top.row], outcome[low.row])
+        except ValueError:
+            return text + f" {esc(top.row)} and {esc(low.row)} share no cell to compare."
+        pair = f"{esc(top.row)} against {esc(low.row)}"
+        said = (
+            f"{t.right_a} against {t.right_b} of {t.n} shared cells, exact paired test "
+            f"{p_text(t.p)}"
+        )
+        if t.differs:
+            text += f" The most accurate row answers more than the least ({pair}: {said})."
+        else:
+            text += (
+                f" Even the most and the least accurate rows are not distinguishable with "
+                f"n = {t.n} ({pair}: {said})."
+            )
     elif len(scores) > 1:
         text += f" Every row shown answers {accs[0]:.0%}."
     return text
@@ -183,14 +235,14 @@ def full_note(cells: Sequence[Cell]) -> str:
     text = "With the full cache the model answers "
     if short:
         r = sum(c.correct for c in short)
-        text += f"{r} of {len(short)} cells at ≤ {FULL_MAX_LENGTH:,} tokens ({r / len(short):.0%})"
+        text += f"{share(r, len(short)).text()} cells at ≤ {FULL_MAX_LENGTH:,} tokens"
         if r / len(short) < FULL_TARGET:
             text += f", short of the {FULL_TARGET:.0%} its prompt format aims for"
     longer = sorted({c.length for c in full if c.length > FULL_MAX_LENGTH})
     for n in longer:
         cs = [c for c in full if c.length == n]
         r = sum(c.correct for c in cs)
-        text += ("; at " if short else "at ") + f"{n:,} tokens {r} of {len(cs)} ({r / len(cs):.0%})"
+        text += ("; at " if short else "at ") + f"{n:,} tokens {share(r, len(cs)).text()}"
     return text + "."
 
 

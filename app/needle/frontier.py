@@ -49,6 +49,8 @@ class Point:
     n: int = 1
     right: int = 0  # accuracy points: the cells answered right
     order: tuple = ()
+    #: accuracy points: ((depth, needle), answered right) per cell, for the paired test
+    outcomes: tuple = ()
 
 
 def ppl_points(
@@ -96,9 +98,21 @@ def accuracy_points(cells: Iterable[Cell], length: int) -> list[Point]:
                 n=len(cs),
                 right=right,
                 order=row_order(c0),
+                outcomes=tuple(((c.depth, c.needle), bool(c.correct)) for c in cs),
             )
         )
     return out
+
+
+#: Two rows hold "equal memory" when their bytes per token differ by at most this share of the
+#: memory asked about; a verdict compares only such rows.
+TOLERANCE = 0.02
+
+
+def at_memory(points: Iterable[Point], memory: float) -> list[Point]:
+    """The rows (not the full cache) whose bytes per token lie within :data:`TOLERANCE` of
+    ``memory``."""
+    return [p for p in points if p.group != "full" and abs(p.x - memory) <= TOLERANCE * memory]
 
 
 def lines(points: Iterable[Point]) -> dict[str, list[Point]]:
@@ -133,10 +147,17 @@ def memory_choices(points: Sequence[Point]) -> list[int]:
     return sorted({round(p.x) for p in points if p.group != "full"})
 
 
+#: The row of the 4-bit KIVI-style cache as the paper runs it (group 32, residual 128).
+PAPER_4BIT = "kivi4"
+
+
 def default_memory(points: Sequence[Point]) -> int | None:
-    """The memory the lesson asks about: a 4-bit KIVI-style cache's (the paper's "4× the tokens
-    at 4 bits"), else the middle choice; None without any."""
+    """The memory the lesson asks about: the paper's 4-bit KIVI-style cache's (its "4× the
+    tokens at 4 bits"), else another 4-bit one's, else the middle choice; None without any."""
     choices = memory_choices(points)
+    paper = [p for p in points if p.row == PAPER_4BIT]
+    if paper:
+        return round(paper[0].x)
     four = [p for p in points if p.group == "compress" and p.bits == 4 and p.sinks == 0]
     if four:
         return round(min(four, key=lambda p: p.x).x)

@@ -113,7 +113,7 @@ elif picked != ss.get(CLICKED):
 st.caption("Click a cell to open it under *One cell* below.")
 st.markdown(claims.shown_sentence(chosen, rows, cells, planned))
 scores = grid.scores(cells, chosen)
-st.markdown(claims.scores_sentence(scores))
+st.markdown(claims.scores_sentence(scores, cells))
 bytes_per_token = {
     r: sum(c.kv_bytes / c.tokens for c in cs) / len(cs)
     for r in chosen

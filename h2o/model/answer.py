@@ -28,6 +28,7 @@ from h2o.alloc import Allocation
 from h2o.model.allocation import N_RECENT, N_SINKS, allocated_factory, head_shares, make_allocation
 from h2o.model.forward import KVCache, SmolLM
 from h2o.model.generate import decode_greedy
+from h2o.model.prefill import prefill_policies, prompt_attention
 from h2o.model.quality import make_banks, policy_factory
 from h2o.model.quant import QuantState
 from h2o.model.rows import Row
@@ -86,7 +87,7 @@ def row_policies(model: SmolLM, row: Row, calibration_ids: Sequence[int] | None 
     if row.kind != "policy":
         raise ValueError(f"row {row.label!r} runs no decode-time policy")
     if row.allocation is None:
-        factory = policy_factory(row.policy, int(row.budget))  # type: ignore[arg-type]
+        factory = policy_factory(row.policy, int(row.budget), **row.policy_params())  # type: ignore[arg-type]
     else:
         alloc = row_allocation(model, row, calibration_ids)
         factory, _ = allocated_factory(row.policy, alloc)  # type: ignore[arg-type]
@@ -173,17 +174,24 @@ def score_answer(
     cache = KVCache(cfg, T + max(len(answer), max_new))
     quant = row_quant(row)
 
+    # KIVI's prefill attends the prompt at full precision and quantizes what it stores (the
+    # state then reads the cache at the first step after); ``:qprompt`` reads it quantized
+    pq = quant if row.quantized_prompt else None
     policies: list | None = None
     if row.kind == "snapkv":
         alloc = row_allocation(model, row, calibration_ids)
         check_snapkv(alloc, T, DEFAULT_WINDOW)
-        hidden, acc = snapkv_window_attention(model, prompt, cache, DEFAULT_WINDOW, quant=quant)
-        kept = snapkv_kept(acc, alloc, DEFAULT_WINDOW)
+        hidden, acc = snapkv_window_attention(model, prompt, cache, DEFAULT_WINDOW, quant=pq)
+        mode, kernel = row.snapkv_pooling  # type: ignore[misc]
+        kept = snapkv_kept(acc, alloc, DEFAULT_WINDOW, kernel, mode)
         policies = [[FixedKeep(k, T - 1) for k in heads] for heads in kept]
+    elif row.mode == "prefill":
+        hidden, acc = prompt_attention(model, prompt, cache)
+        policies = prefill_policies(acc, int(row.budget), int(row.recent_window))  # type: ignore[arg-type]
     else:
         if row.kind == "policy":
             policies = row_policies(model, row, calibration_ids)
-        hidden = model.forward(prompt, cache=cache, policies=policies, quant=quant)
+        hidden = model.forward(prompt, cache=cache, policies=policies, quant=pq)
 
     held = None
     if policies is not None:
@@ -231,9 +239,9 @@ def row_perplexity(
         raise ValueError("need at least 2 tokens")
     if not isinstance(row, Row):
         raise ValueError(f"row must be a Row (Row.parse(label)), got {type(row).__name__}")
-    if row.kind == "snapkv":
+    if row.kind == "snapkv" or row.mode == "prefill":
         raise ValueError(
-            f"{row.label}: snapkv compresses a prompt once, after reading it; it has no "
+            f"{row.label}: this row compresses a prompt once, after reading it; it has no "
             "closed-loop perplexity over a text (score it with score_answer)"
         )
     cfg = model.config

@@ -8,13 +8,22 @@ quantization, with an fp16 scale and zero point per group:
   their own scale);
 * **values per token** — a group is 32 consecutive channels of one token (the head dimension if
   it is smaller);
-* **residual** — as in KIVI's decoder, a key group is quantized once its 32 tokens are all in
-  (until then they stay in full precision), and the newest ``residual`` values stay in full
-  precision, the oldest one quantized as each new token arrives. At query ``t``:
+* **residual** — as in KIVI's decoder, new keys stay in full precision until ``residual`` of
+  them have come in, then those are quantized at once (in groups of 32), and the newest
+  ``residual`` values stay in full precision, the oldest one quantized as each new token
+  arrives. At query ``t``:
   key ``j`` is dequantized iff ``j < residual * floor(t / residual)``; value ``j`` iff
   ``j < t - residual``;
 * **sinks** — optionally the first ``sinks`` tokens are never quantized (KVQuant's observation
   that attention sinks are sensitive); the first key group's scale then covers the other tokens.
+
+**The prompt.** KIVI's prefill attends the prompt at full precision and quantizes what it
+stores: after a prompt of ``T`` tokens the cache holds exactly what the cuts above give at
+``t = T`` (keys ``j < residual * floor(T / residual)`` and values ``j < T - residual`` coded),
+and decoding goes on by the same rule. :func:`h2o.model.answer.score_answer` therefore reads a
+prompt without this state and hands it the cache after; a row marked ``:qprompt`` reads the
+prompt through the quantized cache instead, every prompt token a decode step (the closed-loop
+perplexity always reads so: there every token is a step).
 
 16 bits means the full-precision cache itself: no quantization at all (the full-cache numbers,
 to the last digit).
@@ -41,8 +50,9 @@ import numpy as np
 
 #: Tokens per key group and channels per value group (KIVI's group size).
 GROUP = 32
-#: Full-precision window of the newest tokens (KIVI's residual length; a multiple of GROUP).
-RESIDUAL = 32
+#: Full-precision window of the newest tokens (KIVI's residual length; a multiple of GROUP): 128,
+#: as in the paper's settings and its LongBench runs (its examples use 32: ``kivi4:r32``).
+RESIDUAL = 128
 #: Bit widths offered; 16 is the full-precision cache.
 BITS = (2, 4, 8, 16)
 #: Bytes of one full-precision number, and of one scale or zero point (fp16, as served).
@@ -157,7 +167,7 @@ def quantize_values(v: np.ndarray, bits: int, sinks: int = 0, group: int = GROUP
 @dataclass(frozen=True)
 class KiviSpec:
     """A KIVI-style cache: ``bits`` (2, 4, 8; 16 = full precision), ``sinks`` full-precision
-    first tokens, ``group`` and ``residual`` (KIVI's 32 and 32)."""
+    first tokens, ``group`` and ``residual`` (KIVI's 32 and 128)."""
 
     bits: int
     sinks: int = 0

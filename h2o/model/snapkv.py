@@ -68,8 +68,10 @@ def snapkv_kept(
     allocation: Allocation,
     window: int = DEFAULT_WINDOW,
     kernel: int = DEFAULT_KERNEL,
+    mode: str = "max",
 ) -> list[list[np.ndarray]]:
-    """``kept[layer][kv_head]``: the positions SnapKV keeps under ``allocation``.
+    """``kept[layer][kv_head]``: the positions SnapKV keeps under ``allocation`` (scores pooled
+    by ``mode`` over ``kernel`` positions).
 
     Uniform / pyramid / duo retrieval heads: :func:`snapkv_keep` at the head's budget. Duo's
     streaming heads: the sinks and the last ``budget - sinks`` positions. Adaptive: per layer,
@@ -80,7 +82,7 @@ def snapkv_kept(
     L, G, T = window_attn.shape
     if allocation.shape != (L, G):
         raise ValueError(f"allocation shape {allocation.shape} != ({L}, {G})")
-    scores = snapkv_scores(window_attn, window, kernel)  # (L, G, T - window)
+    scores = snapkv_scores(window_attn, window, kernel, mode)  # (L, G, T - window)
     B = allocation.budget
     out: list[list[np.ndarray]] = []
     for li in range(L):

@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:  # argparse's subparsers action (a privat
     common.add_argument(
         "--rows",
         default="full",
-        help="comma-separated rows: full, POLICY@BUDGET[/ALLOCATION], snapkv@BUDGET, kiviBITS, "
+        help="comma-separated rows: full, POLICY@BUDGET[/ALLOCATION][:wN|:wN%][:prefill], snapkv@BUDGET[:avg5|:max7], kiviBITS, "
         "kiviBITS+sinks, POLICY@BUDGET+kiviBITS (default: %(default)s)",
     )
     common.add_argument(

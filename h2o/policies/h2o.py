@@ -31,6 +31,9 @@ class H2O(ScoredPolicy):
     name = "h2o"
     label = "H2O"
     score_label = "cumulative attention"
+    #: The authors' generation code can also read a prompt with full attention and choose the
+    #: heavy hitters from its accumulated attention before decoding (:mod:`h2o.model.prefill`).
+    prefill_selection = True
 
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         # score[i] += weight, for every i at once; float32 weights are widened exactly to float64.

@@ -7,12 +7,16 @@ SnapKV decides once, when the prompt has been read: the last ``w`` prompt querie
 
     score[j] = sum over the last w queries (and the query heads of the KV head) of attn[q, j]
                for every prompt position j before the window
-    score    = pool1d(score, kernel)         # max pool, kernel 5, stride 1, same length:
-                                             # keep the neighbours of a hit (a fact is a phrase)
+    score    = pool1d(score, kernel)         # stride 1, same length: keep the neighbours
+                                             # of a hit (a fact is a phrase)
     keep     = top (budget - w) positions by score  +  the w window positions
     then decode, admitting every new token (no further eviction)
 
-with ``w = 32`` and ``kernel = 5`` (the paper's defaults; max pooling as its released code).
+with ``w = 32``. Pooling differs between the authors' own runs, so rows name it
+(:class:`h2o.model.rows.Row`): the released default (``init_snapkv``) is **average** pooling
+with kernel 5 (``snapkv@B:avg5``); its LongBench configs use **max** pooling with kernel 7
+(``snapkv@B:max7``); plain ``snapkv@B`` is max pooling with kernel 5, ours, kept because the
+shipped results were computed with it.
 Equal scores keep the higher position. A budget at or above the prompt's length keeps
 everything; ``budget <= w`` is refused (no room for the selection).
 
