@@ -162,8 +162,9 @@ def test_fewer_bits_fewer_bytes_at_length() -> None:
 # -- the prefill against a literal KIVI decoder ---------------------------------------------------
 class LiteralKivi:
     """KIVI's decoder buffers, step by step: a full-precision key buffer quantized (in groups of
-    ``group`` tokens per channel) when it reaches ``residual`` tokens (after the step's attention), a value buffer whose
-    oldest token is quantized when it holds more than ``residual``. Implements the hook the
+    ``group`` tokens per channel) when it reaches ``residual`` tokens (after the step's
+    attention), a value buffer whose oldest token is quantized when it holds more than
+    ``residual``. Implements the hook the
     forward pass calls, for one new token at a time: every column uses the returned view."""
 
     def __init__(self, spec: KiviSpec) -> None:

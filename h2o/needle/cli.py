@@ -30,8 +30,9 @@ def register(subparsers: Any) -> None:  # argparse's subparsers action (a privat
     common.add_argument(
         "--rows",
         default="full",
-        help="comma-separated rows: full, POLICY@BUDGET[/ALLOCATION][:wN|:wN%][:prefill], snapkv@BUDGET[:avg5|:max7], kiviBITS, "
-        "kiviBITS+sinks, POLICY@BUDGET+kiviBITS (default: %(default)s)",
+        help="comma-separated rows: full, POLICY@BUDGET[/ALLOCATION][:wN|:wN%%][:prefill], "
+        "snapkv@BUDGET[:avg5|:max7], kiviBITS[:rN][:qprompt], kiviBITS+sinks, "
+        "POLICY@BUDGET+kiviBITS (default: %(default)s)",
     )
     common.add_argument(
         "--out", required=True, metavar="FILE", help="results, JSON Lines (required; resumed)"
