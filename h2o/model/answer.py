@@ -131,6 +131,39 @@ def _check_span(span: object, n_prompt: int) -> tuple[int, int] | None:
 
 
 # -- one cell ------------------------------------------------------------------------------------
+def read_prompt(
+    model: SmolLM,
+    prompt: list[int],
+    row: Row,
+    cache: KVCache,
+    quant: QuantState | None,
+    calibration_ids: Sequence[int] | None = None,
+) -> tuple[np.ndarray, list | None]:
+    """Read ``prompt`` into an empty ``cache`` under ``row``, as the row's method reads a
+    prompt: its final hidden states and ``policies[layer][kv_head]`` holding what each head
+    kept (None for a row that evicts nothing). ``quant`` (the row's state) is handed the cache
+    only after the prompt unless the row reads the prompt quantized (``:qprompt``): KIVI's
+    prefill attends the prompt at full precision and quantizes what it stores."""
+    T = len(prompt)
+    pq = quant if row.quantized_prompt else None
+    policies: list | None = None
+    if row.kind == "snapkv":
+        alloc = row_allocation(model, row, calibration_ids)
+        check_snapkv(alloc, T, DEFAULT_WINDOW)
+        hidden, acc = snapkv_window_attention(model, prompt, cache, DEFAULT_WINDOW, quant=pq)
+        mode, kernel = row.snapkv_pooling  # type: ignore[misc]
+        kept = snapkv_kept(acc, alloc, DEFAULT_WINDOW, kernel, mode)
+        policies = [[FixedKeep(k, T - 1) for k in heads] for heads in kept]
+    elif row.mode == "prefill":
+        hidden, acc = prompt_attention(model, prompt, cache)
+        policies = prefill_policies(acc, int(row.budget), int(row.recent_window))  # type: ignore[arg-type]
+    else:
+        if row.kind == "policy":
+            policies = row_policies(model, row, calibration_ids)
+        hidden = model.forward(prompt, cache=cache, policies=policies, quant=pq)
+    return hidden, policies
+
+
 def score_answer(
     model: SmolLM,
     prompt_ids: Sequence[int],
@@ -174,24 +207,7 @@ def score_answer(
     cache = KVCache(cfg, T + max(len(answer), max_new))
     quant = row_quant(row)
 
-    # KIVI's prefill attends the prompt at full precision and quantizes what it stores (the
-    # state then reads the cache at the first step after); ``:qprompt`` reads it quantized
-    pq = quant if row.quantized_prompt else None
-    policies: list | None = None
-    if row.kind == "snapkv":
-        alloc = row_allocation(model, row, calibration_ids)
-        check_snapkv(alloc, T, DEFAULT_WINDOW)
-        hidden, acc = snapkv_window_attention(model, prompt, cache, DEFAULT_WINDOW, quant=pq)
-        mode, kernel = row.snapkv_pooling  # type: ignore[misc]
-        kept = snapkv_kept(acc, alloc, DEFAULT_WINDOW, kernel, mode)
-        policies = [[FixedKeep(k, T - 1) for k in heads] for heads in kept]
-    elif row.mode == "prefill":
-        hidden, acc = prompt_attention(model, prompt, cache)
-        policies = prefill_policies(acc, int(row.budget), int(row.recent_window))  # type: ignore[arg-type]
-    else:
-        if row.kind == "policy":
-            policies = row_policies(model, row, calibration_ids)
-        hidden = model.forward(prompt, cache=cache, policies=policies, quant=pq)
+    hidden, policies = read_prompt(model, prompt, row, cache, quant, calibration_ids)
 
     held = None
     if policies is not None:

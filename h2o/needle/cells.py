@@ -125,6 +125,70 @@ def run_cell(spec: dict, load: Callable[[], Any] | None = None) -> dict:
     }
 
 
+#: The follow-up cells: the two facts' depths (each order), and how many needle pairs a length.
+FOLLOWUP_DEPTHS: tuple[tuple[int, int], ...] = ((25, 75), (75, 25))
+FOLLOWUP_PAIRS = 3
+
+
+def followup_pairs(length: int, count: int = FOLLOWUP_PAIRS) -> list[tuple[str, str]]:
+    """The needle pairs asked at ``length``: consecutive needles after the grid's own rotation
+    (fixed by the length alone, so every row meets the same pairs)."""
+    if not 1 <= count <= len(NEEDLES) // 2:
+        raise ValueError(f"pairs per length must be 1..{len(NEEDLES) // 2}, got {count}")
+    base = zlib.crc32(f"followup:{length}".encode())
+    return [
+        (NEEDLES[(base + 2 * j) % len(NEEDLES)].id, NEEDLES[(base + 2 * j + 1) % len(NEEDLES)].id)
+        for j in range(count)
+    ]
+
+
+def run_followup(spec: dict, load: Callable[[], Any] | None = None) -> dict:
+    """One follow-up cell: ``{"row", "length", "depth_first", "depth_second", "first",
+    "second", "model"?}`` — the first fact asked, then the second on the same cache."""
+    from h2o.model.followup import score_followup
+    from h2o.model.rows import Row
+    from h2o.needle.haystack import build_followup
+
+    t0 = time.perf_counter()
+    fields = row_fields(spec["row"])
+    row = Row.parse(spec["row"])
+    a, b = needle(spec["first"]), needle(spec["second"])
+    da, db = int(spec["depth_first"]), int(spec["depth_second"])
+    model = load() if load is not None else worker_model(spec.get("model"))
+    f = build_followup(model.encode, a, b, int(spec["length"]), da, db)
+    cal = _calibration_ids(spec.get("model"), model) if row.allocation == "duo" else None
+    sc = score_followup(
+        model,
+        f.ids,
+        f.answer_ids,
+        f.turn_ids,
+        f.second_answer_ids,
+        row,
+        second_span=f.spans[1],
+        max_new=int(spec.get("max_new", MAX_NEW)),
+        calibration_ids=cal,
+    )
+    first, second = model.decode(sc.produced), model.decode(sc.second_produced)
+    return {
+        **fields,
+        "length": f.length,
+        "depth_first": da,
+        "depth_second": db,
+        "first": a.id,
+        "second": b.id,
+        "produced_first": first_line(first),
+        "produced_second": first_line(second),
+        "correct_first": is_correct(first, a.value),
+        "correct_second": is_correct(second, b.value),
+        "logprob_first": round(sc.logprob, 4),
+        "logprob_second": round(sc.second_logprob, 4),
+        "held_second": None if sc.held is None else [round(h, 4) for h in sc.held],
+        "kv_bytes": int(sc.kv_bytes),
+        "prompt_tokens": len(f.ids),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
 def run_frontier(spec: dict) -> dict:
     """Closed-loop perplexity of the first ``tokens`` tokens of ``text`` under one row."""
     from h2o.model.answer import row_perplexity

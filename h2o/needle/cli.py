@@ -1,4 +1,5 @@
-"""``python -m h2o needle`` and ``python -m h2o frontier``: the grid and the frontier, locally
+"""``python -m h2o needle``, ``followup`` and ``frontier``: the grid, the second question and the
+frontier, locally
 (``--workers N``) or on a Dask cluster (``--dask-scheduler ADDRESS``).
 
 Every argument is checked before a worker starts or the model loads; a bad one exits with code
@@ -25,7 +26,7 @@ MAX_CONTEXT = 8192  # SmolLM2's context
 
 
 def register(subparsers: Any) -> None:  # argparse's subparsers action (a private type)
-    """Add the ``needle`` and ``frontier`` subcommands."""
+    """Add the ``needle``, ``followup`` and ``frontier`` subcommands."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--rows",
@@ -92,6 +93,25 @@ def register(subparsers: Any) -> None:  # argparse's subparsers action (a privat
         "set-up in seconds (default: the model)",
     )
     p.set_defaults(func=cmd_needle)
+
+    p = subparsers.add_parser(
+        "followup",
+        parents=[common],
+        help="the second question: two facts, the first asked, then the second on the same cache",
+        description="Hide two facts in the shipped texts (at 25 %% and 75 %% of the haystack, "
+        "each order), ask the first at the end, then ask the second on the cache the first "
+        "left; score both greedy answers and their teacher-forced log-probabilities. One JSON "
+        "line per cell.",
+    )
+    p.add_argument(
+        "--lengths",
+        default="1024",
+        help="comma-separated prompt lengths in tokens (default: %(default)s)",
+    )
+    p.add_argument(
+        "--pairs", type=int, default=3, help="needle pairs per length (default: %(default)s)"
+    )
+    p.set_defaults(func=cmd_followup)
 
     p = subparsers.add_parser(
         "frontier",
@@ -210,7 +230,11 @@ def summary(lines: list[dict]) -> str:
     width = max([len(r) for r in rows] + [3])
     out = []
     for label, xs in rows.items():
-        if "correct" in xs[0]:
+        if "correct_second" in xs[0]:
+            r1 = sum(bool(x["correct_first"]) for x in xs)
+            r2 = sum(bool(x["correct_second"]) for x in xs)
+            out.append(f"{label:<{width}}  first {r1:>3}/{len(xs):<3}  second {r2:>3}/{len(xs):<3}")
+        elif "correct" in xs[0]:
             right = sum(bool(x["correct"]) for x in xs)
             lp = sum(float(x["logprob"]) for x in xs) / len(xs)
             out.append(f"{label:<{width}}  {right:>3}/{len(xs):<3} right  mean log-prob {lp:7.2f}")
@@ -311,6 +335,63 @@ def cmd_needle(args: argparse.Namespace) -> int:
         + where
     )
     meta = {"command": command, "lengths": lengths, "depths": depths, "needles": args.needles}
+    return _finish(args, run, meta)
+
+
+def cmd_followup(args: argparse.Namespace) -> int:
+    from h2o.needle.cells import FOLLOWUP_DEPTHS, followup_pairs, run_followup
+    from h2o.needle.grid import followup_key, run_grid
+    from h2o.needle.needles import NEEDLES
+
+    rows = _rows(args.rows)
+    lengths = _ints(args.lengths, "--lengths", 64, MAX_CONTEXT)
+    if not 1 <= args.pairs <= len(NEEDLES) // 2:
+        raise ValueError(f"--pairs must be 1..{len(NEEDLES) // 2}, got {args.pairs}")
+    args.out = _out(args.out)
+    make, in_flight, where, close = _where(args)
+    specs = [
+        {
+            "row": r,
+            "length": n,
+            "depth_first": da,
+            "depth_second": db,
+            "first": a,
+            "second": b,
+            "model": args.model,
+        }
+        for r in rows
+        for n in lengths
+        for a, b in followup_pairs(n, args.pairs)
+        for da, db in FOLLOWUP_DEPTHS
+    ]
+
+    def describe(spec: dict, line: dict | None, error: str | None) -> str:
+        cell = f"{spec['row']} L={spec['length']} {spec['first']}@{spec['depth_first']} then "
+        cell += f"{spec['second']}@{spec['depth_second']}"
+        if error is not None:
+            return f"{cell}: FAILED {error}"
+        assert line is not None
+        marks = ["right" if line[k] else "wrong" for k in ("correct_first", "correct_second")]
+        return f"{cell}: {marks[0]}, {marks[1]} ({line['seconds']:.1f} s)"
+
+    try:
+        with _sigterm_interrupts():
+            run = run_grid(
+                specs,
+                run_followup,
+                args.out,
+                key=followup_key,
+                make_executor=make,
+                in_flight=in_flight,
+                progress=_reporter(args, describe),
+            )
+    finally:
+        close()
+    command = (
+        f"python -m h2o followup --rows {','.join(rows)} --lengths "
+        f"{','.join(map(str, lengths))} --pairs {args.pairs}" + _common_tail(args) + where
+    )
+    meta = {"command": command, "lengths": lengths, "depths": [list(d) for d in FOLLOWUP_DEPTHS]}
     return _finish(args, run, meta)
 
 

@@ -46,6 +46,18 @@ def needle_key(line: dict) -> tuple[str, int, int, str]:
     return (str(line["row"]), int(line["length"]), int(line["depth"]), str(line["needle"]))
 
 
+def followup_key(line: dict) -> tuple[str, int, int, int, str, str]:
+    """A follow-up cell: (row, length, depth of the first fact, of the second, the two)."""
+    return (
+        str(line["row"]),
+        int(line["length"]),
+        int(line["depth_first"]),
+        int(line["depth_second"]),
+        str(line["first"]),
+        str(line["second"]),
+    )
+
+
 def frontier_key(line: dict) -> tuple[str, str, int]:
     """A frontier line: (row, text, tokens)."""
     return (str(line["row"]), Path(str(line["text"])).name, int(line["tokens"]))

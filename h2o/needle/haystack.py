@@ -152,3 +152,99 @@ def build_prompt(
 
 def _fact_text(needle: Needle, first: bool) -> str:
     return ("\n\n" if first else " ") + needle.sentence
+
+
+# -- two facts, two questions ------------------------------------------------------------------
+def followup_turn(first: Needle, second: Needle) -> str:
+    """After the first answer's code: its full stop, the end of the turn, the second question
+    in a user turn of its own, and the start of the assistant's second answer."""
+    return (
+        f".<|im_end|>\n<|im_start|>user\nAnswer from the document. {second.question}<|im_end|>\n"
+        f"<|im_start|>assistant\n{second.subject[0].upper()}{second.subject[1:]} is "
+    )
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """Two facts hidden in one haystack, the first asked at its end, then the second asked on
+    the same cache after the first answer."""
+
+    ids: list[int]  # the prompt, ending with the first question (as a cell's prompt does)
+    answer_ids: list[int]  # the first answer's code
+    turn_ids: list[int]  # :func:`followup_turn`
+    second_answer_ids: list[int]
+    spans: tuple[tuple[int, int], tuple[int, int]]  # the first and the second fact's tokens
+    length: int
+    depths: tuple[int, int]
+    needles: tuple[Needle, Needle]
+
+
+def build_followup(
+    encode: Encode,
+    first: Needle,
+    second: Needle,
+    length: int,
+    depth_first: int,
+    depth_second: int,
+    sources: Sequence[str] = SOURCES,
+) -> FollowUp:
+    """The prompt of a follow-up cell: at most ``length`` tokens, ``first`` at ``depth_first``
+    percent and ``second`` at ``depth_second`` (each at its nearest sentence boundary, as in
+    :func:`build_prompt`; at one boundary the first fact comes first), asked ``first``."""
+    check_cell(length, depth_first)
+    check_cell(length, depth_second)
+    if first.id == second.id:
+        raise ValueError("the two facts must differ")
+    text = source_text(tuple(sources))
+    pieces = _pieces(encode, text)
+    head = encode(HEAD)
+    end = encode(tail(first))
+    fact_len = sum(
+        max(len(encode(_fact_text(n, f))) for f in (True, False)) for n in (first, second)
+    )
+    room = length - len(head) - len(end) - fact_len
+    kept, used = 0, 0
+    while kept < len(pieces) and used + len(pieces[kept]) <= room:
+        used += len(pieces[kept])
+        kept += 1
+    if kept == 0:
+        raise ValueError(f"length {length} leaves no room for a sentence of the haystack")
+    starts = [0]
+    for p in pieces[:kept]:
+        starts.append(starts[-1] + len(p))
+
+    def boundary(depth: int) -> int:
+        target = depth / 100 * used
+        return min(range(kept + 1), key=lambda i: (abs(starts[i] - target), i))
+
+    at = {first.id: boundary(depth_first), second.id: boundary(depth_second)}
+    texts = sentence_pieces(text)[:kept]
+    ids, whole, spans = list(head), HEAD, {}
+    for i in range(kept + 1):
+        for n in (first, second):
+            if at[n.id] == i:
+                fact_text = _fact_text(n, i == 0 and len(ids) == len(head))
+                fact = encode(fact_text)
+                spans[n.id] = (len(ids), len(ids) + len(fact))
+                ids += fact
+                whole += fact_text
+        if i < kept:
+            ids += pieces[i]
+            whole += texts[i]
+    ids += end
+    whole += tail(first)
+    if encode(whole) != ids:
+        raise ValueError(
+            f"the prompt's pieces do not tokenize as the whole (facts {first.id}, {second.id}, "
+            f"length {length}, depths {depth_first}, {depth_second})"
+        )
+    return FollowUp(
+        ids=ids,
+        answer_ids=encode(answer_text(first)),
+        turn_ids=encode(followup_turn(first, second)),
+        second_answer_ids=encode(answer_text(second)),
+        spans=(spans[first.id], spans[second.id]),
+        length=length,
+        depths=(depth_first, depth_second),
+        needles=(first, second),
+    )
