@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from app.needle.frontier import TOLERANCE
+
 from .base import FONT, NEUTRAL_LINE, POLICY_COLOURS, base_layout, make_figure, policy_colour
 from .budget import GRID_SCALE
 
@@ -58,10 +60,13 @@ def frontier(
     height: int = 440,
     subtitle: str = "",
     share: bool = False,
+    tolerance: float = TOLERANCE,
 ) -> go.Figure:
-    """A metric (y) against KV bytes per token (x, log scale), one line per family; the full
-    cache as a dotted horizontal line; ``limit`` as a vertical line (the memory asked about);
-    ``share``: y is a share, drawn from 0 to 100 %."""
+    """A metric (y) against KV bytes per token (x, log scale): each family's measured rows as
+    points (no line: nothing was measured between them); the full cache as a dotted
+    horizontal line; ``limit`` as a vertical line (the memory asked about) in a band of
+    ``tolerance`` either side (the rows counted as at that memory); ``share``: y is a share,
+    drawn from 0 to 100 %."""
     data: list[dict] = []
     for family, group, policy, bits, xs, ys, hover in lines:
         style = family_style(group, policy, bits, family)
@@ -70,10 +75,14 @@ def frontier(
                 "type": "scatter",
                 "x": np.asarray(xs, dtype=np.float64),
                 "y": np.asarray(ys, dtype=np.float64),
-                "mode": "lines+markers",
+                "mode": "markers",
                 "name": _e(family),
-                "line": {"color": style["color"], "dash": style["dash"], "width": 2.5},
-                "marker": {"symbol": style["symbol"], "size": 9},
+                "marker": {
+                    "symbol": style["symbol"],
+                    "size": 10,
+                    "color": style["color"],
+                    "line": {"color": "#FFFFFF", "width": 0.5},
+                },
                 "text": [_e(h) for h in hover],
                 "hovertemplate": f"%{{text}}<br>%{{x:,.0f}} bytes/token: {yformat}<extra></extra>",
             }
@@ -106,6 +115,21 @@ def frontier(
             }
         )
     if limit is not None:
+        shapes.append(
+            {
+                "type": "rect",
+                "yref": "paper",
+                "x0": limit * (1 - tolerance),
+                "x1": limit * (1 + tolerance),
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": "#C9A227",
+                "opacity": 0.15,
+                "line": {"width": 0},
+                "name": f"equal memory: within {tolerance:.0%} of it",
+                "layer": "below",
+            }
+        )
         shapes.append(
             {
                 "type": "line",

@@ -8,6 +8,9 @@ say plainly when a file is not in this copy. Every sentence with a number comes 
 
 from __future__ import annotations
 
+import html
+
+import numpy as np
 import streamlit as st
 
 from app import figures, pages
@@ -79,6 +82,7 @@ def grid_section() -> None:
         "every later prompt token paid — the question's included — before anything is evicted."
     )
     st.caption(claims.shown_sentence(shown, rows, cells))
+    followup_section("lesson_followup")
     open_in("Open the needle grid", pages.NEEDLE_GRID, {}, key="lesson_open_7_needle")
 
 
@@ -96,8 +100,9 @@ def memory_and_points() -> tuple[int | None, int | None, list, list]:
 
 def evict_or_compress() -> None:
     st.markdown(
-        "Evict tokens, or keep them all at fewer bits (**KIVI-style**, simulated in numpy)? At "
-        "equal KV memory per token, the lower line wins:"
+        "Evict tokens, or keep them all at fewer bits (**KIVI-style**, as its paper runs it)? "
+        "Each point is one measured row; only rows at equal KV memory per token (the shaded "
+        "band) are compared:"
     )
     fr, fr_path = shipped.frontier()
     what = (
@@ -138,4 +143,61 @@ def evict_or_compress() -> None:
     if acc_memory is not None:
         said = claims.verdict(acc, acc_memory, claims.ACCURACY)
         st.markdown(f"On the needle grid at {LESSON_LENGTH:,} tokens: {said[0].lower()}{said[1:]}")
+        st.caption(
+            "A difference in needles is claimed only where an exact paired test on the same "
+            "cells supports it; one text's perplexity is a single measurement a row."
+        )
     open_in("Open Evict or compress?", pages.EVICT_OR_COMPRESS, {}, key="lesson_open_8")
+
+
+#: The two questions' colours: the first in the neutral blue, the second in the orange of
+#: the palette (line styles are not needed: each bar is labelled with its value).
+FOLLOWUP_COLOURS = ("#4E79A7", "#F28E2B")
+
+
+def followup_section(key: str) -> None:
+    """The second question: two facts hidden in one text, the first asked, then the second on
+    the cache the first left — which rows still answer it (from ``followup.jsonl``)."""
+    loaded, path = shipped.followup()
+    st.markdown(
+        "SnapKV chooses what to keep once it has read the question. A conversation goes on: "
+        "two facts are hidden in one text, the first is asked at its end, then the second is "
+        "asked on the same cache."
+    )
+    if not shipped.report(loaded, path, "second-question experiment"):
+        return
+    cells = loaded.records
+    rows: list[str] = []
+    for c in cells:
+        if c.row not in rows:
+            rows.append(c.row)
+    share = {
+        r: [
+            float(np.mean([getattr(c, k) for c in cells if c.row == r]))
+            for k in ("correct_first", "correct_second")
+        ]
+        for r in rows
+    }
+    lens = sorted({c.length for c in cells})
+    st.plotly_chart(
+        figures.grouped_bars(
+            categories=[html.escape(r) for r in rows],
+            series=[
+                (name, colour, [share[r][i] for r in rows])
+                for i, (name, colour) in enumerate(
+                    zip(("first question", "second question"), FOLLOWUP_COLOURS, strict=True)
+                )
+            ],
+            title="Share of cells answered right: the first question, then the second on the "
+            "same cache",
+            xtitle=f"row (prompts of {', '.join(f'{n:,}' for n in lens)} tokens)",
+            ytitle="share answered right",
+        ),
+        width="stretch",
+        key=key,
+        config={"displaylogo": False},
+    )
+    for line in claims.followup_sentences(cells, rows):
+        st.markdown(line)
+    st.markdown(claims.followup_summary(cells, rows))
+    shipped.provenance(loaded, "second-question experiment")

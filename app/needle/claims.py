@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.needle import frontier
-from app.needle.data import Cell
+from app.needle.data import Cell, FollowUpCell
 from app.needle.frontier import GROUPS, Point
 from app.needle.grid import RowScore
 from app.real_model.claims import esc, names
@@ -276,3 +276,54 @@ def held_sentence(held: Sequence[float] | None) -> str:
     if 0 < len(none_) < n:
         text += f" ({_spans(none_)})"
     return text + f". On average {h.mean():.0%} of a layer's heads held it."
+
+
+# -- the second question ---------------------------------------------------------------------------
+def followup_sentences(cells: Sequence[FollowUpCell], rows: Sequence[str]) -> list[str]:
+    """Per row of ``rows`` (in that order; those with cells): the first and the second question
+    answered, each with its 95 % Wilson interval, and whether the second is answered less — an
+    exact paired test on the row's own cells (each cell asks both), said only at p < 0.05."""
+    out = []
+    for r in rows:
+        cs = [c for c in cells if c.row == r]
+        if not cs:
+            continue
+        first = {c.key: c.correct_first for c in cs}
+        second = {c.key: c.correct_second for c in cs}
+        t = paired(first, second)
+        said = (
+            f"**{esc(r)}**: the first question {share(t.right_a, t.n).text()}, the second "
+            f"{share(t.right_b, t.n).text()}"
+        )
+        test = f"{t.only_a} cells lost only the second, {t.only_b} only the first; {p_text(t.p)}"
+        if t.differs:
+            more = "fewer" if t.right_b < t.right_a else "more"
+            said += f" — the second answered {more} ({test})"
+        elif t.right_a == t.right_b:
+            said += f" — the same count ({test})"
+        else:
+            said += f" — not distinguishable with n = {t.n} ({test})"
+        out.append(said + ".")
+    return out
+
+
+def followup_summary(cells: Sequence[FollowUpCell], rows: Sequence[str]) -> str:
+    """The cells where a row answered the first question and missed the second, counted per
+    row (rows with none named together)."""
+    some, none = [], []
+    for r in rows:
+        cs = [c for c in cells if c.row == r]
+        if not cs:
+            continue
+        lost = sum(c.correct_first and not c.correct_second for c in cs)
+        if lost:
+            some.append(f"{esc(r)} in {lost} of {len(cs)}")
+        else:
+            none.append(esc(r))
+    if not some and not none:
+        return "The file has no follow-up cell for these rows yet."
+    text = "Answered the first question and missed the second: "
+    text += names(some) if some else "no row, in any cell"
+    if some and none:
+        text += f"; {names(none)} in none"
+    return text + "."

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "traces" / "results"
 GRID_FILE = "needle-grid.jsonl"
 FRONTIER_FILE = "frontier.jsonl"
+FOLLOWUP_FILE = "followup.jsonl"
 #: Bounds on what a page reads: a grid of every row at 4 lengths × 5 depths is well under this.
 MAX_BYTES = 32 * 2**20
 MAX_LINES = 200_000
@@ -184,6 +185,61 @@ def parse_cell(d: object) -> Cell:
     )
 
 
+@dataclass(frozen=True)
+class FollowUpCell:
+    """One line of the second-question file: two facts, the first asked, then the second on
+    the same cache."""
+
+    row: str
+    family: str
+    kind: str
+    policy: str | None
+    budget: int | None
+    allocation: str | None
+    bits: int | None
+    sinks: int
+    length: int
+    depth_first: int
+    depth_second: int
+    first: str
+    second: str
+    correct_first: bool
+    correct_second: bool
+    logprob_first: float
+    logprob_second: float
+    kv_bytes: int
+    prompt_tokens: int
+
+    @property
+    def key(self) -> tuple[int, int, int, str, str]:
+        """The cell, whatever the row: the same facts at the same depths and length."""
+        return (self.length, self.depth_first, self.depth_second, self.first, self.second)
+
+
+def parse_followup(d: object) -> FollowUpCell:
+    """One follow-up line's object; ``ValueError`` naming the first bad field."""
+    if not isinstance(d, dict):
+        raise BadField("not a JSON object")
+    flags = {}
+    for k in ("correct_first", "correct_second"):
+        if not isinstance(d.get(k), bool):
+            raise BadField(f"{k!r} must be true or false")
+        flags[k] = d[k]
+    return FollowUpCell(
+        **_common(d),
+        length=_int(d, "length", lo=1),
+        depth_first=_int(d, "depth_first", hi=100),
+        depth_second=_int(d, "depth_second", hi=100),
+        first=_str(d, "first", limit=80),
+        second=_str(d, "second", limit=80),
+        **flags,
+        logprob_first=_float(d, "logprob_first", hi=0.0),
+        logprob_second=_float(d, "logprob_second", hi=0.0),
+        kv_bytes=_int(d, "kv_bytes"),
+        prompt_tokens=_int(d, "prompt_tokens", lo=1),
+    )
+
+
 def parse_frontier(d: object) -> FrontierRow:
     """One frontier line's object as a :class:`FrontierRow`; ``ValueError`` naming the field."""
     if not isinstance(d, dict):
@@ -278,6 +334,11 @@ def _read(path: Path, parse, key) -> Loaded:
 def read_grid(path: Path) -> Loaded:
     """Every good cell of a ``needle-grid.jsonl`` (a cell is row × length × depth × needle)."""
     return _read(path, parse_cell, lambda c: (c.row, c.length, c.depth, c.needle))
+
+
+def read_followup(path: Path) -> Loaded:
+    """Every good cell of a ``followup.jsonl`` (row × length × depths × the two facts)."""
+    return _read(path, parse_followup, lambda c: (c.row, *c.key))
 
 
 def read_frontier(path: Path) -> Loaded:

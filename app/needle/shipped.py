@@ -11,7 +11,7 @@ from app.needle import data
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def _read(path: str, which: str, mtime_ns: int, size: int) -> data.Loaded:
-    reader = data.read_grid if which == "grid" else data.read_frontier
+    reader = {"grid": data.read_grid, "frontier": data.read_frontier}.get(which, data.read_followup)
     return reader(Path(path))
 
 
@@ -28,6 +28,11 @@ def _load(name: str, which: str) -> tuple[data.Loaded, Path]:
 def grid() -> tuple[data.Loaded, Path]:
     """``needle-grid.jsonl``'s cells (and its path, for messages)."""
     return _load(data.GRID_FILE, "grid")
+
+
+def followup() -> tuple[data.Loaded, Path]:
+    """``followup.jsonl``'s cells (the second question; and its path, for messages)."""
+    return _load(data.FOLLOWUP_FILE, "followup")
 
 
 def frontier() -> tuple[data.Loaded, Path]:

@@ -15,6 +15,7 @@ import streamlit as st
 from app import figures, pages, state
 from app.needle import claims, frontier, shipped
 from app.needle.frontier import GROUPS, PPL_TEXT, PPL_TOKENS
+from h2o.stats import share
 
 ss = st.session_state
 MEMORY, LENGTH = "ec_memory", "ec_length"
@@ -60,12 +61,13 @@ if choices:
         ss[MEMORY] = first
     memory = int(
         st.select_slider(
-            "KV memory asked about (bytes per token, at most)",
+            "KV memory asked about (bytes per token)",
             choices,
             format_func=lambda m: f"{m:,}",
             **state.mirror(MEMORY, first),
             help="Every row's bytes per token, rounded: the verdicts compare the best row of "
-            "each kind that holds at most this much.",
+            f"each kind within {frontier.TOLERANCE:.0%} of this memory (the shaded band); a "
+            "kind with no row there says so and names its nearest.",
         )
     )
 else:
@@ -126,7 +128,7 @@ if shipped.report(gr, gr_path, "needle grid") and lens:
     acc = frontier.accuracy_points(gr.records, length)
     st.plotly_chart(
         figures.frontier(
-            lines=frontier.figure_lines(acc, lambda p: f"{p.right} of {p.n} right"),
+            lines=frontier.figure_lines(acc, lambda p: f"{share(p.right, p.n).text()} right"),
             full=full_of(acc),
             limit=memory,
             title=f"Needle accuracy against KV memory — prompts of {length:,} tokens "

@@ -15,6 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from app import figures, state
+from app.lesson import needle as lesson_needle
 from app.needle import claims, grid, runs, shipped
 from app.needle.grid import METRIC_BUTTONS, METRICS
 
@@ -226,3 +227,7 @@ else:
             + "). Produced:"
         )
         st.text(str(got.get("produced", "")))
+
+# -- the second question -----------------------------------------------------------------------
+st.subheader("The second question", divider="gray")
+lesson_needle.followup_section("ng_followup")

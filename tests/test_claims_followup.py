@@ -1,0 +1,124 @@
+"""The second question's reader and sentences (app/needle/data.py, claims.py): every sentence
+checked against counts and tests computed here by hand — on a fixture of the file's schema and,
+when it is there, on the shipped file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_claims_needle import mcnemar_by_hand, share_text
+
+from app.needle import claims, data
+
+SHIPPED = Path(__file__).resolve().parents[1] / "traces" / "results" / data.FOLLOWUP_FILE
+
+
+def line(row: str, n: int, first: bool, second: bool, **kw) -> dict:
+    return {
+        "row": row,
+        "family": row,
+        "kind": "snapkv" if row.startswith("snapkv") else "full",
+        "policy": None,
+        "budget": None,
+        "allocation": None,
+        "bits": None,
+        "sinks": 0,
+        "length": 1024,
+        "depth_first": 25 if n % 2 == 0 else 75,
+        "depth_second": 75 if n % 2 == 0 else 25,
+        "first": f"a{n}",
+        "second": f"b{n}",
+        "produced_first": "1",
+        "produced_second": "2",
+        "correct_first": first,
+        "correct_second": second,
+        "logprob_first": -0.5,
+        "logprob_second": -1.5,
+        "held_second": None,
+        "kv_bytes": 100,
+        "prompt_tokens": 1000,
+        "seconds": 1.0,
+    } | kw
+
+
+def write(path: Path, lines: list[dict], extra: str = "") -> Path:
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines) + extra)
+    return path
+
+
+def fixture() -> list[dict]:
+    out = [line("full", n, True, True) for n in range(6)]
+    out += [line("snapkv@256", n, True, n == 0) for n in range(6)]  # 5 lost: p = 0.0625
+    out += [line("snapkv@64", n, n < 6, False) for n in range(8)]  # 6 of 8 lost: p = 0.03125
+    return out
+
+
+def check(cells: list, rows: list[str]) -> None:
+    said = claims.followup_sentences(cells, rows)
+    assert len(said) == len([r for r in rows if any(c.row == r for c in cells)])
+    for r, text in zip([r for r in rows if any(c.row == r for c in cells)], said, strict=True):
+        cs = [c for c in cells if c.row == r]
+        n = len(cs)
+        a = sum(c.correct_first for c in cs)
+        b = sum(c.correct_second for c in cs)
+        only_a = sum(c.correct_first and not c.correct_second for c in cs)
+        only_b = sum(c.correct_second and not c.correct_first for c in cs)
+        p = mcnemar_by_hand(only_a, only_b)
+        assert f"the first question {share_text(a, n)}" in text
+        assert f"the second {share_text(b, n)}" in text
+        assert f"{only_a} cells lost only the second, {only_b} only the first" in text
+        if p < 0.05:
+            assert f"the second answered {'fewer' if b < a else 'more'}" in text
+        elif a == b:
+            assert "the same count" in text
+        else:
+            assert f"not distinguishable with n = {n}" in text
+    summary = claims.followup_summary(cells, rows)
+    for r in rows:
+        cs = [c for c in cells if c.row == r]
+        lost = sum(c.correct_first and not c.correct_second for c in cs)
+        if cs and lost:
+            assert f"{claims.esc(r)} in {lost} of {len(cs)}" in summary
+
+
+def test_the_sentences_by_hand_on_the_fixture(tmp_path):
+    loaded = data.read_followup(write(tmp_path / "f.jsonl", fixture()))
+    cells = loaded.records
+    rows = ["full", "snapkv@256", "snapkv@64"]
+    check(cells, rows)
+    said = claims.followup_sentences(cells, rows)
+    assert "the same count" in said[0]
+    assert "not distinguishable with n = 6" in said[1] and "p = 0.062" in said[1]
+    assert "the second answered fewer" in said[2] and "p = 0.031" in said[2]
+    assert claims.followup_summary(cells, rows) == (
+        "Answered the first question and missed the second: snapkv@256 in 5 of 6 and "
+        "snapkv@64 in 6 of 8; full in none."
+    )
+    assert claims.followup_summary([], rows) == "The file has no follow-up cell for these rows yet."
+
+
+def test_the_shipped_file(tmp_path):
+    if not SHIPPED.is_file():
+        pytest.skip("no shipped followup.jsonl in this copy")
+    loaded = data.read_followup(SHIPPED)
+    assert loaded.n_problems == 0 and loaded.records
+    rows = list(dict.fromkeys(c.row for c in loaded.records))
+    check(loaded.records, rows)
+
+
+def test_bad_lines_are_skipped_and_named(tmp_path):
+    bad = [line("full", 0, True, True, correct_second="yes"), line("full", 1, True, True)]
+    loaded = data.read_followup(write(tmp_path / "f.jsonl", bad, "{not json\n"))
+    assert len(loaded.records) == 1
+    assert loaded.n_problems == 2
+    assert "'correct_second' must be true or false" in loaded.problems[0]
+    # a repeated cell keeps the later line
+    again = [line("full", 1, True, True), line("full", 1, False, False)]
+    loaded = data.read_followup(write(tmp_path / "g.jsonl", again))
+    assert loaded.repeated == 1 and loaded.records[0].correct_first is False
+    # a label that would be markup is escaped in the sentences
+    evil = [line("<b>x</b>*", 0, True, False)]
+    cells = data.read_followup(write(tmp_path / "h.jsonl", evil)).records
+    assert "<b>" not in claims.followup_sentences(cells, ["<b>x</b>*"])[0]
