@@ -1,0 +1,168 @@
+"""The findings the README states, computed from the shipped result files: each row's needles
+answered with a 95 % Wilson interval, the paired comparisons the text makes (an exact McNemar
+test on the cells two rows share), and the second question.
+
+``python -m h2o.needle.findings`` prints them as Markdown; ``tests/test_findings.py`` checks the
+README holds exactly what it prints, so the README's figures are the files' own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from h2o.stats import p_text, paired, share
+
+RESULTS = Path(__file__).resolve().parents[2] / "traces" / "results"
+#: The lengths where the compared rows have several needles a cell.
+MAX_LENGTH = 2048
+
+#: Rows shown in the table, in order (those in the file).
+TABLE_ROWS = (
+    "full",
+    "kivi4",
+    "kivi2",
+    "h2o@256",
+    "h2o@256:w50%",
+    "h2o@256:w50%:prefill",
+    "h2o@128:w50%",
+    "h2o@128:w50%:prefill",
+    "streaming-llm@256",
+    "snapkv@256",
+    "h2o@128",
+    "streaming-llm@128",
+    "snapkv@128",
+    "snapkv@256:avg5",
+)
+#: The pairs the README compares: (A, B, at which lengths: None for every length ≤ MAX_LENGTH).
+PAIRS: tuple[tuple[str, str, int | None], ...] = (
+    ("h2o@256:w50%:prefill", "h2o@256:w50%", None),
+    ("h2o@128:w50%:prefill", "h2o@128:w50%", None),
+    ("h2o@256:w50%", "h2o@256", None),
+    ("snapkv@256", "streaming-llm@256", None),
+    ("snapkv@256", "h2o@256:w50%:prefill", None),
+    ("snapkv@256:avg5", "snapkv@256", None),
+    ("kivi4", "kivi2", None),
+    ("kivi4", "h2o@688:w50%", 2048),
+    ("kivi4", "h2o@688:w50%:prefill", 2048),
+    ("kivi4", "snapkv@723", 2048),
+    ("kivi4", "streaming-llm@723", 2048),
+    ("kivi2", "h2o@460:w50%", 2048),
+    ("kivi2", "h2o@460:w50%:prefill", 2048),
+    ("kivi2", "snapkv@483", 2048),
+    ("kivi2", "streaming-llm@483", 2048),
+)
+
+
+def read_lines(path: Path) -> list[dict]:
+    out: dict = {}
+    if not path.is_file():
+        return []
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        try:
+            d = json.loads(raw)
+        except ValueError:
+            continue
+        key = tuple(v for k, v in sorted(d.items()) if k in _KEYS)
+        out.pop(key, None)
+        out[key] = d
+    return list(out.values())
+
+
+_KEYS = {"row", "length", "depth", "needle", "depth_first", "depth_second", "first", "second"}
+
+
+def _outcomes(cells: Iterable[dict], row: str, length: int | None) -> dict:
+    return {
+        (c["length"], c["depth"], c["needle"]): bool(c["correct"])
+        for c in cells
+        if c["row"] == row
+        and c["length"] <= MAX_LENGTH
+        and (length is None or c["length"] == length)
+    }
+
+
+def _bytes_per_token(cells: Iterable[dict], row: str, length: int) -> float:
+    xs = [
+        c["kv_bytes"] / c["prompt_tokens"]
+        for c in cells
+        if c["row"] == row and c["length"] == length
+    ]
+    return sum(xs) / len(xs)
+
+
+def table(cells: Sequence[dict]) -> list[str]:
+    """One Markdown table row per row of :data:`TABLE_ROWS` in the file."""
+    out = [
+        f"| row | needle cells at ≤ {MAX_LENGTH:,} tokens | answered (95 % CI) "
+        "| by depth 0/25/50/75/100 % |",
+        "|---|---|---|---|",
+    ]
+    for r in TABLE_ROWS:
+        oc = _outcomes(cells, r, None)
+        if not oc:
+            continue
+        s = share(sum(oc.values()), len(oc))
+        by = []
+        for d in (0, 25, 50, 75, 100):
+            xs = [v for (n, dd, _), v in oc.items() if dd == d]
+            by.append(f"{sum(xs)}/{len(xs)}")
+        out.append(f"| `{r}` | {len(oc)} | {s.text()} | {' · '.join(by)} |")
+    return out
+
+
+def comparisons(cells: Sequence[dict]) -> list[str]:
+    """One line per pair of :data:`PAIRS` both rows of which are in the file."""
+    out = []
+    for a, b, length in PAIRS:
+        oa, ob = _outcomes(cells, a, length), _outcomes(cells, b, length)
+        if not oa or not ob or not set(oa) & set(ob):
+            continue
+        t = paired(oa, ob)
+        where = f"at {length:,} tokens" if length else f"at ≤ {MAX_LENGTH:,} tokens"
+        mem = ""
+        if length:
+            xa, xb = _bytes_per_token(cells, a, length), _bytes_per_token(cells, b, length)
+            mem = f" ({xa:,.0f} and {xb:,.0f} KV bytes per token)"
+        if t.differs:
+            verdict = f"`{a}` answers more" if t.only_a > t.only_b else f"`{b}` answers more"
+        else:
+            verdict = f"not distinguishable with n = {t.n}"
+        out.append(
+            f"- `{a}` against `{b}` {where}{mem}: {t.right_a} against {t.right_b} of {t.n} "
+            f"shared cells ({t.only_a} right only under the first, {t.only_b} only under the "
+            f"second; exact paired test {p_text(t.p)}): {verdict}."
+        )
+    return out
+
+
+def followup(lines: Sequence[dict]) -> list[str]:
+    rows = list(dict.fromkeys(x["row"] for x in lines))
+    out = []
+    for r in rows:
+        cs = [x for x in lines if x["row"] == r]
+        first = {i: bool(x["correct_first"]) for i, x in enumerate(cs)}
+        second = {i: bool(x["correct_second"]) for i, x in enumerate(cs)}
+        t = paired(first, second)
+        lens = sorted({x["length"] for x in cs})
+        out.append(
+            f"- `{r}` ({', '.join(f'{n:,}' for n in lens)} tokens): the first question "
+            f"{share(t.right_a, t.n).text()}, the second {share(t.right_b, t.n).text()} "
+            f"({t.only_a} cells lost only the second, {t.only_b} only the first; {p_text(t.p)})."
+        )
+    return out
+
+
+def findings(results: Path = RESULTS) -> str:
+    """Every block the README's findings print, as Markdown."""
+    cells = read_lines(results / "needle-grid.jsonl")
+    parts = ["\n".join(table(cells)), "\n".join(comparisons(cells))]
+    fu = read_lines(results / "followup.jsonl")
+    if fu:
+        parts.append("\n".join(followup(fu)))
+    return "\n\n".join(p for p in parts if p)
+
+
+if __name__ == "__main__":
+    print(findings())
