@@ -652,3 +652,51 @@ def test_default_memory_and_choices_without_kivi():
     text = claims.verdict(ppl, 1, claims.PERPLEXITY)
     assert re.search(r"no eviction row holds within 2% of it \(the nearest, .*, holds [\d,]+", text)
     assert "wins" not in text
+
+
+def test_the_modes_sentence_by_hand():
+    def cell(row: str, depth: int, needle: str, ok: bool):
+        return data.Cell(
+            row,
+            row,
+            "policy",
+            "h2o",
+            256,
+            None,
+            None,
+            0,
+            512,
+            depth,
+            needle,
+            "q",
+            "1",
+            "1" if ok else "2",
+            ok,
+            -1.0,
+            None,
+            1,
+            1.0,
+        )
+
+    dec, pre = "h2o@256:w50%", "h2o@256:w50%:prefill"
+    cs = []
+    for d in (0, 25, 50, 75, 100):
+        for nd in ("a", "b", "c"):
+            cs.append(cell(dec, d, nd, d == 100))
+            cs.append(cell(pre, d, nd, d == 100))
+    text = claims.modes_sentence(cs, dec, pre)
+    assert text.startswith("On the same 15 cells, H2O in its prefill mode (h2o@256:w50%:prefill)")
+    assert f"answers {share_text(3, 15)}" in text and "right only at depth 100 %" in text
+    assert "not distinguishable with n = 15 (exact paired test p = 1.000)" in text
+    cs = [cell(pre, d, nd, d < 100) for d in (0, 25, 50, 75, 100) for nd in "ab"]
+    cs += [cell(dec, d, nd, False) for d in (0, 25, 50, 75, 100) for nd in "ab"]
+    text = claims.modes_sentence(cs, dec, pre)
+    assert "the prefill mode answers more (exact paired test p = 0.008)" in text  # 8 against 0
+    assert claims.modes_sentence(cs, dec, "h2o@64") == ""
+
+
+def test_the_band_sentence_by_hand():
+    text = claims.band_sentence([5, 40, 600, 513], 512, 128)
+    assert "within its most recent 5 to more than 512 tokens (median 276.5, over 4 layers)" in text
+    assert "a recent window of 128 covers that band in 2 of the 4 layers" in text
+    assert "5 to 40 tokens" in claims.band_sentence([5, 40], 512)

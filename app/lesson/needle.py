@@ -72,6 +72,14 @@ def grid_section() -> None:
     )
     st.markdown(claims.full_note(cells))
     st.markdown(claims.scores_sentence(grid.scores(cells, shown), cells))
+    said = claims.modes_sentence(
+        cells, f"h2o@{LESSON_BUDGET}:w50%", f"h2o@{LESSON_BUDGET}:w50%:prefill"
+    )
+    if said:
+        st.markdown(said)
+    band = shipped.attention_band()
+    if band is not None:
+        st.markdown(claims.band_sentence(band["band"], band["warmup"], LESSON_BUDGET // 2))
     st.markdown(
         "H2O runs here as its authors split the budget: half heavy hitters, half a recent "
         "window. It runs in two modes, and they differ in *when* a fact's attention is counted. "

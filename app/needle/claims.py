@@ -327,3 +327,48 @@ def followup_summary(cells: Sequence[FollowUpCell], rows: Sequence[str]) -> str:
     if some and none:
         text += f"; {names(none)} in none"
     return text + "."
+
+
+def modes_sentence(cells: Sequence[Cell], decode: str, prefill: str) -> str:
+    """H2O's two modes on the cells both rows have: how many each answers (with its interval),
+    where (the depths), and what the exact paired test says."""
+    a = {(c.length, c.depth, c.needle): c for c in cells if c.row == prefill}
+    b = {(c.length, c.depth, c.needle): c for c in cells if c.row == decode}
+    shared = [k for k in a if k in b]
+    if not shared:
+        return ""
+    t = paired({k: a[k].correct for k in shared}, {k: b[k].correct for k in shared})
+    deps = sorted({k[1] for k in shared if a[k].correct or b[k].correct})
+    where = (
+        f"only at depth {names([f'{d} %' for d in deps])}"
+        if deps and len(deps) < len({k[1] for k in shared})
+        else ("at no depth" if not deps else "at every depth")
+    )
+    text = (
+        f"On the same {t.n} cells, H2O in its prefill mode ({esc(prefill)}) answers "
+        f"{share(t.right_a, t.n).text()} and evicting while it reads ({esc(decode)}) "
+        f"{share(t.right_b, t.n).text()}, right {where}"
+    )
+    if t.differs:
+        more = "the prefill mode" if t.only_a > t.only_b else "evicting while reading"
+        return text + f": {more} answers more (exact paired test {p_text(t.p)})."
+    return text + f": not distinguishable with n = {t.n} (exact paired test {p_text(t.p)})."
+
+
+def band_sentence(band: Sequence[int], warmup: int, window: int | None = None) -> str:
+    """The model's local attention band (``attention-band.json``): its spread over the layers,
+    and how many layers a recent window of ``window`` covers."""
+    b = np.asarray(band, dtype=np.int64)
+    if b.size == 0:
+        return ""
+    capped = int((b > warmup).sum())
+    text = (
+        f"How far back does SmolLM2 look? Half of each layer's attention outside the sinks "
+        f"falls within its most recent {int(b.min())} to "
+        f"{'more than ' + f'{warmup:,}' if capped else f'{int(b.max()):,}'} tokens (median "
+        f"{np.median(b):g}, over {b.size} layers)"
+    )
+    if window is not None:
+        text += f"; a recent window of {window} covers that band in {int((b <= window).sum())}"
+        text += f" of the {b.size} layers"
+    return text + "."

@@ -82,3 +82,41 @@ def provenance(loaded: data.Loaded, what: str) -> None:
         "time in all."
     )
     st.code("\n".join(cmds), language="bash", wrap_lines=True)
+
+
+BAND_FILE = "attention-band.json"
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def _band(path: str, mtime_ns: int, size: int) -> dict | None:
+    import json
+
+    try:
+        if size > 2**20:
+            return None
+        d = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    band, warmup = (
+        d.get("band") if isinstance(d, dict) else None,
+        d.get("warmup") if isinstance(d, dict) else None,
+    )
+    ok = (
+        isinstance(band, list)
+        and 0 < len(band) <= 4096
+        and all(isinstance(b, int) and not isinstance(b, bool) and 0 < b < 2**31 for b in band)
+    )
+    if not ok or not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 1:
+        return None
+    return {"band": band, "warmup": warmup}
+
+
+def attention_band() -> dict | None:
+    """``attention-band.json`` (the model's local attention band per layer), checked; None
+    when it is missing or not of its schema."""
+    path = data.RESULTS_DIR / BAND_FILE
+    try:
+        st_ = path.stat()
+    except OSError:
+        return None
+    return _band(str(path), st_.st_mtime_ns, st_.st_size)

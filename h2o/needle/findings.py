@@ -2,8 +2,9 @@
 answered with a 95 % Wilson interval, the paired comparisons the text makes (an exact McNemar
 test on the cells two rows share), and the second question.
 
-``python -m h2o.needle.findings`` prints them as Markdown; ``tests/test_findings.py`` checks the
-README holds exactly what it prints, so the README's figures are the files' own.
+``python -m h2o.needle.findings`` prints them as Markdown (``--readme README.md`` writes them
+between the README's findings markers); ``tests/test_findings.py`` checks the README holds
+exactly what it prints, so the README's figures are the files' own.
 """
 
 from __future__ import annotations
@@ -164,5 +165,28 @@ def findings(results: Path = RESULTS) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
+START, END = "<!-- findings:start -->", "<!-- findings:end -->"
+
+
+def in_readme(text: str) -> str:
+    """The block between the README's findings markers (``ValueError`` without them)."""
+    if START not in text or END not in text:
+        raise ValueError(f"the README has no {START} ... {END} block")
+    return text.split(START, 1)[1].split(END, 1)[0].strip("\n")
+
+
+def write_readme(path: Path, block: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    in_readme(text)
+    head, rest = text.split(START, 1)
+    tail = rest.split(END, 1)[1]
+    path.write_text(f"{head}{START}\n{block}\n{END}{tail}", encoding="utf-8")
+
+
 if __name__ == "__main__":
-    print(findings())
+    import sys
+
+    if sys.argv[1:2] == ["--readme"]:
+        write_readme(Path(sys.argv[2]), findings())
+    else:
+        print(findings())
