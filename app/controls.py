@@ -18,7 +18,6 @@ from app import data
 from app.state import (
     BUDGET,
     DEFAULT_TRACE,
-    OWN_WINDOW,
     SHARED,
     SINKS,
     STEP,
@@ -249,18 +248,20 @@ def _fit_to_trace(name: str, most: int, fit: dict[str, int], trace: h2o.Trace) -
 
 # -- policies --------------------------------------------------------------------------------------
 def own_window(name: str) -> int:
-    """The recent_window a policy of :data:`OWN_WINDOW` keeps (its default: TOVA's 1)."""
+    """The recent_window a policy whose class keeps its own (``own_window``) keeps: its
+    default (TOVA's 1)."""
     return int(h2o.policies.make_policy(name, 1024).params()["recent_window"])
 
 
 def policy_settings(name: str, recent_window: int, sinks: int) -> dict[str, int]:
     """The shared controls' values that policy ``name`` takes (per ``h2o.policies.policy_params``).
 
-    recent_window goes to every policy that has one except those of :data:`OWN_WINDOW`.
+    recent_window goes to every policy that has one except those whose class keeps its own
+    (``own_window``: TOVA).
     """
     taken = h2o.policies.policy_params(name)
     out = {}
-    if "recent_window" in taken and name not in OWN_WINDOW:
+    if "recent_window" in taken and not h2o.POLICIES[name].own_window:
         out["recent_window"] = recent_window
     if "sinks" in taken:
         out["sinks"] = sinks
@@ -270,7 +271,7 @@ def policy_settings(name: str, recent_window: int, sinks: int) -> dict[str, int]
 def refusal(name: str, budget: int, recent_window: int, sinks: int) -> str | None:
     """``analysis.refusal`` for the controls' values (its message names the fix), or None."""
     problem = h2o.policies.refusal(name, budget, **policy_settings(name, recent_window, sinks))
-    if problem is not None and name in OWN_WINDOW:
+    if problem is not None and h2o.POLICIES[name].own_window:
         problem += (
             f" In this app {h2o.POLICIES[name].label} always keeps its own recent_window of "
             f"{own_window(name)}, so raise the budget."

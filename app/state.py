@@ -54,9 +54,6 @@ CHOICES: dict[str, tuple[Any, ...]] = {**player_constants.VIEW_CHOICES, PRESENTE
 UPLOADS, UPLOAD, TRACE_OK = "_uploads", "w_upload", "_trace_ok"
 TRACE_ERROR, URL_READ, URL_PROBLEMS = "_trace_error", "_url_read", "_url_problems"
 FROM_URL = "_from_url"
-#: Policies that keep their own recent_window whatever the controls say: TOVA's is 1 (it
-#: protects only the newest position, as in the card's lineup), on every page.
-OWN_WINDOW = ("tova",)
 DEFAULT_TRACE = "canonical"
 
 

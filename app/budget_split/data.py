@@ -8,6 +8,7 @@ another student asking for the same run gets the result without a second computa
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,19 @@ def answers(budget: int) -> list[dict] | None:
     """``allocation-generate-<budget>.json``: one entry per policy × allocation, or None."""
     res = model_runs.shipped_result(f"allocation-generate-{budget}.json")
     return res if isinstance(res, list) else None
+
+
+#: SmolLM2-135M's cache shape, as :meth:`h2o.model.rows.Row.kv_bytes` reads a model's config.
+SHAPE = SimpleNamespace(n_layers=N_LAYERS, n_kv_heads=N_KV_HEADS, head_dim=HEAD_DIM)
+
+
+def held_bytes(name: str, budget: int, n_tokens: int, policy: str = "h2o") -> int:
+    """What ``policy`` under allocation ``name`` at ``budget`` slots per head holds after
+    ``n_tokens``: :meth:`h2o.model.rows.Row.kv_bytes`, the one count every page uses (fp16 keys
+    and values, and the policy's own bytes per slot)."""
+    from h2o.model.rows import Row
+
+    return Row.parse(f"{policy}@{budget}/{name}").kv_bytes(SHAPE, n_tokens)
 
 
 def allocation_grids(budget: int, calibration_rest: np.ndarray) -> dict[str, Any]:

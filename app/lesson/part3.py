@@ -23,9 +23,9 @@ REAL_MODEL = pages.REAL_MODEL
 
 # -- 7. a real model -------------------------------------------------------------------------------
 shipped = model_runs.shipped_result
-#: The policies that keep the sinks without reading attention; with those that read attention they
-#: form the group whose perplexities chapter 7 compares.
-PINS_SINKS = ("streaming-llm",)
+#: The policies that keep the sinks without reading attention (their class's ``pins_sinks``);
+#: with those that read attention they form the group whose perplexities chapter 7 compares.
+PINS_SINKS = tuple(n for n, cls in h2o.POLICIES.items() if cls.pins_sinks)
 STORY = "lighthouse"
 SINKS = 4
 

@@ -114,11 +114,11 @@ budget = int(
 )
 ss[BUDGET] = budget
 allocs = bd.allocation_grids(budget, cal_kv_rest)
-total = allocs["uniform"].kv_bytes
+total = bd.held_bytes("uniform", budget, quality["n_tokens"])
 st.markdown(
-    f"Every allocation holds **{allocs['uniform'].total:,} slots = {mib(total)}** of float16 "
-    f"keys and values (256 bytes a slot), against {mib(quality['full_cache_kv_bytes'])} for the "
-    f"full cache of {quality['n_tokens']:,} tokens."
+    f"Every allocation holds **{allocs['uniform'].total:,} slots = {mib(total)}**: float16 keys "
+    f"and values and H2O's own bookkeeping, counted as on every page, against "
+    f"{mib(quality['full_cache_kv_bytes'])} for the full cache of {quality['n_tokens']:,} tokens."
 )
 rule_notes = claims.rule_notes(allocs, quality["n_tokens"])
 for name in bd.ALLOCATIONS:
@@ -302,7 +302,9 @@ with st.expander("Recompute on this server", icon=":material/refresh:"):
                     {
                         "policy": plabel(r["policy"]),
                         "allocation": ALLOC_LABELS[r["allocation"]],
-                        "KV memory": mib(r["kv_bytes"]),
+                        "KV memory": mib(
+                            bd.held_bytes(r["allocation"], budget, tokens, r["policy"])
+                        ),
                         "perplexity": r["perplexity"],
                         **(
                             {"shipped": shipped.get((r["policy"], r["allocation"]))}

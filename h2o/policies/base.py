@@ -87,6 +87,11 @@ class Policy:
     reads_attention: ClassVar[bool] = True
     #: What ``scores`` means for this policy, for axis labels and hovers.
     score_label: ClassVar[str] = "score"
+    #: Whether it keeps the attention sinks by rule (pinned slots), not by score.
+    pins_sinks: ClassVar[bool] = False
+    #: Whether its recent window is part of its rule (TOVA protects only the newest position),
+    #: so a shared window control leaves it alone.
+    own_window: ClassVar[bool] = False
 
     def __init__(self, budget: int, *, rng: np.random.Generator | None = None) -> None:
         self.budget = _check_budget_value(budget)

@@ -15,6 +15,7 @@ from .streaming_llm import StreamingLLM
 class SlidingWindow(StreamingLLM):
     name = "sliding-window"
     label = "Sliding window"
+    pins_sinks = False  # StreamingLLM with zero sinks
 
     def __init__(self, budget: int = 512, *, rng: np.random.Generator | None = None) -> None:
         super().__init__(budget, sinks=0, rng=rng)

@@ -25,6 +25,7 @@ class StreamingLLM(Policy):
     name = "streaming-llm"
     label = "StreamingLLM"
     reads_attention = False
+    pins_sinks = True
     score_label = "(no score)"
 
     def __init__(

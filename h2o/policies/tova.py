@@ -26,6 +26,7 @@ class TOVA(ScoredPolicy):
     score_label = "last step's attention"
 
     default_recent_window = 1
+    own_window = True  # the paper's TOVA protects nothing but the token just admitted
 
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         score[:] = attn
