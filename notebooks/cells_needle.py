@@ -62,6 +62,11 @@ def grid_cells(literal: Callable[..., str]) -> list[Cell]:
                 say(
                     needle_claims.full_note(cells7),
                     needle_claims.scores_sentence(needle_grid.scores(cells7, shown7), cells7),
+                    needle_claims.modes_sentence(
+                        cells7,
+                        f"h2o@{{part_needle.LESSON_BUDGET}}:w50%",
+                        f"h2o@{{part_needle.LESSON_BUDGET}}:w50%:prefill",
+                    ),
                     {_pieces(modes)},
                 )
                 print(needle_claims.shown_sentence(shown7, rows7, cells7))

@@ -217,7 +217,8 @@ def test_the_needle_cells_compute_from_a_partial_file_and_say_what_is_missing(tm
     assert said[0].startswith(
         f"{claims.full_note(cells7)}\n\n"
         f"{claims.scores_sentence(grid.scores(cells7, shown), cells7)}\n\n"
-        "H2O runs here as its authors split the budget"
+        + claims.modes_sentence(cells7, "h2o@256:w50%", "h2o@256:w50%:prefill")
+        + "\n\nH2O runs here as its authors split the budget"
     )
     printed = "".join(o.text for o in outputs(grid_cell, "stream"))
     assert "1 line(s) skipped" in printed

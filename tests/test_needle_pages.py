@@ -76,7 +76,8 @@ def test_the_grid_draws_each_row_on_one_scale_and_says_what_it_shows(results, me
     loaded = data.read_grid(results / data.GRID_FILE)
     cells = loaded.records
     shown = at.session_state["ng_rows"]
-    assert shown == ["full", "h2o@128", "streaming-llm@128", "kivi2"]  # the page's defaults
+    # the page's defaults present in the fixture, then its first other rows (five in all)
+    assert shown == ["full", "h2o@256:w50%", "kivi4", "h2o@64", "h2o@128"]
     spec = charts(at)["ng_heatmaps"]
     lens, deps = sorted(g.length.unique()), sorted(g.depth.unique())
     col = "correct" if metric == "correct" else "logprob"
@@ -396,7 +397,7 @@ def test_no_row_chosen_asks_for_one_and_unknown_rows_fall_back(results):
     assert any("Choose at least one row" in i.value for i in at.info)
     assert not at.get("plotly_chart")
     at = open_page(GRID_PAGE, ng_rows=["tova@999"])
-    assert at.session_state["ng_rows"] == ["full", "h2o@128", "streaming-llm@128", "kivi2"]
+    assert at.session_state["ng_rows"] == ["full", "h2o@256:w50%", "kivi4", "h2o@64", "h2o@128"]
 
 
 def test_a_frontier_without_the_lighthouse_2048_rows_says_so(results):
@@ -485,7 +486,8 @@ def test_clicking_a_heatmap_cell_opens_it_below(server, browser):
         page.wait_for_function(
             "document.querySelectorAll('.js-plotly-plot .nsewdrag').length >= 2", timeout=60_000
         )
-        shown = ["full", "h2o@128", "streaming-llm@128", "kivi2"]
+        defaults = ["full", "h2o@256:w50%", "h2o@256:w50%:prefill", "snapkv@256", "kivi4"]
+        shown = grid.pick(grid.rows(cells), defaults, 5)  # the page's defaults, as the page picks
         lens, deps = grid.lengths(cells), grid.depths(cells)
 
         def click(panel: int, k: int, d: int, n_lens: int) -> None:

@@ -24,7 +24,8 @@ ROWS, METRIC = "ng_rows", "ng_metric"
 CELL_ROW, CELL_LEN, CELL_DEPTH, CELL_NEEDLE = "ng_cell_row", "ng_cell_len", "ng_cell_depth", "ng_n"
 FRESH, GO, CLICKED = "_ng_fresh", "_ng_go", "_ng_clicked"
 #: The rows the page opens on when the file has them (else the first rows it has).
-DEFAULT_ROWS = ("full", "h2o@128", "streaming-llm@128", "kivi2")
+#: The rows the findings compare: H2O as its authors split the budget, in both modes.
+DEFAULT_ROWS = ("full", "h2o@256:w50%", "h2o@256:w50%:prefill", "snapkv@256", "kivi4")
 MAX_ROWS = 6
 
 
@@ -60,7 +61,7 @@ c1, c2 = st.columns([2.3, 1.7], vertical_alignment="bottom")
 asked = ss.get(ROWS)
 stored = [r for r in asked if r in rows] if isinstance(asked, list) else []
 if not isinstance(asked, list) or (asked and not stored):
-    stored = grid.pick(rows, DEFAULT_ROWS, 4)
+    stored = grid.pick(rows, DEFAULT_ROWS, len(DEFAULT_ROWS))
 ss[ROWS] = stored
 chosen = c1.multiselect(
     "Rows: a cache each (family — row label)",
