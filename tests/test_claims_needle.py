@@ -487,7 +487,11 @@ def check_verdict(text: str, frame: pd.DataFrame, memory: int, lower: bool, outc
             said = f"{only_a} right only under the first and {only_b} only under the second"
             assert said in text, (g, text)
             if p < 0.05:
-                assert "answers more needles than" in text
+                assert (
+                    "answers more needles than" in text
+                    if only_a > only_b
+                    else "answers fewer needles than" in text
+                )
             else:
                 assert "not distinguishable with n = " in text
                 assert str(len(shared)) in text

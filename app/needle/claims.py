@@ -75,7 +75,7 @@ def compare(win: Point, other: Point) -> Paired:
 
 
 def _accuracy_said(win: Point, others: Sequence[tuple[str, Point]]) -> str:
-    more, same = [], []
+    more, same, fewer = [], [], []
     for name, b in others:
         t = compare(win, b)
         said = (
@@ -83,13 +83,18 @@ def _accuracy_said(win: Point, others: Sequence[tuple[str, Point]]) -> str:
             f"{t.only_a} right only under the first and {t.only_b} only under the second, "
             f"exact paired test {p_text(t.p)})"
         )
-        (more if t.differs else same).append(said)
+        if not t.differs:
+            same.append(said)
+        else:  # on the cells both have, the test may favour either (their cell sets differ)
+            (more if t.only_a > t.only_b else fewer).append(said)
     text = ""
     if more:
         text += f" {label(win)} answers more needles than {names(more)}."
+    if fewer:
+        text += f" On their shared cells, {label(win)} answers fewer needles than {names(fewer)}."
     if same:
         n = sorted({compare(win, b).n for _, b in others if not compare(win, b).differs})
-        lead = "It" if more else label(win)
+        lead = "It" if more or fewer else label(win)
         text += (
             f" {lead} is not distinguishable with n = {names([str(x) for x in n])} from "
             f"{names(same)}."
