@@ -68,7 +68,8 @@ def check(cells: list, rows: list[str]) -> None:
         p = mcnemar_by_hand(only_a, only_b)
         assert f"the first question {share_text(a, n)}" in text
         assert f"the second {share_text(b, n)}" in text
-        assert f"{only_a} cells lost only the second, {only_b} only the first" in text
+        cells_ = "cell" if only_a == 1 else "cells"
+        assert f"{only_a} {cells_} lost only the second, {only_b} only the first" in text
         if p < 0.05:
             assert f"the second answered {'fewer' if b < a else 'more'}" in text
         elif a == b:

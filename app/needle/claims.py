@@ -300,7 +300,8 @@ def followup_sentences(cells: Sequence[FollowUpCell], rows: Sequence[str]) -> li
             f"**{esc(r)}**: the first question {share(t.right_a, t.n).text()}, the second "
             f"{share(t.right_b, t.n).text()}"
         )
-        test = f"{t.only_a} cells lost only the second, {t.only_b} only the first; {p_text(t.p)}"
+        cells_ = "cell" if t.only_a == 1 else "cells"
+        test = f"{t.only_a} {cells_} lost only the second, {t.only_b} only the first; {p_text(t.p)}"
         if t.differs:
             more = "fewer" if t.right_b < t.right_a else "more"
             said += f" — the second answered {more} ({test})"

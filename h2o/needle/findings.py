@@ -147,10 +147,12 @@ def followup(lines: Sequence[dict]) -> list[str]:
         second = {i: bool(x["correct_second"]) for i, x in enumerate(cs)}
         t = paired(first, second)
         lens = sorted({x["length"] for x in cs})
+        cells_ = "cell" if t.only_a == 1 else "cells"
         out.append(
             f"- `{r}` ({', '.join(f'{n:,}' for n in lens)} tokens): the first question "
             f"{share(t.right_a, t.n).text()}, the second {share(t.right_b, t.n).text()} "
-            f"({t.only_a} cells lost only the second, {t.only_b} only the first; {p_text(t.p)})."
+            f"({t.only_a} {cells_} lost only the second, {t.only_b} only the first; "
+            f"{p_text(t.p)})."
         )
     return out
 
