@@ -16,14 +16,14 @@ from collections.abc import Callable
 from cell_kit import Cell, code, heading, md
 
 
-def _pieces(text: str) -> str:
+def _pieces(text: str, indent: int = 16) -> str:
     """A long paragraph as adjacent string literals of at most ~80 columns, double-quoted as ruff writes them (the notebook's code
     stays within ruff's line length; the pieces join back to the text exactly)."""
     parts = textwrap.wrap(
         text, 76, drop_whitespace=False, replace_whitespace=False, break_on_hyphens=False
     )
     assert "".join(parts) == text
-    return "\n                ".join(json.dumps(p, ensure_ascii=False) for p in parts)
+    return ("\n" + " " * indent).join(json.dumps(p, ensure_ascii=False) for p in parts)
 
 
 def grid_cells(literal: Callable[..., str]) -> list[Cell]:
@@ -67,7 +67,7 @@ def grid_cells(literal: Callable[..., str]) -> list[Cell]:
                         f"h2o@{{part_needle.LESSON_BUDGET}}:w50%",
                         f"h2o@{{part_needle.LESSON_BUDGET}}:w50%:prefill",
                     ),
-                    {_pieces(modes)},
+                    {_pieces(modes, 20)},
                 )
                 print(needle_claims.shown_sentence(shown7, rows7, cells7))
             """

@@ -119,7 +119,16 @@ def test_help_shows_the_default_of_every_option():
         text = (action.help or "").lower()
         assert "default" in text or "required" in text, (command, action.option_strings)
         assert "%(" not in p.format_help()
-    assert seen == {"bench", "sweep", "capture", "quality", "generate", "needle", "frontier"}
+    assert seen == {
+        "bench",
+        "sweep",
+        "capture",
+        "quality",
+        "generate",
+        "needle",
+        "followup",
+        "frontier",
+    }
 
 
 def test_quality_help_names_its_defaults():
