@@ -30,3 +30,17 @@ def browser():
         b = launch(p)
         yield b
         b.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_smollm(tmp_path_factory):
+    """The tiny random SmolLM2-shaped model (``tiny_model.py``), loaded once per test module."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("tokenizers")
+    from tiny_model import write_tiny_gguf
+
+    from h2o.model import SmolLM
+
+    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    write_tiny_gguf(path)
+    return SmolLM.load(path)

@@ -3,8 +3,6 @@ histogram of a tiny model against its own attention."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -24,15 +22,8 @@ def test_band_widths_by_hand():
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    pytest.importorskip("gguf")
-    from tiny_model import write_tiny_gguf
-
-    from h2o.model import SmolLM
-
-    path: Path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    write_tiny_gguf(path)
-    return SmolLM.load(path)
+def model(tiny_smollm):
+    return tiny_smollm
 
 
 def test_the_histogram_is_the_models_own_attention(model):

@@ -302,6 +302,31 @@ def share_text(k: int, n: int) -> str:
     return f"{k} of {n} ({k / n:.0%}, 95 % CI {lo * 100:.0f}–{hi * 100:.0f} %)"
 
 
+def _cell(row: str, depth: int, needle: str, ok: bool) -> data.Cell:
+    """A 512-token cell of ``row`` at ``depth``, answered right or not (the other fields fixed)."""
+    return data.Cell(
+        row,
+        row,
+        "policy",
+        "h2o",
+        64,
+        None,
+        None,
+        0,
+        512,
+        depth,
+        needle,
+        "q",
+        "1",
+        "1" if ok else "2",
+        ok,
+        -1.0,
+        None,
+        1,
+        1.0,
+    )
+
+
 def test_the_wilson_interval_matches_the_formula():
     for k, n in [(15, 20), (0, 20), (20, 20), (3, 5), (5, 5), (1, 1), (36, 40)]:
         lo, hi = wilson_by_hand(k, n)
@@ -358,34 +383,15 @@ def test_the_scores_sentence_ranks_by_accuracy(fixture_dir):
 def test_the_scores_sentence_refuses_a_difference_the_test_does_not_support():
     """3 of 5 against 5 of 5 (the issue's "40 percentage points" on 5 cells): p = 0.5."""
 
-    def cell(row: str, depth: int, ok: bool):
-        return data.Cell(
-            row,
-            row,
-            "policy",
-            "h2o",
-            64,
-            None,
-            None,
-            0,
-            512,
-            depth,
-            "n",
-            "q",
-            "1",
-            "1" if ok else "2",
-            ok,
-            -1.0,
-            None,
-            1,
-            1.0,
-        )
-
-    cs = [cell("a", d, True) for d in range(5)] + [cell("b", d, d < 3) for d in range(5)]
+    cs = [_cell("a", d, "n", True) for d in range(5)] + [
+        _cell("b", d, "n", d < 3) for d in range(5)
+    ]
     text = claims.scores_sentence(grid.scores(cs, ["a", "b"]), cs)
     assert "not distinguishable with n = 5" in text and "p = 0.500" in text
     assert "answers more" not in text
-    cs = [cell("a", d, True) for d in range(12)] + [cell("b", d, d < 2) for d in range(12)]
+    cs = [_cell("a", d, "n", True) for d in range(12)] + [
+        _cell("b", d, "n", d < 2) for d in range(12)
+    ]
     text = claims.scores_sentence(grid.scores(cs, ["a", "b"]), cs)
     assert "The most accurate row answers more than the least" in text  # 10 against 0: p ≈ 0.002
 
@@ -659,41 +665,19 @@ def test_default_memory_and_choices_without_kivi():
 
 
 def test_the_modes_sentence_by_hand():
-    def cell(row: str, depth: int, needle: str, ok: bool):
-        return data.Cell(
-            row,
-            row,
-            "policy",
-            "h2o",
-            256,
-            None,
-            None,
-            0,
-            512,
-            depth,
-            needle,
-            "q",
-            "1",
-            "1" if ok else "2",
-            ok,
-            -1.0,
-            None,
-            1,
-            1.0,
-        )
 
     dec, pre = "h2o@256:w50%", "h2o@256:w50%:prefill"
     cs = []
     for d in (0, 25, 50, 75, 100):
         for nd in ("a", "b", "c"):
-            cs.append(cell(dec, d, nd, d == 100))
-            cs.append(cell(pre, d, nd, d == 100))
+            cs.append(_cell(dec, d, nd, d == 100))
+            cs.append(_cell(pre, d, nd, d == 100))
     text = claims.modes_sentence(cs, dec, pre)
     assert text.startswith("On the same 15 cells, H2O in its prefill mode (h2o@256:w50%:prefill)")
     assert f"answers {share_text(3, 15)}" in text and "right only at depth 100 %" in text
     assert "not distinguishable with n = 15 (exact paired test p = 1.000)" in text
-    cs = [cell(pre, d, nd, d < 100) for d in (0, 25, 50, 75, 100) for nd in "ab"]
-    cs += [cell(dec, d, nd, False) for d in (0, 25, 50, 75, 100) for nd in "ab"]
+    cs = [_cell(pre, d, nd, d < 100) for d in (0, 25, 50, 75, 100) for nd in "ab"]
+    cs += [_cell(dec, d, nd, False) for d in (0, 25, 50, 75, 100) for nd in "ab"]
     text = claims.modes_sentence(cs, dec, pre)
     assert "the prefill mode answers more (exact paired test p = 0.008)" in text  # 8 against 0
     assert claims.modes_sentence(cs, dec, "h2o@64") == ""

@@ -5,8 +5,6 @@ first answer."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from model_marks import needs_model
 
@@ -18,16 +16,8 @@ from h2o.needle.grid import followup_key
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory):
-    pytest.importorskip("gguf")
-    pytest.importorskip("tokenizers")
-    from tiny_model import write_tiny_gguf
-
-    from h2o.model import SmolLM
-
-    path: Path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    write_tiny_gguf(path)
-    return SmolLM.load(path)
+def model(tiny_smollm):
+    return tiny_smollm
 
 
 def conversation(seed: int = 11):

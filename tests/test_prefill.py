@@ -4,8 +4,6 @@ pooling), and SnapKV's pooling defaults pinned by hand."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -100,16 +98,8 @@ def test_the_policies_resume_with_their_scores_and_decode_by_the_card():
 
 # -- on the tiny model -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory):
-    pytest.importorskip("gguf")
-    pytest.importorskip("tokenizers")
-    from tiny_model import write_tiny_gguf
-
-    from h2o.model import SmolLM
-
-    path: Path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    write_tiny_gguf(path)
-    return SmolLM.load(path)
+def model(tiny_smollm):
+    return tiny_smollm
 
 
 def test_prefill_mode_on_the_model(model):

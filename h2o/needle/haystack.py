@@ -99,6 +99,21 @@ def check_cell(length: int, depth: int) -> None:
         raise ValueError(f"depth must be an integer percent 0..100, got {depth!r}")
 
 
+def _fit(pieces: Sequence[Sequence[int]], room: int, length: int) -> tuple[int, int, list[int]]:
+    """How many whole sentences fit in ``room`` tokens, their tokens, and the token offset of
+    each boundary between them (``ValueError`` if not one fits ``length``)."""
+    kept, used = 0, 0
+    while kept < len(pieces) and used + len(pieces[kept]) <= room:
+        used += len(pieces[kept])
+        kept += 1
+    if kept == 0:
+        raise ValueError(f"length {length} leaves no room for a sentence of the haystack")
+    starts = [0]
+    for p in pieces[:kept]:
+        starts.append(starts[-1] + len(p))
+    return kept, used, starts
+
+
 def build_prompt(
     encode: Encode,
     needle: Needle,
@@ -116,15 +131,7 @@ def build_prompt(
     # sentence after a space. Either way its seams are pre-token boundaries.
     facts = [encode(_fact_text(needle, first)) for first in (True, False)]
     room = length - len(head) - len(end) - max(len(f) for f in facts)
-    kept, used = 0, 0
-    while kept < len(pieces) and used + len(pieces[kept]) <= room:
-        used += len(pieces[kept])
-        kept += 1
-    if kept == 0:
-        raise ValueError(f"length {length} leaves no room for a sentence of the haystack")
-    starts = [0]
-    for p in pieces[:kept]:
-        starts.append(starts[-1] + len(p))  # token offset of each boundary
+    kept, used, starts = _fit(pieces, room, length)
     target = depth / 100 * used
     at = min(range(kept + 1), key=lambda i: (abs(starts[i] - target), i))
     fact_text = _fact_text(needle, at == 0)
@@ -203,15 +210,7 @@ def build_followup(
         max(len(encode(_fact_text(n, f))) for f in (True, False)) for n in (first, second)
     )
     room = length - len(head) - len(end) - fact_len
-    kept, used = 0, 0
-    while kept < len(pieces) and used + len(pieces[kept]) <= room:
-        used += len(pieces[kept])
-        kept += 1
-    if kept == 0:
-        raise ValueError(f"length {length} leaves no room for a sentence of the haystack")
-    starts = [0]
-    for p in pieces[:kept]:
-        starts.append(starts[-1] + len(p))
+    kept, used, starts = _fit(pieces, room, length)
 
     def boundary(depth: int) -> int:
         target = depth / 100 * used
