@@ -27,6 +27,11 @@ $(VENV)/.setup-notebook: $(VENV)/.setup
 	$(PIP) install -q -e '.[notebook]'
 	touch $@
 
+# The documentation site's tools only (mkdocs-material, mkdocstrings): no model wheel needed.
+$(VENV)/.setup-docs: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -q -e '.[docs]'
+	touch $@
+
 $(VENV)/.setup-mutate: $(VENV)/.setup-test
 	$(PIP) install -q -e '.[test,mutate]'
 	touch $@
@@ -40,6 +45,14 @@ run: setup
 # The lesson as a notebook, in JupyterLab (the player is an anywidget: works offline).
 notebook: $(VENV)/.setup-notebook
 	$(VENV)/bin/jupyter lab notebooks/lesson.ipynb
+
+# The documentation (docs/, mkdocs.yml) on http://127.0.0.1:8000, rebuilt on every edit; offline:
+# no web fonts, no CDN. tests/test_docs.py builds it with --strict.
+.PHONY: docs setup-docs
+setup-docs: $(VENV)/.setup-docs
+
+docs: setup-docs
+	$(VENV)/bin/mkdocs serve
 
 test: setup-test
 	$(PY) -m pytest

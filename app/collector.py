@@ -10,6 +10,13 @@ students (py-spy, ``benchmarks/hall.py``). Here the server collects from a threa
 most once per ``H2O_GC_SECONDS`` (5 by default) and only when scripts ran since: memory in cycles
 goes within seconds instead of at once, and the cost no longer grows with the class.
 ``H2O_GC_SECONDS=0`` keeps Streamlit's collection after every run.
+
+Even one collection every few seconds was a fifth of a busy server's CPU (py-spy with
+``--gil`` under ``benchmarks/hall.py``, 30 students): each walked every object the process
+holds, most of them modules and shared caches that never become garbage. So after each
+collection the survivors are frozen (:func:`gc.freeze`): the next collection walks only what
+was made since. Memory held in cycles among frozen objects is found by a full sweep of
+everything every :data:`FULL_SECONDS`.
 """
 
 from __future__ import annotations
@@ -17,11 +24,15 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import time
+from collections.abc import Callable
 
 import streamlit as st
 from streamlit import config
 
 DEFAULT_SECONDS = 5.0
+#: Seconds between sweeps of everything, frozen objects included.
+FULL_SECONDS = 600.0
 
 
 def period(env: str | None) -> float:
@@ -39,12 +50,26 @@ def period(env: str | None) -> float:
 
 
 class Collector:
-    """Counts script runs; :meth:`collect_if_ran` collects once if any ran since the last time."""
+    """Counts script runs; :meth:`collect_if_ran` collects once if any ran since the last time.
 
-    def __init__(self) -> None:
+    With ``freeze``, the survivors of each collection are frozen and a full sweep (frozen objects
+    included) runs when ``full_seconds`` have passed since the last one (``clock``: seconds)."""
+
+    def __init__(
+        self,
+        freeze: bool = False,
+        full_seconds: float = FULL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._runs = 0
         self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._freeze = freeze
+        self._full_seconds = full_seconds
+        self._clock = clock
+        self._last_full = clock()
         self.collections = 0
+        self.full_sweeps = 0
 
     def script_ran(self) -> None:
         with self._lock:
@@ -55,19 +80,30 @@ class Collector:
             ran, self._runs = self._runs, 0
         if not ran:
             return False
+        if self._freeze and self._clock() - self._last_full >= self._full_seconds:
+            gc.unfreeze()  # this collection walks everything
+            self._last_full = self._clock()
+            self.full_sweeps += 1
         gc.collect(2)
+        if self._freeze:
+            gc.freeze()
         self.collections += 1
         return True
 
     def run_every(self, seconds: float) -> threading.Thread:
         def loop() -> None:
-            while True:
-                threading.Event().wait(seconds)
+            while not self._stop.wait(seconds):
                 self.collect_if_ran()
 
         thread = threading.Thread(target=loop, name="h2o-gc", daemon=True)
         thread.start()
         return thread
+
+    def stop(self) -> None:
+        """End :meth:`run_every`'s loop (and unfreeze what it froze)."""
+        self._stop.set()
+        if self._freeze:
+            gc.unfreeze()
 
 
 @st.cache_resource(show_spinner=False)
@@ -75,7 +111,7 @@ def collector() -> Collector:
     """The server's collector: started once, Streamlit's per-run collection turned off (unless
     ``H2O_GC_SECONDS=0``). ``ValueError`` for a bad ``H2O_GC_SECONDS`` (nothing changes)."""
     seconds = period(os.environ.get("H2O_GC_SECONDS"))
-    c = Collector()
+    c = Collector(freeze=seconds > 0)
     if seconds > 0:
         # Streamlit's public st.set_option takes client.* options only; this one is read at the
         # end of every run, so setting it here takes effect from this run on.

@@ -18,7 +18,7 @@ Starts ``streamlit run app/main.py`` on a free port and drives Debian's Chromium
 * **20 rapid clicks** 50 ms apart — how far the step moved;
 * **one range load** — the largest websocket frame while play crosses ranges, and the initial.
 
-Medians, because the machine is shared; targets from issue 7 are printed next to each figure.
+Medians, because the machine is shared; the targets are printed next to each figure.
 """
 
 from __future__ import annotations

@@ -9,13 +9,13 @@
   lock-step bank), as a ratio to one plain (full-cache) run of the same function — the target
   is <= 1.15x for H2O — and the first policy once more stepped one instance at a time, as
   before banks (``lock_step=False``): the same perplexity, the old cost;
-* allocations (issue 10): the same evaluation of ``--allocation-policy`` under each of
+* allocations: the same evaluation of ``--allocation-policy`` under each of
   ``--allocations`` at equal total memory (target <= 2x the full-cache run), the duo
   calibration (one prefill that measures every head's attention split) and SnapKV's prefill
   with its window scores, each as a ratio to the plain full-cache run of the same repeat;
   ``--per-head`` adds adaptive and duo stepped one policy per head (``lock_step=False``, the
   path before their fast paths: an adaptive layer stepped whole, duo's mixed layers as banks).
-* cells (issue 17): one needle-grid cell, :func:`h2o.model.answer.score_answer`, per row of
+* cells: one needle-grid cell, :func:`h2o.model.answer.score_answer`, per row of
   ``--cell-rows`` at ``--cell-tokens`` prompt tokens: the teacher-forced score alone
   (``max_new=0``: the prompt's prefill under the row and the answer as one more chunk) and the
   whole cell with ``--cell-max-new`` greedy tokens, each as a ratio to one plain full-cache

@@ -1,4 +1,4 @@
-"""The player widget in a live JupyterLab, timed in a real Chromium (issue 18's targets).
+"""The player widget in a live JupyterLab, timed in a real Chromium, against its targets.
 
 Run: ``python benchmarks/notebook.py [--repeats 5] [--json]``
 

@@ -1,7 +1,7 @@
 """Replay speed on the canonical trace (budget 256): numpy policies vs the card transcriptions.
 
 Run: ``python benchmarks/replay.py [--repeats 7] [--json] [--only banks] [--model]
-[--markdown PATH]`` — the last lines are issue 11's targets table (before, measured, target,
+[--markdown PATH]`` — the last lines are the banks' targets table (before, measured, target,
 met), which ``--markdown`` also writes as Markdown, with the command; ``--model`` adds the
 closed-loop row (it loads SmolLM2-135M: a minute or two more).
 
@@ -438,8 +438,8 @@ def measure_model(repeats: int, budget: int = 256, tokens: int = 2048) -> dict:
     return out
 
 
-#: The issue's targets (issue 11) and the figures before (the issue's "today", then commit
-#: 2e4e57a, the last numpy-only banks, measured by this script on a quiet machine), for the table.
+#: The banks' targets and the figures before them (first as measured when the targets were set,
+#: then on the last numpy-only banks before the compiled loops, by this script on a quiet machine).
 TARGETS = [
     ("H2O sweep, 25 windows, canonical trace, budget 256 / one replay", "19x; 3.36x", "<= 2x"),
     ("Scissorhands sweep, same windows / one replay (the explorer's other half)", "3.13x", "—"),
@@ -454,7 +454,7 @@ TARGETS = [
 
 
 def target_rows(b: dict, e: dict | None, m: dict | None) -> list[tuple[str, str, str, str, str]]:
-    """``(what, before, measured, target, met)`` rows for the issue's table."""
+    """``(what, before, measured, target, met)`` rows for the targets table."""
     rows = []
     sweep = b["sweep_over_replay"]
     rows.append(

@@ -14,6 +14,7 @@ The arithmetic is scipy's (:func:`scipy.stats.binomtest`), not written here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
@@ -58,8 +59,14 @@ def share(right: int, n: int) -> Share:
         raise ValueError("a share needs at least one cell (n = 0)")
     if right > n:
         raise ValueError(f"right ({right}) cannot exceed n ({n})")
+    return Share(right, n, *_wilson(right, n))
+
+
+# Memoised: the pages ask for the same few hundred (right, n) pairs on every run of every student.
+@functools.lru_cache(maxsize=4096)
+def _wilson(right: int, n: int) -> tuple[float, float]:
     ci = binomtest(right, n).proportion_ci(confidence_level=CONFIDENCE, method="wilson")
-    return Share(right, n, float(ci.low), float(ci.high))
+    return float(ci.low), float(ci.high)
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,12 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
     d = only_a + only_b
     if d == 0:
         return 1.0
-    return float(binomtest(only_a, d, 0.5, alternative="two-sided").pvalue)
+    return _two_sided(only_a, d)
+
+
+@functools.lru_cache(maxsize=4096)
+def _two_sided(k: int, d: int) -> float:
+    return float(binomtest(k, d, 0.5, alternative="two-sided").pvalue)
 
 
 def paired(a: Mapping[Hashable, bool], b: Mapping[Hashable, bool]) -> Paired:

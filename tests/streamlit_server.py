@@ -46,15 +46,18 @@ def serve() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def serve_process(env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen]]:
-    """:func:`serve`, also yielding the server's process (for its CPU time and memory)."""
+def serve_process(
+    env: dict[str, str] | None = None, script: Path | None = None
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """:func:`serve`, also yielding the server's process (for its CPU time and memory);
+    ``script``: another Streamlit script than the app (a benchmark's floor page)."""
     port = free_port()
     cmd = [
         sys.executable,
         "-m",
         "streamlit",
         "run",
-        str(ROOT / "app" / "main.py"),
+        str(script or ROOT / "app" / "main.py"),
         "--server.headless=true",
         f"--server.port={port}",
         "--server.address=127.0.0.1",

@@ -1,4 +1,4 @@
-"""Budget allocators (issue 10), checked against hand computations on tiny shapes.
+"""Budget allocators, checked against hand computations on tiny shapes.
 
 The rules: totals exact; PyramidKV's formula; Ada-KV's selection (each head its own top share,
 the rest by score across heads; alpha = 1 is uniform eviction); DuoAttention's head classes

@@ -1,4 +1,4 @@
-"""The fast paths of adaptive and duo (issue 10's ≤ 2x target) pinned to the slow ones, bit for bit.
+"""The fast paths of adaptive and duo (their ≤ 2x target) pinned to the slow ones, bit for bit.
 
 * An adaptive layer stepped whole (``AdaptiveLayer.step``: accumulate every head, then one
   eviction chosen by a partition, or one victim at a time on ties) keeps exactly the positions

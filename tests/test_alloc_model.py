@@ -1,4 +1,4 @@
-"""Allocators and SnapKV inside the model (issue 10), on the tiny random GGUF of
+"""Allocators and SnapKV inside the model, on the tiny random GGUF of
 ``tiny_model.py`` (no real model needed; a few seconds)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The budget allocators' documented parameters, messages and results, rule by rule (issue 20).
+"""The budget allocators' documented parameters, messages and results, rule by rule.
 
 ``test_alloc.py`` checks each allocator against a hand computation; this file pins what those
 leave open: the defaults the README states (PyramidKV's beta = 20 and window 32, DuoAttention's

@@ -1,4 +1,4 @@
-"""The needle pages' readers and sentences (issue 17): the two JSON Lines files read with bounds
+"""The needle pages' readers and sentences: the two JSON Lines files read with bounds
 and checked by line, and every sentence with a number, a ranking or a winner checked at every
 choice the pages offer against values computed here — by pandas from the raw lines, not by the
 functions under test.
@@ -71,7 +71,7 @@ def kv_bytes(kind, budget, bits, sinks, length) -> int:
 
 
 def fixture_lines(seed: int = 17) -> tuple[list[dict], list[dict]]:
-    """Grid cells and frontier rows of the issue's schema; kivi8 only at the two short lengths
+    """Grid cells and frontier rows of the result files' schema; kivi8 only at the two short lengths
     (a partial grid), every row at T = 2048 and one at another length."""
     rnd = random.Random(seed)
     cells, rows = [], []
@@ -332,7 +332,7 @@ def test_the_wilson_interval_matches_the_formula():
         lo, hi = wilson_by_hand(k, n)
         s = stats.share(k, n)
         assert (s.low, s.high) == pytest.approx((lo, hi), abs=1e-12)
-    # the issue's figure: 15 of 20 is [0.53, 0.89]
+    # a worked example: 15 of 20 is [0.53, 0.89]
     assert stats.share(15, 20).text() == "15 of 20 (75%, 95 % CI 53–89 %)"
     with pytest.raises(ValueError, match="n = 0"):
         stats.share(0, 0)
@@ -343,7 +343,7 @@ def test_the_wilson_interval_matches_the_formula():
 def test_the_paired_test_matches_mcnemar_by_hand():
     for b, c in [(0, 5), (5, 0), (1, 4), (2, 2), (0, 0), (3, 9), (12, 2)]:
         assert stats.mcnemar_exact(b, c) == pytest.approx(mcnemar_by_hand(b, c), abs=1e-12)
-    # the issue's figures: 5 discordant cells all one way is p = 0.0625; 2 of 5 against 0 is 0.5
+    # worked examples: 5 discordant cells all one way is p = 0.0625; 2 of 5 against 0 is 0.5
     assert stats.mcnemar_exact(5, 0) == pytest.approx(0.0625)
     assert stats.mcnemar_exact(2, 0) == pytest.approx(0.5)
     t = stats.paired({1: True, 2: True, 3: False, 4: True}, {1: True, 2: False, 3: False, 9: True})
@@ -381,7 +381,7 @@ def test_the_scores_sentence_ranks_by_accuracy(fixture_dir):
 
 
 def test_the_scores_sentence_refuses_a_difference_the_test_does_not_support():
-    """3 of 5 against 5 of 5 (the issue's "40 percentage points" on 5 cells): p = 0.5."""
+    """3 of 5 against 5 of 5 ("40 percentage points" on 5 cells): p = 0.5."""
 
     cs = [_cell("a", d, "n", True) for d in range(5)] + [
         _cell("b", d, "n", d < 3) for d in range(5)

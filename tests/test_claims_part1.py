@@ -1,4 +1,4 @@
-"""The lesson's chapters 1–3 say only what their numbers say (issue 15).
+"""The lesson's chapters 1–3 say only what their numbers say.
 
 Each sentence-building function of ``app/lesson/part1.py`` is driven over every value of its
 chapter's controls (chapter 1: context × budget × batch), and every number it prints is read
@@ -165,7 +165,7 @@ def test_chapter_1_bookkeeping_against_the_slot_it_manages(budget):
         assert m, (s.name, text)
         close(m[1], 100 * per_slot / slot)
     if any(s.name == "SmolLM2-135M" for s in SHAPES):
-        assert "256 B in SmolLM2-135M (head dim 64): **5.1%**" in text  # the issue's ~5 %
+        assert "256 B in SmolLM2-135M (head dim 64): **5.1%**" in text  # about 5 %, as stated
 
 
 def test_chapter_1_gqa_from_the_heads():

@@ -93,7 +93,7 @@ def test_family_sentences_hold_at_every_budget(canonical, budget):
 
 
 def test_family_names_what_the_issue_measured(canonical):
-    """The measured cases of issue 15, error 2, said at their budgets."""
+    """The measured cases (who leads, who falls below random) said at their budgets."""
     at64 = part2.family_sentences(library_rows(canonical, 64), 64, 64, part2.WINDOWS)
     assert at64[0].startswith("**TOVA (recent_window=1)** keeps the most")
     assert "0.003 below the oracle bound" in at64[0]

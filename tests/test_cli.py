@@ -61,7 +61,7 @@ def test_a_budget_that_holds_the_whole_trace_is_refused(capsys):
     assert "choose a budget below 40" in capsys.readouterr().err
 
 
-# -- issue 9, section 5: a newcomer's CLI ------------------------------------------------------
+# -- a newcomer's CLI: defaults shown, errors named, no traceback ------------------------------
 def _tiny_trace(steps):
     from h2o import Trace
 

@@ -1,4 +1,4 @@
-"""The grid runner (h2o.needle.grid; issue 17): resume, canonical order, retries, lost workers,
+"""The grid runner (h2o.needle.grid): resume, canonical order, retries, lost workers,
 a run killed midway, and a Dask LocalCluster giving the same file as local processes.
 
 Most tests use the model-free :func:`h2o.needle.cells.stand_in_cell` (a pure function of the

@@ -6,9 +6,11 @@ at the same moment (``app/data.py``)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -44,6 +46,48 @@ def test_collects_only_when_scripts_ran():
     assert not c.collect_if_ran()  # nothing ran since
 
 
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self  # garbage only a collection finds
+
+
+def test_a_freezing_collector_collects_new_cycles_and_sweeps_frozen_ones():
+    now = [0.0]
+    c = collector.Collector(freeze=True, full_seconds=600, clock=lambda: now[0])
+    try:
+        old = _Cycle()
+        old_ref = weakref.ref(old)
+        c.script_ran()
+        assert c.collect_if_ran()
+        assert gc.get_freeze_count() > 0  # the survivors, old among them
+        del old
+        young = _Cycle()
+        young_ref = weakref.ref(young)
+        del young
+        c.script_ran()
+        c.collect_if_ran()
+        assert young_ref() is None  # made since the freeze: collected at once
+        assert old_ref() is not None and c.full_sweeps == 0  # frozen: waits for the sweep
+        now[0] = 599.0
+        c.script_ran()
+        c.collect_if_ran()
+        assert old_ref() is not None and c.full_sweeps == 0
+        now[0] = 600.0
+        c.script_ran()
+        c.collect_if_ran()
+        assert old_ref() is None and c.full_sweeps == 1  # the sweep walks frozen objects too
+    finally:
+        c.stop()
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_collector_without_freeze_freezes_nothing():
+    c = collector.Collector()
+    c.script_ran()
+    c.collect_if_ran()
+    assert gc.get_freeze_count() == 0
+
+
 def test_the_server_collector_turns_off_streamlits_collection_per_run(monkeypatch):
     before = config.get_option("runner.postScriptGC")
     try:
@@ -54,7 +98,8 @@ def test_the_server_collector_turns_off_streamlits_collection_per_run(monkeypatc
         assert config.get_option("runner.postScriptGC") is True  # 0: Streamlit's, per run
         monkeypatch.setenv("H2O_GC_SECONDS", "60")
         collector.collector.clear()
-        collector.collector()
+        running = collector.collector()
+        running.stop()  # its thread would freeze this test process's objects
         assert config.get_option("runner.postScriptGC") is False
         monkeypatch.setenv("H2O_GC_SECONDS", "never")
         collector.collector.clear()

@@ -1,4 +1,4 @@
-"""The lesson as a notebook (``notebooks/lesson.ipynb``, issue 18), run headless, and the
+"""The lesson as a notebook (``notebooks/lesson.ipynb``), run headless, and the
 player inside marimo.
 
 The committed notebook is what ``notebooks/build_lesson.py`` builds from the app's lesson now,

@@ -1,4 +1,4 @@
-"""The needles, the answer matcher and the haystacks (h2o.needle; issue 17). Haystacks are
+"""The needles, the answer matcher and the haystacks (h2o.needle). Haystacks are
 built with the tiny GGUF's byte-level tokenizer here, and with SmolLM2's own in the
 ``model``-marked tests (tokenizer only: fast)."""
 

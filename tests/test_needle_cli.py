@@ -1,4 +1,4 @@
-"""``python -m h2o needle`` and ``python -m h2o frontier`` (issue 17): argument checks (exit 2,
+"""``python -m h2o needle`` and ``python -m h2o frontier``: argument checks (exit 2,
 the argument named, nothing written), the stand-in grid with its meta sidecar, the missing Dask
 extra, and the frontier on the tiny GGUF of ``tiny_model.py``."""
 

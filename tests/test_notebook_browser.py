@@ -1,4 +1,4 @@
-"""The lesson notebook in a live JupyterLab, driven in real Chromium (issue 18).
+"""The lesson notebook in a live JupyterLab, driven in real Chromium.
 
 A JupyterLab server on a free port, with a token, over a temporary root holding a copy of
 ``notebooks/lesson.ipynb`` and one cell this test appends (a student's policy with a bug).

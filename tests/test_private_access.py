@@ -1,4 +1,5 @@
-"""No module of the library reads another module's private members (issue 16).
+"""No module of the library reads another module's private members: a module's
+``_`` names are its own to change.
 
 A name ``_x`` belongs to the module that defines it: a ``def``/``class`` of that name, a
 module-level or class-body assignment, or ``self._x = …`` / ``cls._x = …`` in one of its

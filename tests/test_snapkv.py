@@ -1,4 +1,4 @@
-"""SnapKV (issue 10): the scoring rule by hand, and the decode-time kept set."""
+"""SnapKV: the scoring rule by hand, and the decode-time kept set."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``Trace`` class and ``save_trace``, method by method, against brute force (issue 20).
+"""The ``Trace`` class and ``save_trace``, method by method, against brute force.
 
 ``test_trace.py`` checks the format and the loader; this file pins what a replay reads from a
 trace — ``top_k`` (int32, -1 padded), its inverse ``top_k_rows``, ``oracle_mass`` and

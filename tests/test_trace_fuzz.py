@@ -140,7 +140,7 @@ def test_every_layout_numpy_writes_is_read(variant):
     np.testing.assert_allclose(tr.weights, packed(), rtol=2e-3 if variant == "float16" else 1e-6)
 
 
-# -- the issue's cases, one by one --------------------------------------------------------------
+# -- the reported hostile files, one by one ---------------------------------------------------
 def test_a_header_claiming_10_13_tokens_is_refused_from_the_header():
     """Was an _ArrayMemoryError traceback from a 951-byte file."""
     data = with_member("tokens", npy("<U1", (10**13,)))

@@ -1,4 +1,4 @@
-"""Two edges of the hardened loader (h2o/trace_npz.py) the corpus leaves open (issue 20).
+"""Two edges of the hardened loader (h2o/trace_npz.py) the corpus leaves open.
 
 A value quoted in a message is cut at 60 characters (a 60-character shape is shown whole, a
 61-character one cut to 57 and "..."), and a dense ``attention`` matrix is renormalised by its

@@ -1,4 +1,4 @@
-"""Uploads leave the server's shared caches when the last session holding them ends (issue 9).
+"""Uploads leave the server's shared caches when the last session holding them ends.
 
 Under AppTest every session has the same id ("test session id"), so a session's end is what
 Streamlit does when a tab's websocket closes: it clears that session's session-scoped resources.

@@ -1,4 +1,4 @@
-"""The figures of issue 17: the needle grid's heatmaps, the frontier (a metric against KV bytes
+"""The needle pages' figures: the needle grid's heatmaps, the frontier (a metric against KV bytes
 per token, one line per family) and the per-layer share of heads that held the needle.
 
 Built like :mod:`app.figures` (plain dicts, numpy arrays, its layout and colours). Labels come

@@ -1,4 +1,4 @@
-"""Issue 17's two result files for the app: the needle grid and the frontier (eviction against
+"""The needle pages' two result files: the needle grid and the frontier (eviction against
 KIVI-style quantization at equal KV memory).
 
 ``data`` reads and checks the JSON Lines files (bounded); ``grid`` and ``frontier`` aggregate;

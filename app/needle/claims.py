@@ -20,7 +20,8 @@ from app.needle.grid import RowScore
 from app.real_model.claims import esc, names
 from h2o.stats import Paired, p_text, paired, share
 
-#: The share of cells the full cache should answer at ≤ :data:`FULL_MAX_LENGTH` tokens (issue 17).
+#: The share of cells the full cache should answer at ≤ :data:`FULL_MAX_LENGTH` tokens (what the
+#: needle prompt's format aims for; the page says so when the full cache falls short of it).
 FULL_TARGET, FULL_MAX_LENGTH = 0.9, 2048
 
 

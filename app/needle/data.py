@@ -1,4 +1,4 @@
-"""The two result files of issue 17, read with bounds and checked line by line.
+"""The needle grid's and the frontier's result files, read with bounds and checked line by line.
 
 ``traces/results/needle-grid.jsonl`` (one needle cell per line) and ``frontier.jsonl`` (one row's
 perplexity per line) are written cell by cell by ``python -m h2o needle`` / ``frontier`` (so a

@@ -19,7 +19,7 @@ GROUPS = {
     "compress": "KIVI-style quantization",
     "both": "eviction + KIVI-style",
 }
-#: The perplexity the page shows: ``python -m h2o frontier``'s text and length (issue 17).
+#: The perplexity the page shows: ``python -m h2o frontier``'s text and length (the shipped run's).
 PPL_TEXT, PPL_TOKENS = "lighthouse.txt", 2048
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import streamlit as st
@@ -9,10 +10,15 @@ import streamlit as st
 from app.needle import data
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
+# One value per file version, shared by every session (st.cache_data would unpickle the 1,500
+# cells on every call of every run): read-only, so its lists are made tuples here.
+@st.cache_resource(show_spinner=False, max_entries=8)
 def _read(path: str, which: str, mtime_ns: int, size: int) -> data.Loaded:
     reader = {"grid": data.read_grid, "frontier": data.read_frontier}.get(which, data.read_followup)
-    return reader(Path(path))
+    loaded = reader(Path(path))
+    return dataclasses.replace(
+        loaded, records=tuple(loaded.records), problems=tuple(loaded.problems)
+    )
 
 
 def _load(name: str, which: str) -> tuple[data.Loaded, Path]:

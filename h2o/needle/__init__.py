@@ -1,4 +1,4 @@
-"""The needle grid and the frontier (issue 17): facts hidden in the shipped texts at every
+"""The needle grid and the frontier (evict or compress?): facts hidden in the shipped texts at every
 length and depth, each row of KV cache scored on them, run through any
 ``concurrent.futures.Executor`` (local processes or a Dask cluster) with resumable JSON Lines.
 

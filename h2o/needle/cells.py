@@ -1,8 +1,8 @@
 """One cell of the needle grid (or one row of the frontier): a spec in, one JSON line out.
 
 A spec is a plain dict (it crosses process and machine boundaries): the cell function loads
-the model once per worker process (:func:`worker_model`) and returns the result line of the
-schema in ``/work/shared/coord/ISSUE17.md`` (traces/results/README.md describes it).
+the model once per worker process (:func:`worker_model`) and returns one result line, whose
+keys traces/results/README.md describes.
 
 * :func:`run_cell` — ``{"row", "length", "depth", "needle", "model"?, "max_new"?}``;
 * :func:`run_frontier` — ``{"row", "text", "tokens", "content"?, "model"?}`` (``content``: the
