@@ -317,6 +317,21 @@ class Session:
         self._keep_widgets(run)
         return run
 
+    async def painted(self, run: Run) -> Run | None:
+        """What the browser sends once the lesson's first chart is on screen (its first-paint
+        component's trigger, ``app/lesson/painted.py``): the rerun that draws every chapter.
+        ``None`` when the run has no such component (another page, presenter mode)."""
+        el = run.widget("bidi_component", key="lesson_painted")
+        if el is None:
+            return None
+        w = WidgetState(
+            id=f"$$STREAMLIT_INTERNAL_KEY_{el.id}__events",
+            json_trigger_value=json.dumps([{"event": "painted", "value": True}]),
+        )
+        run = await self.rerun(page_hash=self.page_hash, widgets={**self.widgets, w.id: w})
+        self._keep_widgets(run)
+        return run
+
     async def report(self, player_id: str, fragment_id: str, view: dict[str, Any]) -> Run:
         """What the player sends when the student pauses or nears the edge of its range: its
         view as the component's JSON state, rerunning only its fragment."""

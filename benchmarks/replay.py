@@ -516,7 +516,7 @@ def target_rows(b: dict, e: dict | None, m: dict | None) -> list[tuple[str, str,
 
 
 def print_targets(rows, header: str) -> None:
-    print(f"\nissue 11 targets — {header}")
+    print(f"\nspeed targets — {header}")
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     heads = ("what", "before", "measured (medians, ratios within one run)", "target", "met")
     widths = [max(w, len(h)) for w, h in zip(widths, heads, strict=True)]
@@ -653,7 +653,7 @@ def main() -> int:
     for r in rows:
         print(f"{r['policy']:34s}" + "".join(f"{cell(r, k, f):>10s}" for _, k, f in cols))
     print(
-        "\nissue 16 targets — one replay (metrics, no snapshots) >= 25x the card's pure-Python "
+        "\nreplay targets — one replay (metrics, no snapshots) >= 25x the card's pure-Python "
         "replay, a recorded replay >= 10x (ratios of medians, this run):"
     )
     for r in rows:

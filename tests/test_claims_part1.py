@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from lesson_browser import report_painted
 from streamlit.testing.v1 import AppTest
 
 import h2o
@@ -146,7 +147,7 @@ def test_chapter_1_decode_reads_at_every_setting(context, budget, batch):
         close(m[7], (w + full) / (w + cap))
 
 
-def test_the_issue_s_example_llama2_at_32k_reads_16_gib_of_kv_per_token():
+def test_the_worked_example_llama2_at_32k_reads_16_gib_of_kv_per_token():
     text = part1.reads_sentence(explain.LLAMA2_7B, 32_768, 1024, 1)
     assert "12.6 GiB + 16.0 GiB" in text  # 6.74e9 × 2 B; 32 × 32 × 128 × 4 B × 32K = 16 GiB
 
@@ -377,6 +378,7 @@ def bar_values(arr: list | dict) -> np.ndarray:
 def test_the_lesson_renders_the_claims_it_is_tested_on():
     at = AppTest.from_file(MAIN, default_timeout=300)
     at.run()
+    report_painted(at)  # self-study: the chapters after the first, as in a browser
     assert not at.exception, [e.value for e in at.exception]
     shown = [m.value for m in at.markdown]
     shapes = [s.name for s in SHAPES]

@@ -92,7 +92,7 @@ def test_family_sentences_hold_at_every_budget(canonical, budget):
     assert (f"recent_window {missing[0]} does not fit" in said) if missing else "fit" not in said
 
 
-def test_family_names_what_the_issue_measured(canonical):
+def test_family_names_the_measured_leaders_and_laggards(canonical):
     """The measured cases (who leads, who falls below random) said at their budgets."""
     at64 = part2.family_sentences(library_rows(canonical, 64), 64, 64, part2.WINDOWS)
     assert at64[0].startswith("**TOVA (recent_window=1)** keeps the most")

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from lesson_browser import report_painted
 from streamlit.testing.v1 import AppTest
 
 from app import lesson, model_runs
@@ -16,12 +17,31 @@ QUESTIONS = {"heavy": "6", "window": "recent_window 64", "spike": "H2O"}
 
 
 def open_lesson(**query: object) -> AppTest:
+    """The lesson as a browser shows it: in self-study, the second run after the first paint."""
     at = AppTest.from_file(MAIN, default_timeout=300)
     for k, v in query.items():
         at.query_params[k] = str(v)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
+    if "presenter" not in query:
+        report_painted(at)
+        assert not at.exception, [e.value for e in at.exception]
     return at
+
+
+def test_self_study_draws_chapter_1_alone_until_the_browser_has_painted_it():
+    at = AppTest.from_file(MAIN, default_timeout=300)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    numbered = [h for h in headers(at) if h[:1].isdigit()]
+    assert numbered == [f"1. {lesson.chapters()[0].title}"]
+    assert len(at.get("plotly_chart")) >= 1  # chapter 1's figure is in the first run
+    assert any("Chapters 2 to 10" in c.value for c in at.caption)
+    report_painted(at)
+    assert len([h for h in headers(at) if h[:1].isdigit()]) == 10
+    assert not any("on their way" in c.value for c in at.caption)
+    at.run()  # from then on, every run of the session draws every chapter
+    assert len([h for h in headers(at) if h[:1].isdigit()]) == 10
 
 
 def headers(at: AppTest) -> list[str]:

@@ -1,6 +1,7 @@
 """The lesson: the H2O policy card's story in ten chapters — the app's first page.
 
-Self-study: every chapter in order, to scroll through; answers are kept for the session.
+Self-study: every chapter in order, to scroll through; answers are kept for the session. The
+first run draws chapter 1 alone and the rest follows as soon as the browser has painted it.
 Presenter mode (the sidebar switch, or ``?presenter=1``): one chapter per screen in large type, the
 sidebar collapsed, moved with ← / → or a clicker's PageUp / PageDown; ``?chapter=4`` opens (or
 resumes) a chapter.
@@ -10,8 +11,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import lesson, state
+from app import a11y, lesson, state
 from app.lesson.keys import chapter_keys, pressed
+from app.lesson.painted import after_first_chart
+
+a11y.focus_ring()  # the keyboard's focus, seen on every control
 
 #: Presenter mode's screen, for a projector at 1280×720, so a chapter's first figure is in view
 #: (tests/test_presenter_browser.py): large type; the header's blank band (made transparent, its
@@ -41,6 +45,8 @@ PRESENTER_CSS = """<style>
 </style>"""
 
 ss = st.session_state
+#: Set once the browser has reported chapter 1 painted: from then on every run draws every chapter.
+PAINTED = "_lesson_painted"
 lesson.goto_if_asked()
 CHAPTERS = lesson.chapters()
 LAST = len(CHAPTERS)
@@ -126,6 +132,11 @@ else:
         "screen, ← / → or a clicker to move."
     )
     st.progress(answered / lesson.QUESTIONS, text=f"{answered} of {lesson.QUESTIONS} answered")
-    for ch in CHAPTERS:
+    # Chapter 1 first: the rest follows once the browser has painted it (app/lesson/painted.py).
+    shown = CHAPTERS if ss.get(PAINTED) else CHAPTERS[:1]
+    for ch in shown:
         st.header(f"{ch.number}. {ch.title}", anchor=ch.anchor, divider="gray")
         ch.draw()
+    if len(shown) < LAST:
+        st.caption(f"Chapters {shown[-1].number + 1} to {LAST} are on their way…")
+        after_first_chart("lesson_painted", lambda: ss.__setitem__(PAINTED, True))

@@ -11,7 +11,7 @@ wants attention, and one :meth:`~LayerHeads.step` per query row:
 * :class:`Bank` — a :class:`~h2o.bank.PolicyBank` whose lanes are the heads, stepped in one
   compiled call (with the fast gather of the kept columns, :func:`~h2o.bank.kernels.gather_kept`);
 * :class:`LayerParts` — several banks, e.g. duo's retrieval heads and its streaming heads;
-* :class:`Adaptive` — an :class:`~h2o.alloc.adaptive.AdaptiveLayer`, whose heads share one
+* :class:`Adaptive` — an :class:`~h2o.bank.adaptive.AdaptiveLayer`, whose heads share one
   budget and are stepped whole.
 
 Every form computes the same masks and the same float32 signals (the same gathers into the same

@@ -98,7 +98,7 @@ def register(subparsers: Any) -> None:  # argparse's subparsers action (a privat
         "followup",
         parents=[common],
         help="the second question: two facts, the first asked, then the second on the same cache",
-        description="Hide two facts in the shipped texts (at 25 %% and 75 %% of the haystack, "
+        description="Hide two facts in the shipped texts (at 25 % and 75 % of the haystack, "
         "each order), ask the first at the end, then ask the second on the cache the first "
         "left; score both greedy answers and their teacher-forced log-probabilities. One JSON "
         "line per cell.",
