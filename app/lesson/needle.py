@@ -13,7 +13,7 @@ import html
 import numpy as np
 import streamlit as st
 
-from app import figures, pages
+from app import charts, figures, pages
 from app.lesson import open_in
 from app.needle import claims, frontier, grid, shipped
 
@@ -56,7 +56,8 @@ def grid_section() -> None:
     lens = [n for n in grid.lengths(cells) if n <= LESSON_MAX_LENGTH]
     deps = grid.depths(cells)
     cells = [c for c in cells if c.length in set(lens)]
-    st.plotly_chart(
+    full, scores = claims.full_note(cells), claims.scores_sentence(grid.scores(cells, shown), cells)
+    charts.show(
         figures.needle_heatmaps(
             panels=[(r, *grid.matrix(cells, r, lens, deps, "correct")) for r in shown],
             lengths=lens,
@@ -66,12 +67,11 @@ def grid_section() -> None:
             value_format=".0%",
             title="Needle answered right, per prompt length and depth",
         ),
-        width="stretch",
         key="lesson_needle",
-        config={"displaylogo": False},
+        describe=[full, scores],
     )
-    st.markdown(claims.full_note(cells))
-    st.markdown(claims.scores_sentence(grid.scores(cells, shown), cells))
+    st.markdown(full)
+    st.markdown(scores)
     said = claims.modes_sentence(
         cells, f"h2o@{LESSON_BUDGET}:w50%", f"h2o@{LESSON_BUDGET}:w50%:prefill"
     )
@@ -131,7 +131,12 @@ def evict_or_compress() -> None:
         return
     lines = frontier.figure_lines(ppl, lambda p: f"perplexity {p.y:.2f}")
     full = next(((p.x, p.y) for p in ppl if p.group == "full"), None)
-    st.plotly_chart(
+    ppl_said = claims.verdict(ppl, memory, claims.PERPLEXITY) if memory is not None else None
+    acc_said = None
+    if acc_memory is not None:
+        said = claims.verdict(acc, acc_memory, claims.ACCURACY)
+        acc_said = f"On the needle grid at {LESSON_LENGTH:,} tokens: {said[0].lower()}{said[1:]}"
+    charts.show(
         figures.frontier(
             lines=lines,
             full=full,
@@ -142,15 +147,13 @@ def evict_or_compress() -> None:
             yformat="%{y:.2f}",
             height=400,
         ),
-        width="stretch",
         key="lesson_frontier",
-        config={"displaylogo": False},
+        describe=[t for t in (ppl_said, acc_said) if t],
     )
-    if memory is not None and ppl:
-        st.markdown(claims.verdict(ppl, memory, claims.PERPLEXITY))
-    if acc_memory is not None:
-        said = claims.verdict(acc, acc_memory, claims.ACCURACY)
-        st.markdown(f"On the needle grid at {LESSON_LENGTH:,} tokens: {said[0].lower()}{said[1:]}")
+    if ppl_said is not None:
+        st.markdown(ppl_said)
+    if acc_said is not None:
+        st.markdown(acc_said)
         st.caption(
             "A difference in needles is claimed only where an exact paired test on the same "
             "cells supports it; one text's perplexity is a single measurement a row."
@@ -187,7 +190,9 @@ def followup_section(key: str) -> None:
         for r in rows
     }
     lens = sorted({c.length for c in cells})
-    st.plotly_chart(
+    lines = claims.followup_sentences(cells, rows)
+    summary = claims.followup_summary(cells, rows)
+    charts.show(
         figures.grouped_bars(
             categories=[html.escape(r) for r in rows],
             series=[
@@ -201,11 +206,10 @@ def followup_section(key: str) -> None:
             xtitle=f"row (prompts of {', '.join(f'{n:,}' for n in lens)} tokens)",
             ytitle="share answered right",
         ),
-        width="stretch",
         key=key,
-        config={"displaylogo": False},
+        describe=[*lines, summary],
     )
-    for line in claims.followup_sentences(cells, rows):
+    for line in lines:
         st.markdown(line)
-    st.markdown(claims.followup_summary(cells, rows))
+    st.markdown(summary)
     shipped.provenance(loaded, "second-question experiment")

@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import controls, data, figures, model_runs, pages, state
+from app import charts, controls, data, figures, model_runs, pages, state
 from app.figures import gib
 from app.lesson import Chapter, open_in, predict
 from h2o import explain
@@ -159,7 +159,9 @@ def why_evict() -> None:
         )
         budget = st.select_slider("Cache budget (slots)", BUDGETS, value=1024, key="lesson_budget")
         batch = st.select_slider("Batch (sequences)", BATCHES, value=1, key="lesson_batch")
-    chart.plotly_chart(
+    memory = "\n".join(f"- {memory_sentence(s, context, budget, batch)}" for s in shapes)
+    reads = reads_sentence(explain.LLAMA2_7B, context, budget, batch)
+    charts.show(
         figures.kv_memory(
             models=[s.name for s in shapes],
             weights=[s.weight_bytes or 0.0 for s in shapes],
@@ -169,12 +171,12 @@ def why_evict() -> None:
             budget=budget,
             batch=batch,
         ),
-        width="stretch",
         key="lesson_kv",
-        config={"displaylogo": False},
+        describe=[memory, reads],
+        where=chart,
     )
-    st.markdown("\n".join(f"- {memory_sentence(s, context, budget, batch)}" for s in shapes))
-    st.markdown(reads_sentence(explain.LLAMA2_7B, context, budget, batch))
+    st.markdown(memory)
+    st.markdown(reads)
     with st.expander("The shapes, H2O's own bytes, and the other ways to save KV memory"):
         table = {col: [getattr(s, a) for s in shapes] for col, a in TABLE.items()}
         table["parameters"] = [f"{s.n_params or 0:,.0f}" for s in shapes]
@@ -274,7 +276,8 @@ def sinks_and_recency() -> None:
     lost = data.memo(rep, "lesson_lost", lambda: explain.lost_heavy_hitter(rep, trace, budget))
     f = data.memo(rep, "lesson_sink_facts", lambda: explain.sink_facts(trace, rep, lost))
     st.markdown(sinks_intro(f))
-    st.plotly_chart(
+    said = sinks_text(f)
+    charts.show(
         figures.attention_received(
             received=lost.received,
             position=lost.position,
@@ -282,11 +285,10 @@ def sinks_and_recency() -> None:
             policy="streaming-llm",
             title=f"Attention position {lost.position} receives, step by step",
         ),
-        width="stretch",
         key="lesson_lost",
-        config={"displaylogo": False},
+        describe=said,
     )
-    st.markdown("\n\n".join(sinks_text(f)))
+    st.markdown("\n\n".join(said))
     with st.expander("What the measures mean: retained mass, top-k recall, the oracle bound"):
         st.markdown(measures_text(f))
     open_in(
@@ -397,7 +399,8 @@ def heavy_hitters() -> None:
         str(f.victim),
         heavy_why(f),
     ):
-        st.plotly_chart(
+        age = heavy_age_text(f)  # it names the victim: only once revealed
+        charts.show(
             figures.decision_bars(
                 positions=d.positions,
                 scores=d.scores,
@@ -406,11 +409,10 @@ def heavy_hitters() -> None:
                 score_label=rep.score_label,
                 title=f"H2O at step {f.t}: cumulative attention of each kept position",
             ),
-            width="stretch",
             key="lesson_decision",
-            config={"displaylogo": False},
+            describe=age,
         )
-        st.markdown(heavy_age_text(f))  # it names the victim: only once revealed
+        st.markdown(age)
     st.markdown("\n\n".join(heavy_text(f)))
     with st.expander("The contract: ties, and the order victims come back in"):
         st.markdown(tie_text(explain.tie_demo()))

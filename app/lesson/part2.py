@@ -16,7 +16,7 @@ import numpy as np
 import streamlit as st
 
 import h2o
-from app import controls, data, figures, pages, state, sweeps
+from app import charts, controls, data, figures, pages, state, sweeps
 from app.lesson import Chapter, open_in, predict
 from h2o import age_bias, analysis, explain
 
@@ -25,7 +25,6 @@ EXPLORER = pages.WINDOW_EXPLORER
 TIE = 0.01
 #: Bars "coincide" when their mass differs by less than this (the chart labels show 3 decimals).
 SAME = 0.0005
-CHART = {"displaylogo": False}
 CANON_BUDGET = 256
 
 
@@ -91,7 +90,19 @@ def window() -> None:
         window_answer(by_w, streaming, asked),
         window_why(by_w, streaming, asked),
     ):
-        st.plotly_chart(
+        chapter3 = data.recorded_replay(
+            toy, h2o.H2O(fit[state.BUDGET], recent_window=fit[state.WINDOW]), fit["top_k"]
+        )
+        knee = age_bias.knee_sentence(
+            windows,
+            h2o_mass,
+            band,
+            analysis.band_share(trace, band),
+            32,
+            trace.meta.get("source") == "synthetic",
+        )
+        tie = age_bias.window_tie_sentence(windows, h2o_mass, sc_mass, 32)
+        charts.show(
             figures.window_sweep(
                 windows=windows,
                 series=[("h2o", "H2O", h2o_mass), ("scissorhands", "Scissorhands", sc_mass)],
@@ -105,26 +116,15 @@ def window() -> None:
                 band=band,
                 height=400,
             ),
-            width="stretch",
             key="lesson_sweep",
-            config=CHART,
-        )
-        chapter3 = data.recorded_replay(
-            toy, h2o.H2O(fit[state.BUDGET], recent_window=fit[state.WINDOW]), fit["top_k"]
+            describe=[knee, tie],
         )
         st.markdown(
-            age_bias.knee_sentence(
-                windows,
-                h2o_mass,
-                band,
-                analysis.band_share(trace, band),
-                32,
-                trace.meta.get("source") == "synthetic",
-            )
+            knee
             + " This is the age bias of a cumulative sum — in chapter 3, "
             + age_bias.youngest_sentence(chapter3, explain.first_eviction(chapter3))
             + ": the window exists to give newcomers time to earn a score.\n\n"
-            + age_bias.window_tie_sentence(windows, h2o_mass, sc_mass, 32)
+            + tie
             + " The library keeps 32 as its default, as the card does: *tune it to your model, "
             "not to this table*."
         )
@@ -149,7 +149,9 @@ def _freeze(toy: data.TraceRef, fit: dict[str, int]) -> None:
         f"Chapter 3's toy trace and budget ({small}) with **recent_window 0**: H2O at step {t}, "
         "its first eviction."
     )
-    st.plotly_chart(
+    final = zero.kept_at(toy.trace.steps - 1)[0]
+    frozen = age_bias.freeze_sentence(explain.frozen_share(zero), final, small)
+    charts.show(
         figures.decision_bars(
             positions=d.positions,
             scores=d.scores,
@@ -160,14 +162,10 @@ def _freeze(toy: data.TraceRef, fit: dict[str, int]) -> None:
             f"{float(d.scores[-1]):g}",
             height=300,
         ),
-        width="stretch",
         key="lesson_freeze",
-        config=CHART,
+        describe=frozen,
     )
-    final = zero.kept_at(toy.trace.steps - 1)[0]
-    st.markdown(
-        age_bias.freeze_sentence(explain.frozen_share(zero), final, small) + "\n\n" + NEW_TOKEN
-    )
+    st.markdown(frozen + "\n\n" + NEW_TOKEN)
 
 
 # -- 5. the stale spike: sentences -----------------------------------------------------------------
@@ -244,16 +242,16 @@ def stale_spike() -> None:
         why,
     ):
         _spike_reveal(reps, spike, tie)
-    st.plotly_chart(
+    shares = age_bias.shares_sentence(age_bias.shares(trace, steady), budget)
+    charts.show(
         figures.received_lines(
             curves=[(f"position {p}", explain.column(trace, p)) for p in [spike, *steady]],
             title="What the trace gives: the attention each position receives, step by step",
         ),
-        width="stretch",
         key="lesson_spike_trace",
-        config=CHART,
+        describe=shares,
     )
-    st.markdown(age_bias.shares_sentence(age_bias.shares(trace, steady), budget))
+    st.markdown(shares)
     chain_section(ref, reps, window, top_k, key="lesson")
     windows, sweep = canonical_sweep(data.load("canonical", {}))
     st.markdown(
@@ -276,7 +274,10 @@ def stale_spike() -> None:
 
 
 def _spike_reveal(reps: dict[str, h2o.Replay], spike: int, tie: age_bias.Tie | None) -> None:
-    st.plotly_chart(
+    text = age_bias.leader_sentence(reps["h2o"], spike)
+    if tie is not None:
+        text += " " + age_bias.tie_sentence(tie, reps["scissorhands"].score_label)
+    charts.show(
         figures.kept_score_lines(
             curves=[
                 (
@@ -290,13 +291,9 @@ def _spike_reveal(reps: dict[str, h2o.Replay], spike: int, tie: age_bias.Tie | N
             title=f"Position {spike}'s score while each policy keeps it (the line ends at "
             "its eviction)",
         ),
-        width="stretch",
         key="lesson_spike",
-        config=CHART,
+        describe=text,
     )
-    text = age_bias.leader_sentence(reps["h2o"], spike)
-    if tie is not None:
-        text += " " + age_bias.tie_sentence(tie, reps["scissorhands"].score_label)
     st.markdown(text)
 
 
@@ -326,8 +323,15 @@ def chain_section(
     rescued = age_bias.holds_at_end(wider, c.position)
     spike_too = age_bias.holds_at_end(wider, spike)
     st.markdown(price_lead(rescued and spike_too and w_mass >= o_mass - TIE))
+    chain = [
+        age_bias.who_sentence(c),
+        age_bias.why_sentence(c, rep.score_label),
+        age_bias.cost_sentence(c),
+        age_bias.rescue_sentence(c, window, window + 1, rescued, w_mass, other.label, o_mass)
+        + (f" It still holds position {spike} to the end." if spike_too else ""),
+    ]
     left, right = st.columns(2)
-    left.plotly_chart(
+    charts.show(
         figures.decision_bars(
             positions=d.positions,
             scores=d.scores,
@@ -337,9 +341,9 @@ def chain_section(
             title=f"H2O at step {c.evicted_at}: who position {c.position} lost against",
             height=340,
         ),
-        width="stretch",
         key=f"{key}_chain_decision",
-        config=CHART,
+        describe=chain[:2],
+        where=left,
     )
     lost = figures.attention_received(
         received=c.received,
@@ -350,21 +354,8 @@ def chain_section(
         height=340,
     )
     lost.update_xaxes(range=[c.position, trace.steps - 1])  # the whole loss, to the end
-    right.plotly_chart(lost, width="stretch", key=f"{key}_chain_lost", config=CHART)
-    st.markdown(
-        "\n".join(
-            f"- {s}"
-            for s in (
-                age_bias.who_sentence(c),
-                age_bias.why_sentence(c, rep.score_label),
-                age_bias.cost_sentence(c),
-                age_bias.rescue_sentence(
-                    c, window, window + 1, rescued, w_mass, other.label, o_mass
-                )
-                + (f" It still holds position {spike} to the end." if spike_too else ""),
-            )
-        )
-    )
+    charts.show(lost, key=f"{key}_chain_lost", describe=chain[2:], where=right)
+    st.markdown("\n".join(f"- {s}" for s in chain))
 
 
 # -- 6. the family: sentences ----------------------------------------------------------------------
@@ -477,7 +468,9 @@ def family() -> None:
     )
     budget = st.select_slider("Budget", BUDGETS, value=256, key="lesson_family_budget")
     rows = family_rows(ref, budget)
-    st.plotly_chart(
+    band = analysis.band_width(ref.trace)
+    said = family_sentences(rows, budget, band, WINDOWS)
+    charts.show(
         figures.policy_bars(
             policies=[r["policy"] for r in rows],
             labels=[r["label"] for r in rows],
@@ -488,12 +481,10 @@ def family() -> None:
             title=f"Every policy on the canonical trace, budget {budget}",
             height=400,
         ),
-        width="stretch",
         key="lesson_family",
-        config=CHART,
+        describe=said,
     )
-    band = analysis.band_width(ref.trace)
-    st.markdown("\n".join(f"- {s}" for s in family_sentences(rows, budget, band, WINDOWS)))
+    st.markdown("\n".join(f"- {s}" for s in said))
     st.markdown("\n".join(f"- {text}" for _, text in FAMILY))
     open_in(
         "Open All policies",

@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import card, data, figures, model_runs, pages, state, sweeps
+from app import card, charts, data, figures, model_runs, pages, state, sweeps
 from app.lesson import Chapter, open_in
 from app.lesson import needle as needle_chapters
 from app.real_model import claims
@@ -95,7 +95,8 @@ def real_model() -> None:
         "Everything so far replayed traces. Now a real model, **SmolLM2-135M**, run in numpy in "
         f"this server, reads an original short story: two of its 30 layers at budget {budget}."
     )
-    st.plotly_chart(
+    said = claims.layers_sentence(by_layer, shares, SINKS, budget - SINKS, names)
+    charts.show(
         figures.grouped_bars(
             categories=[f"layer {n}" for n in layers],
             series=[(names[name], figures.policy_colour(name), mass[name]) for name, _ in lineup],
@@ -103,11 +104,10 @@ def real_model() -> None:
             xtitle="layer (mean over its 9 query heads)",
             ytitle="retained mass (mean over t ≥ budget)",
         ),
-        width="stretch",
         key="lesson_layers",
-        config={"displaylogo": False},
+        describe=said,
     )
-    st.markdown(claims.layers_sentence(by_layer, shares, SINKS, budget - SINKS, names))
+    st.markdown(said)
     needle_chapters.grid_section()
     runs = answer_runs()
     fresh = st.session_state.get(FRESH_ANSWERS, {})
@@ -141,18 +141,18 @@ def real_model() -> None:
     quality = shipped("lighthouse-quality.json")
     if quality is not None:
         curves = perplexity_curves(quality)
-        st.plotly_chart(
+        said = ppl_text(curves, float(quality["full_cache"]), graded)
+        charts.show(
             figures.perplexity_curves(
                 curves=[(n, names[n], list(c), list(c.values())) for n, c in curves.items()],
                 full=quality["full_cache"],
                 title=f"Perplexity vs cache budget — lighthouse.txt, {quality['n_tokens']:,} "
                 "tokens (lower is better)",
             ),
-            width="stretch",
             key="lesson_ppl",
-            config={"displaylogo": False},
+            describe=said,
         )
-        st.markdown(ppl_text(curves, float(quality["full_cache"]), graded))
+        st.markdown(said)
     open_in("Open the Real model page (and recompute)", REAL_MODEL, {}, key="lesson_open_7")
 
 

@@ -145,6 +145,18 @@ def reported(key: str) -> dict[str, Any] | None:
     return view if isinstance(view, dict) else None
 
 
+#: The exported file's colours: the app's light theme (``[theme.light]`` in .streamlit/config.toml
+#: and Streamlit's light defaults), given as the Streamlit variables the player's stylesheet reads.
+#: Without them the player falls back to #ff4b4b, and white on it is 3.3:1, under WCAG AA's 4.5:1
+#: (``tests/test_palette.py`` checks these, ``tests/test_a11y_browser.py`` the file in Chromium).
+EXPORT_THEME = {
+    "--st-text-color": "#141312",
+    "--st-background-color": "#ffffff",
+    "--st-secondary-background-color": "#f8f8f7",
+    "--st-primary-color": "#bd3343",
+}
+
+
 def export_html(payload: bytes, title: str) -> bytes:
     """One self-contained HTML file (plotly.js and the data inlined) that plays offline."""
 
@@ -152,22 +164,26 @@ def export_html(payload: bytes, title: str) -> bytes:
         return js.replace("</script", "<\\/script")
 
     data = base64.b64encode(payload).decode("ascii")
+    theme = " ".join(f"{name}: {value};" for name, value in EXPORT_THEME.items())
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{html.escape(title)}</title>
 <style>
-body {{ margin: 0 auto; padding: 1rem 2rem 3rem; max-width: 1400px; background: #fff; }}
-.h2o-export-title {{ font-family: "Source Sans Pro", sans-serif; color: #31333f; }}
+:root {{ {theme} }}
+body {{ margin: 0 auto; padding: 1rem 2rem 3rem; max-width: 1400px;
+  background: var(--st-background-color); }}
+.h2o-export-title {{ font-family: "Source Sans Pro", sans-serif; color: var(--st-text-color); }}
 .h2o-export-title h1 {{ font-size: 1.6rem; margin: 0.2rem 0; }}
 .h2o-export-title p {{ margin: 0.2rem 0 0.6rem; opacity: 0.8; }}
 {_read("player.css")}
 .h2o-bar {{ top: 0; }}
 </style></head>
-<body>
+<body><main>
 <div class="h2o-export-title"><h1>{html.escape(title)}</h1>
 <p>Exported from the h2o teaching app. Steps and plays offline: ←/→ step, Space plays.</p></div>
 <div id="h2o" class="h2o-root"></div>
+</main>
 <script>{inline(PLOTLY_JS.read_text(encoding="utf-8"))}</script>
 <script>{inline(bundle())}
 (function () {{

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import figures, model_runs, state
+from app import charts, figures, model_runs, state
 from app.real_model.common import POLICY_NAMES, Settings, go, ss
 
 PPL_TEXT, PPL_TOKENS, PPL_BUDGETS, PPL_POLICIES = (
@@ -99,15 +99,21 @@ def draw(texts: list[str], default_text: str, cfg: Settings) -> None:
                     )
                 )
         n_tok = results[0]["n_tokens"]
-        st.plotly_chart(
+        secs = sum(r["seconds"] for r in results)
+        measured = (
+            f"Perplexity of the model on the first {n_tok:,} tokens of {ppl_text} (the full cache "
+            f"row repeats its one value). {len(results)} runs took {secs:.0f} s of compute "
+            "when they "
+            "were first made; they are cached."
+        )
+        charts.show(
             figures.perplexity_curves(
                 curves=curves,
                 full=full,
                 title=f"Perplexity vs cache budget — {ppl_text}, {n_tok:,} tokens",
             ),
-            width="stretch",
             key="rm_ppl_curves",
-            config={"displaylogo": False},
+            describe=measured,
         )
         table = {"policy": ["full cache"] + [label for _, label, _, _ in curves]}
         shown = sorted({r["budget"] for r in results if r["budget"] is not None})
@@ -128,10 +134,4 @@ def draw(texts: list[str], default_text: str, cfg: Settings) -> None:
             key="rm_ppl_table",
             column_config={c: st.column_config.NumberColumn(format="%.2f") for c in df.columns[1:]},
         )
-        secs = sum(r["seconds"] for r in results)
-        st.caption(
-            f"Perplexity of the model on the first {n_tok:,} tokens of {ppl_text} (the full cache "
-            f"row repeats its one value). {len(results)} runs took {secs:.0f} s of compute "
-            "when they "
-            "were first made; they are cached."
-        )
+        st.caption(measured)

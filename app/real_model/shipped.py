@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import controls, data, figures, model_runs, state, sweeps
+from app import charts, controls, data, figures, model_runs, state, sweeps
 from app.real_model.common import GEN_TEXT, MARGIN, open_in_step_through
 
 
@@ -37,7 +37,7 @@ def draw() -> list[data.TraceRef]:
             "suggested settings (H2O with recent_window 32, StreamingLLM with 4 sinks), "
             "computed now."
         )
-        names, h2o_mass, sl_mass, oracle = [], [], [], []
+        names, h2o_mass, sl_mass, oracle, said = [], [], [], [], []
         for ref in captured:
             tr, meta = ref.trace, ref.trace.meta
             fit = controls.defaults(tr)
@@ -74,13 +74,14 @@ def draw() -> list[data.TraceRef]:
                 )
             text, layer = str(meta.get("text", "")).split(" (")[0], meta["layer"]
             left, right = st.columns([2.6, 1.4], vertical_alignment="center")
-            left.markdown(
+            said.append(
                 f"**{tr.name}** — {model_runs.trace_origin(tr)}. Attention on the sinks "
                 f"**{sink:.2f}**, "
                 f"the recent 64 **{recent:.2f}**, the middle **{middle:.2f}**. At budget {budget}, "
                 f"H2O keeps **{hm:.2f}** of the attention mass, StreamingLLM **{sm:.2f}** "
                 f"(oracle {rows[0]['oracle_mass']:.2f}). {look}"
             )
+            left.markdown(said[-1])
             stem = ref.key.rsplit("/", 1)[-1].removesuffix(".npz")
             right.button(
                 f"Open layer {layer} ({text.rsplit('/', 1)[-1].removesuffix('.txt')}) in Step "
@@ -93,7 +94,7 @@ def draw() -> list[data.TraceRef]:
                 help=f"Selects this trace with budget {budget}, H2O vs StreamingLLM, at step "
                 f"{min(tr.steps - 1, 4 * budget)}; hover a heatmap cell to see its token.",
             )
-        st.plotly_chart(
+        charts.show(
             figures.grouped_bars(
                 categories=names,
                 series=[
@@ -106,9 +107,8 @@ def draw() -> list[data.TraceRef]:
                 ytitle="retained mass (mean over t ≥ budget)",
                 height=380,
             ),
-            width="stretch",
             key="rm_traces",
-            config={"displaylogo": False},
+            describe=said,
         )
 
     return captured

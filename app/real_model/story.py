@@ -9,7 +9,7 @@ import numpy as np
 import streamlit as st
 
 import h2o
-from app import data, figures, model_runs, state, sweeps
+from app import charts, data, figures, model_runs, state, sweeps
 from app.real_model.common import (
     MARGIN,
     TOP_K,
@@ -44,6 +44,23 @@ def _open_layer(name: str, n_tokens: int) -> None:
     h2o.save_trace(trace, buf, float16=True)
     key, up = data.make_upload(f"{name}-L{layer}-mean.npz", buf.getvalue())
     open_in_step_through(key, up)
+
+
+def shares_sentence(story: dict) -> str:
+    """What the shares chart shows, for its accessible description (``app.charts``): the mean
+    shares over the layers, and the layer that puts the most on the middle."""
+    sink, recent, middle = (np.asarray(story[k], dtype=np.float64) for k in STORY_PARTS)
+    top = int(np.argmax(middle))
+    return (
+        f"Over the {middle.size} layers, on average {sink.mean():.2f} of the attention goes to "
+        f"the sinks (positions 0–{story['n_sinks'] - 1}), {recent.mean():.2f} to the recent "
+        f"{story['n_recent']} tokens and {middle.mean():.2f} to the middle; layer {top} puts the "
+        f"most on the middle, {middle[top]:.2f}."
+    )
+
+
+#: The shares chart's three parts, in its order.
+STORY_PARTS = ("sink", "recent", "middle")
 
 
 def draw(texts: list[str], default_text: str, cfg: Settings, captured: list[data.TraceRef]) -> None:
@@ -98,7 +115,7 @@ def draw(texts: list[str], default_text: str, cfg: Settings, captured: list[data
                 "be evicted. To fix: choose a smaller budget, or more tokens."
             )
         layers = list(range(len(story["sink"])))
-        st.plotly_chart(
+        charts.show(
             figures.attention_shares(
                 layers=layers,
                 sink=story["sink"],
@@ -109,9 +126,8 @@ def draw(texts: list[str], default_text: str, cfg: Settings, captured: list[data
                 title=f"Where each layer's attention goes — {story_text}, "
                 f"{story['n_tokens']:,} tokens",
             ),
-            width="stretch",
             key="rm_story_shares",
-            config={"displaylogo": False},
+            describe=shares_sentence(story),
         )
         for p in problems:
             st.error(p, icon=":material/error:")
@@ -137,24 +153,6 @@ def draw(texts: list[str], default_text: str, cfg: Settings, captured: list[data
             shipped = sorted({int(r.trace.meta["layer"]) for r in captured})
             h2o_label = analysis.describe("h2o", lineup[0][1])
             sl_label = analysis.describe("streaming-llm", lineup[1][1])
-            st.plotly_chart(
-                figures.layer_mass(
-                    layers=layers,
-                    series=[
-                        (h2o_label, figures.policy_colour("h2o"), h2o_by),
-                        (sl_label, figures.policy_colour("streaming-llm"), sl_by),
-                    ],
-                    oracle=oracle_by,
-                    title=f"Retained attention mass per layer at budget {story_budget} — "
-                    f"{story_text}, {story['n_tokens']:,} tokens",
-                    ytitle="retained mass (mean over t ≥ budget)",
-                    marked=shipped,
-                    marked_label="layers of the shipped traces",
-                ),
-                width="stretch",
-                key="rm_story_mass",
-                config={"displaylogo": False},
-            )
             gap = h2o_by - sl_by
             wins = [i for i in layers if gap[i] > MARGIN]
             rest = [i for i in layers if gap[i] <= MARGIN]
@@ -180,6 +178,23 @@ def draw(texts: list[str], default_text: str, cfg: Settings, captured: list[data
                     "ahead: their attention is on the sinks and the recent tokens, which its ring "
                     "buffer keeps anyway."
                 )
+            charts.show(
+                figures.layer_mass(
+                    layers=layers,
+                    series=[
+                        (h2o_label, figures.policy_colour("h2o"), h2o_by),
+                        (sl_label, figures.policy_colour("streaming-llm"), sl_by),
+                    ],
+                    oracle=oracle_by,
+                    title=f"Retained attention mass per layer at budget {story_budget} — "
+                    f"{story_text}, {story['n_tokens']:,} tokens",
+                    ytitle="retained mass (mean over t ≥ budget)",
+                    marked=shipped,
+                    marked_label="layers of the shipped traces",
+                ),
+                key="rm_story_mass",
+                describe=text,
+            )
             st.markdown(text)
 
         c1, c2 = st.columns([1, 3], vertical_alignment="bottom")

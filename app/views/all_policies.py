@@ -6,8 +6,10 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import claims, controls, figures, model_runs, state, sweeps
+from app import a11y, charts, claims, controls, figures, model_runs, state, sweeps
 from h2o import analysis
+
+a11y.focus_ring()  # the keyboard's focus, seen on every control
 
 st.title("All policies")
 st.markdown(
@@ -63,8 +65,8 @@ fig = figures.policy_bars(
     top_k=ctx.top_k,
     title=f"Retained mass and top-{ctx.top_k} recall — {ctx.trace.name}, budget {ctx.budget}",
 )
-st.plotly_chart(fig, width="stretch", key="policy_bars", config={"displaylogo": False})
 verdict = claims.bench_verdict([{**r, "label": state.md(r["label"], 80)} for r in rows], ctx.top_k)
+charts.show(fig, key="policy_bars", describe=verdict)
 st.markdown(" ".join(verdict), help="Computed from the bars above; three decimals tie.")
 table = pd.DataFrame(
     {
@@ -101,6 +103,16 @@ curve_lineup = [(name, controls.policy_settings(name, w, s)) for name in h2o.POL
 curve_rows, oracle_by_budget = sweeps.budget_curves(
     ctx.ref.ident, ctx.trace, sweeps.freeze_lineup(curve_lineup), tuple(budgets), ctx.top_k
 )
+refused = {
+    b: [h2o.POLICIES[n].label for n, p in curve_lineup if h2o.policies.refusal(n, b, **p)]
+    for b in budgets
+}
+skipped = "; ".join(f"{', '.join(who)} at budget {b}" for b, who in refused.items() if who)
+settings = (
+    f"recent_window {w} and sinks {s} from the sidebar, at every budget (TOVA keeps its own "
+    f"recent_window of {controls.own_window('tova')})"
+    + (f". Skipped where a policy refuses its settings: {skipped}." if skipped else ".")
+)
 tabs = st.tabs(["Retained mass", f"Top-{ctx.top_k} recall"])
 for tab, metric, title in (
     (tabs[0], "retained_mass", "Retained attention mass"),
@@ -118,24 +130,15 @@ for tab, metric, title in (
                     [r[metric] for r in mine],
                 )
             )
-    tab.plotly_chart(
+    charts.show(
         figures.budget_curves(
             curves=curves,
             oracle=oracle_by_budget if metric == "retained_mass" else None,
             title=f"{title} vs cache budget — {ctx.trace.name}",
             ytitle=title.lower() + " (mean over t ≥ budget)",
         ),
-        width="stretch",
         key=f"budget_{metric}",
-        config={"displaylogo": False},
+        describe=settings,
+        where=tab,
     )
-refused = {
-    b: [h2o.POLICIES[n].label for n, p in curve_lineup if h2o.policies.refusal(n, b, **p)]
-    for b in budgets
-}
-skipped = "; ".join(f"{', '.join(who)} at budget {b}" for b, who in refused.items() if who)
-st.caption(
-    f"recent_window {w} and sinks {s} from the sidebar, at every budget (TOVA keeps its own "
-    f"recent_window of {controls.own_window('tova')})"
-    + (f". Skipped where a policy refuses its settings: {skipped}." if skipped else ".")
-)
+st.caption(settings)

@@ -19,11 +19,13 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import figures, model_runs, state
+from app import a11y, charts, figures, model_runs, state
 from app.budget_split import claims
 from app.budget_split import data as bd
 from app.real_model.claims import answer_key, is_right, stated
 from h2o.alloc import ALLOCATORS
+
+a11y.focus_ring()  # the keyboard's focus, seen on every control
 
 ss = st.session_state
 BUDGET, TOKENS = "wb_budget", "wb_tokens"
@@ -86,8 +88,9 @@ cal_kv_rest = cal_rest.reshape(n_layers, n_heads // group, group).mean(axis=2)
 
 # -- 1. where each head looks ----------------------------------------------------------------------
 st.subheader("1 · Where each head looks", divider="gray")
-st.markdown(claims.heads_sentence(rest, quality["n_tokens"], split["n_sinks"], split["n_recent"]))
-st.plotly_chart(
+heads = claims.heads_sentence(rest, quality["n_tokens"], split["n_sinks"], split["n_recent"])
+st.markdown(heads)
+charts.show(
     figures.head_shares(
         panels=[
             (f"sinks (positions 0–{split['n_sinks'] - 1})", np.asarray(split["sink"])),
@@ -97,9 +100,8 @@ st.plotly_chart(
         group_size=group,
         title="Share of each head's attention, lighthouse.txt",
     ),
-    width="stretch",
     key="wb_shares",
-    config={"displaylogo": False},
+    describe=heads,
 )
 
 # -- 2. four ways to split the same memory ---------------------------------------------------------
@@ -115,11 +117,12 @@ budget = int(
 ss[BUDGET] = budget
 allocs = bd.allocation_grids(budget, cal_kv_rest)
 total = bd.held_bytes("uniform", budget, quality["n_tokens"])
-st.markdown(
+held = (
     f"Every allocation holds **{allocs['uniform'].total:,} slots = {mib(total)}**: float16 keys "
     f"and values and H2O's own bookkeeping, counted as on every page, against "
     f"{mib(quality['full_cache_kv_bytes'])} for the full cache of {quality['n_tokens']:,} tokens."
 )
+st.markdown(held)
 rule_notes = claims.rule_notes(allocs, quality["n_tokens"])
 for name in bd.ALLOCATIONS:
     unlike = ALLOCATORS[name].unlike_paper
@@ -136,21 +139,21 @@ for name in bd.ALLOCATIONS:
         panels.append((f"{ALLOC_LABELS[name]}: what H2O's heads held at the end", final, None))
     else:
         panels.append((ALLOC_LABELS[name], a.budgets, a.kinds))
-st.plotly_chart(
-    figures.allocation_grids(
-        panels=panels, title=f"Slots per layer and KV head, {budget} per head on average"
-    ),
-    width="stretch",
-    key="wb_grids",
-    config={"displaylogo": False},
-)
 duo = allocs["duo"]
 n_ret = int((duo.kinds == "retrieval").sum()) if duo.kinds is not None else 0
-st.caption(
+kinds = (
     f"DuoAttention-style: {n_ret} of {duo.budgets.size} KV heads ranked “retrieval” on "
     "library.txt. Ada-KV-style sets only each layer's total; its heads trade slots while the "
     "model reads."
 )
+charts.show(
+    figures.allocation_grids(
+        panels=panels, title=f"Slots per layer and KV head, {budget} per head on average"
+    ),
+    key="wb_grids",
+    describe=[held, kinds],
+)
+st.caption(kinds)
 
 # -- 3. at equal memory ---------------------------------------------------------------------------
 st.subheader("3 · At equal memory: perplexity and the answer", divider="gray")
@@ -161,7 +164,11 @@ series = [
     (p, plabel(p), [table[p, a]["perplexity"] if (p, a) in table else None for a in bd.ALLOCATIONS])
     for p in policies
 ]
-st.plotly_chart(
+verdicts = claims.verdict_lines(
+    [(label, dict(zip(bd.ALLOCATIONS, vals, strict=True))) for _, label, vals in series],
+    ALLOC_LABELS,
+)
+charts.show(
     figures.allocation_perplexity(
         allocations=[ALLOC_LABELS[a] for a in bd.ALLOCATIONS],
         series=series,
@@ -169,13 +176,8 @@ st.plotly_chart(
         title=f"Perplexity on {quality['n_tokens']:,} tokens of lighthouse.txt at "
         f"{budget} slots per head ({mib(total)})",
     ),
-    width="stretch",
     key="wb_ppl",
-    config={"displaylogo": False},
-)
-verdicts = claims.verdict_lines(
-    [(label, dict(zip(bd.ALLOCATIONS, vals, strict=True))) for _, label, vals in series],
-    ALLOC_LABELS,
+    describe=verdicts,
 )
 for v in verdicts:
     st.markdown(f"- {v}")

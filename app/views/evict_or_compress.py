@@ -12,10 +12,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import figures, pages, state
+from app import a11y, charts, figures, pages, state
 from app.needle import claims, frontier, shipped
 from app.needle.frontier import GROUPS, PPL_TEXT, PPL_TOKENS
 from h2o.stats import share
+
+a11y.focus_ring()  # the keyboard's focus, seen on every control
 
 ss = st.session_state
 MEMORY, LENGTH = "ec_memory", "ec_length"
@@ -82,7 +84,17 @@ if shipped.report(fr, fr_path, "frontier"):
             icon=":material/info:",
         )
     else:
-        st.plotly_chart(
+        said = claims.verdict(ppl, memory, claims.PERPLEXITY) if memory is not None else None
+        counted = (
+            f"{plural(len(ppl), 'row')} in {plural(len(frontier.lines(ppl)), 'family', 'families')}"
+            + (
+                f"; {plural(len(fr.records) - len(ppl), 'row')} on another text or length not shown"
+                if len(fr.records) > len(ppl)
+                else ""
+            )
+            + "."
+        )
+        charts.show(
             figures.frontier(
                 lines=frontier.figure_lines(ppl, lambda p: f"perplexity {p.y:.2f}"),
                 full=full_of(ppl),
@@ -92,21 +104,12 @@ if shipped.report(fr, fr_path, "frontier"):
                 ytitle="perplexity",
                 yformat="%{y:.2f}",
             ),
-            width="stretch",
             key="ec_ppl",
-            config={"displaylogo": False},
+            describe=[t for t in (said, counted) if t],
         )
-        if memory is not None:
-            st.markdown(claims.verdict(ppl, memory, claims.PERPLEXITY))
-        st.caption(
-            f"{plural(len(ppl), 'row')} in {plural(len(frontier.lines(ppl)), 'family', 'families')}"
-            + (
-                f"; {plural(len(fr.records) - len(ppl), 'row')} on another text or length not shown"
-                if len(fr.records) > len(ppl)
-                else ""
-            )
-            + "."
-        )
+        if said is not None:
+            st.markdown(said)
+        st.caption(counted)
         shipped.provenance(fr, "frontier")
 
 # -- needle accuracy -------------------------------------------------------------------------------
@@ -126,7 +129,14 @@ if shipped.report(gr, gr_path, "needle grid") and lens:
         )
     )
     acc = frontier.accuracy_points(gr.records, length)
-    st.plotly_chart(
+    said = claims.verdict(acc, memory, claims.ACCURACY) if memory is not None else None
+    n_cells = sum(p.n for p in acc)
+    counted = (
+        f"{plural(len(acc), 'row')}, {plural(n_cells, 'cell')} at {length:,} tokens (every "
+        "depth and needle of that length in the file); bytes per token are each row's KV "
+        "bytes over the prompt's tokens, averaged over its cells."
+    )
+    charts.show(
         figures.frontier(
             lines=frontier.figure_lines(acc, lambda p: f"{share(p.right, p.n).text()} right"),
             full=full_of(acc),
@@ -137,18 +147,12 @@ if shipped.report(gr, gr_path, "needle grid") and lens:
             yformat="%{y:.0%}",
             share=True,
         ),
-        width="stretch",
         key="ec_acc",
-        config={"displaylogo": False},
+        describe=[t for t in (said, counted) if t],
     )
-    if memory is not None:
-        st.markdown(claims.verdict(acc, memory, claims.ACCURACY))
-    n_cells = sum(p.n for p in acc)
-    st.caption(
-        f"{plural(len(acc), 'row')}, {plural(n_cells, 'cell')} at {length:,} tokens (every "
-        "depth and needle of that length in the file); bytes per token are each row's KV "
-        "bytes over the prompt's tokens, averaged over its cells."
-    )
+    if said is not None:
+        st.markdown(said)
+    st.caption(counted)
     shipped.provenance(gr, "needle grid")
 
 # -- the rows --------------------------------------------------------------------------------------

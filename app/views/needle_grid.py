@@ -14,10 +14,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import figures, state
+from app import a11y, charts, figures, state
 from app.lesson import needle as lesson_needle
 from app.needle import claims, grid, runs, shipped
 from app.needle.grid import METRIC_BUTTONS, METRICS
+
+a11y.focus_ring()  # the keyboard's focus, seen on every control
 
 ss = st.session_state
 ROWS, METRIC = "ng_rows", "ng_metric"
@@ -87,7 +89,10 @@ if not chosen:
 zrange = grid.colour_range(cells, chosen, metric)
 fmt = ".0%" if metric == "correct" else ".2f"
 panels = [(r, *grid.matrix(cells, r, lens, deps, metric)) for r in chosen]
-event = st.plotly_chart(
+shown_text = claims.shown_sentence(chosen, rows, cells, planned)
+scores = grid.scores(cells, chosen)
+scores_text = claims.scores_sentence(scores, cells)
+event = charts.show(
     figures.needle_heatmaps(
         panels=panels,
         lengths=lens,
@@ -98,9 +103,8 @@ event = st.plotly_chart(
         title=f"{METRICS[metric].capitalize()}, per prompt length and needle depth",
         clickable=True,
     ),
-    width="stretch",
     key="ng_heatmaps",
-    config={"displaylogo": False},
+    describe=[shown_text, scores_text],
     on_select="rerun",
     selection_mode="points",
 )
@@ -113,9 +117,8 @@ elif picked != ss.get(CLICKED):
     ss[CLICKED] = picked
     ss[CELL_ROW], ss[CELL_LEN], ss[CELL_DEPTH] = chosen[picked[0]], picked[1], picked[2]
 st.caption("Click a cell to open it under *One cell* below.")
-st.markdown(claims.shown_sentence(chosen, rows, cells, planned))
-scores = grid.scores(cells, chosen)
-st.markdown(claims.scores_sentence(scores, cells))
+st.markdown(shown_text)
+st.markdown(scores_text)
 bytes_per_token = {
     r: sum(c.kv_bytes / c.tokens for c in cs) / len(cs)
     for r in chosen
@@ -180,16 +183,16 @@ st.caption(
     f"KV memory held: {cell.kv_bytes:,} bytes ({cell.kv_bytes / cell.tokens:,.0f} per prompt "
     f"token, {cell.tokens:,} tokens). {cell.seconds:.1f} s on the machine that computed the file."
 )
-st.markdown(claims.held_sentence(cell.held))
+held_text = claims.held_sentence(cell.held)
+st.markdown(held_text)
 if cell.held is not None:
-    st.plotly_chart(
+    charts.show(
         figures.held_bars(
             held=cell.held,
             title="At the question: share of each layer's KV heads still holding the needle",
         ),
-        width="stretch",
         key="ng_held",
-        config={"displaylogo": False},
+        describe=held_text,
     )
 
 # -- recompute -------------------------------------------------------------------------------------

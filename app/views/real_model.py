@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import controls, model_runs, state
+from app import a11y, controls, model_runs, state
 from app.real_model import generation, perplexity, shipped, story
 from app.real_model.common import GEN_TEXT, GOTO, OPEN_ERROR, SINKS, WINDOW, Settings, ss
 from h2o.model import ModelNotFoundError
+
+a11y.focus_ring()  # the keyboard's focus, seen on every control
 
 if (target := ss.pop(GOTO, None)) is not None:
     st.switch_page(target)

@@ -7,12 +7,14 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from app import controls, data, figures, player, state, sweeps
+from app import a11y, charts, controls, data, figures, player, state, sweeps
 from app.lesson import part2
 from app.player import stepper
 from h2o import age_bias, analysis
 from h2o.player import playback
 from h2o.policies import make_policy
+
+a11y.focus_ring()  # the keyboard's focus, seen on every control
 
 STEP_KEY = state.SPIKE_STEP
 
@@ -160,10 +162,19 @@ holds = (
     if diff < part2.TIE and not at_32
     else "Across the sweep of chapter 4: "
 )
-st.markdown(
+# The sentences the two heatmaps below are described by: how close the runs land, and how much
+# of their caches they share.
+land = (
     f"Budget {c_budget}, recent_window {c_window}, top-{c_top_k} recall "
     f"{h_row['top_k_recall']:.4f} vs {s_row['top_k_recall']:.4f}: the two land "
-    f"{'within a hundredth' if diff < part2.TIE else f'{diff:.4f} apart'} of each other.\n\n"
+    f"{'within a hundredth' if diff < part2.TIE else f'{diff:.4f} apart'} of each other."
+)
+disagree = (
+    f"The caches disagree on {1 - agree['share']:.0%} of the panels, holding "
+    f"≈ {agree['only_a']:.3f} of the mass either way."
+)
+st.markdown(
+    land + "\n\n"
     "> *that workload's heavy hitters hold their weight for a whole 512-step epoch and so score "
     "well under either rule. The difference is real but that trace does not exercise it, which "
     "is worth knowing before reading much into the table.* — the card\n\n"
@@ -171,16 +182,16 @@ st.markdown(
     + age_bias.window_tie_sentence(windows, sweep_h2o, sweep_sc, 32)
     + f" At recent_window {c_window}, a canonical heavy hitter takes a steady share of every row "
     f"for {epoch} steps: its sum climbs (H2O) *and* it earns a vote every step (Scissorhands), "
-    f"so both rules rank it on top while it matters. The caches disagree on "
-    f"{1 - agree['share']:.0%} of the panels, holding ≈ {agree['only_a']:.3f} of the mass either "
-    "way. Below, the two whole runs side by side (the dotted lines are epoch boundaries)."
+    f"so both rules rank it on top while it matters. "
+    + disagree
+    + " Below, the two whole runs side by side (the dotted lines are epoch boundaries)."
 )
 his = playback.colour_his([playback.Panel("", "", r) for r in c_reps])
 cols = st.columns(2, gap="medium")
 for col, rep, hi, row in zip(cols, c_reps, his, rows, strict=True):
     scale = figures.ColourScale(hi, log=True) if hi is not None else None
     grid, sx, sy = data.pooled(rep, *playback.OVERVIEW_BINS)
-    col.plotly_chart(
+    charts.show(
         figures.score_heatmap(
             z=grid,
             x=np.arange(grid.shape[1]) * sx + (sx - 1) / 2,
@@ -194,7 +205,7 @@ for col, rep, hi, row in zip(cols, c_reps, his, rows, strict=True):
             vlines_label=f"epoch boundaries (every {epoch} steps)",
             height=420,
         ),
-        width="stretch",
         key=f"canonical_{rep.policy}",
-        config={"displaylogo": False},
+        describe=[land, disagree],
+        where=col,
     )

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import claims, controls, figures, state, sweeps
+from app import a11y, charts, claims, controls, figures, state, sweeps
 from h2o import analysis
+
+a11y.focus_ring()  # the keyboard's focus, seen on every control
 
 st.title("recentWindow explorer")
 st.markdown(
@@ -63,14 +65,27 @@ for col, w in zip(cols[:2], [32, band], strict=True):
     )
 cols[2].metric(f"{ref_label['streaming-llm']} mass", f"{sl_mass:.4f}")
 cols[3].metric(f"Oracle bound (best {ctx.budget})", f"{oracle:.4f}")
+# What the two charts below are described by: the headline, and the references they draw.
+described: list[str] = []
 if band is not None and band in by_w and 32 in by_w:
     share = sweeps.band_share(ctx.ref.ident, ctx.trace, band)
-    st.markdown(
+    described.append(
         f"This trace puts **{share:.2f}** of its attention on the most recent {band} positions. "
         + claims.window_headline(
             h2o_rows, band, sl_mass, sl_recall, state.md(ref_label["streaming-llm"]), ctx.top_k
         )
     )
+    st.markdown(described[0])
+references = (
+    f"References at budget {ctx.budget}: "
+    + "; ".join(
+        f"{ref_label[p]} mass {ref_mass[p]:.4f}, recall {ref_recall[p]:.4f}"
+        for p in ("streaming-llm", "sliding-window")
+    )
+    + f"; oracle bound {oracle:.4f}. Means over steps t ≥ budget; computed once per budget and "
+    "cached, so returning to a budget is instant."
+)
+described.append(references)
 
 left, right = st.columns(2, gap="medium")
 for col, metric, title, refs_of, with_oracle in (
@@ -94,7 +109,7 @@ for col, metric, title, refs_of, with_oracle in (
         band=band,
         current=ctx.recent_window if ctx.recent_window < ctx.budget else None,
     )
-    col.plotly_chart(fig, width="stretch", key=f"sweep_{metric}", config={"displaylogo": False})
+    charts.show(fig, key=f"sweep_{metric}", describe=described, where=col)
 
 st.subheader("The numbers")
 table = pd.DataFrame(
@@ -114,12 +129,4 @@ st.dataframe(
     column_config={c: st.column_config.NumberColumn(format="%.4f") for c in table.columns[1:]},
     key="sweep_table",
 )
-st.caption(
-    f"References at budget {ctx.budget}: "
-    + "; ".join(
-        f"{ref_label[p]} mass {ref_mass[p]:.4f}, recall {ref_recall[p]:.4f}"
-        for p in ("streaming-llm", "sliding-window")
-    )
-    + f"; oracle bound {oracle:.4f}. Means over steps t ≥ budget; computed once per budget and "
-    "cached, so returning to a budget is instant."
-)
+st.caption(references)

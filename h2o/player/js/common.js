@@ -68,6 +68,19 @@ export function esc(s) {
 }
 export const fmt = (x) => (x === 0 ? "0" : Math.abs(x) >= 1e5 || Math.abs(x) < 1e-3 ? x.toExponential(3) : String(Number(x.toPrecision(4))));
 export const clamp = (v, lo, hi) => Math.max(lo, Math.min(hi, v));
+/** An id no other element of the page has: a host may show several players, and load this
+ * script more than once (each copy draws its own prefix). */
+const ID_PREFIX = "h2o-" + Math.random().toString(36).slice(2, 8) + "-";
+let lastId = 0;
+export const uid = (what) => ID_PREFIX + what + "-" + ++lastId;
+/** Name a chart (role, its title element) and describe it (the elements with its sentences),
+ * for assistive technology: plotly.js and a canvas give it neither. */
+export function describeChart(node, role, titled, described) {
+  for (const e of [titled, ...described]) if (!e.id) e.id = uid("text");
+  node.setAttribute("role", role);
+  node.setAttribute("aria-labelledby", titled.id);
+  node.setAttribute("aria-describedby", described.map((e) => e.id).join(" "));
+}
 export const comma = (n) => n.toLocaleString("en-US");
 
 export function themeOf(node) {

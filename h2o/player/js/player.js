@@ -18,9 +18,14 @@
  * next range), and standalone in an exported HTML file (no server: the range is all there is).
  */
 import { C, IDLE_REPORT_MS, REQUEST_RETRY_MS, SPEEDS } from "./constants.js";
-import { clamp, comma, decode, el, ICON, panelData, themeOf } from "./common.js";
+import { clamp, comma, decode, describeChart, el, ICON, panelData, themeOf } from "./common.js";
 import { PlotMethods } from "./plots.js";
 import { SlotChart } from "./slots.js";
+/** What takes its own keys: a focused button, link or ARIA widget (a page's other controls). */
+const WIDGET = 'button, a[href], summary, [contenteditable="true"], [role="button"], [role="tab"], '
+  + '[role="radio"], [role="checkbox"], [role="switch"], [role="slider"], [role="spinbutton"], '
+  + '[role="option"], [role="menuitem"], [role="combobox"], [role="listbox"], [role="grid"]';
+
 // -- the player --------------------------------------------------------------------------------
 export class Player {
   constructor(root, bytes, opts) {
@@ -314,6 +319,10 @@ export class Player {
     // marimo draws widgets in a shadow root, where the document's activeElement is the host.
     if (this.opts.keysInside && !this.root.contains(this.root.getRootNode().activeElement)) return;
     const k = e.key;
+    // The keyboard alone: another widget's keys are its own (a radio group's arrows, a button's
+    // Space), and Space or Enter on one of the player's buttons presses that button.
+    const widget = tgt && tgt !== this.slider && tgt.closest ? tgt.closest(WIDGET) : null;
+    if (widget && (!this.root.contains(widget) || k === " " || k === "Enter")) return;
     const big = e.shiftKey ? 10 : 1;
     if (k === "ArrowRight" || k === "PageDown") this.move(big);
     else if (k === "ArrowLeft" || k === "PageUp") this.move(-big);
@@ -410,9 +419,20 @@ export class Player {
       if (P.meta.sinks) legend.push([C.sinkFill, `pinned sinks (${P.meta.sinks})`, C.sinkLine]);
       v.bars.chart.setLegend(legend);
       v.overview = h.presenter ? null : this.plotBox(box, "h2o-overview", 300);
+      // Each chart is named by its title and described by the step's story ("step 273: evicted
+      // position 241 …"), which every render rewrites; the kept slots by their own caption.
+      describeChart(v.detail.wrap, "figure", v.detail.cap, [v.story]);
+      describeChart(v.bars.chart.canvas, "img", cap, [v.story]);
+      if (v.overview) describeChart(v.overview.wrap, "figure", v.overview.cap, [v.story]);
       return v;
     });
     this.mViews = h.presenter ? [] : [this.plotBox(this.metricsBox, "h2o-mass", 330), this.plotBox(this.metricsBox, "h2o-recall", 330)];
+    for (const mv of this.mViews) {
+      mv.said = el("p", "h2o-said");
+      mv.said.hidden = true; // a description only: the plot shows these numbers on hover
+      mv.wrap.appendChild(mv.said);
+      describeChart(mv.wrap, "figure", mv.cap, [mv.said]);
+    }
     this.syncControls();
     this.redraw(true);
   }
@@ -468,6 +488,7 @@ export class Player {
       if (v.overview) this.place(v.overview, t, this.page);
     });
     for (const mv of this.mViews) this.place(mv, t);
+    if (this.mViews.length) this.sayMetrics(t);
     this.renders++;
     this.mark("rendered");
     this.root.dataset.rendered = String(t);

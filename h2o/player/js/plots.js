@@ -324,6 +324,28 @@ export const PlotMethods = {
     this.bind(gd);
   },
 
+  /** The metrics plots' descriptions: at step t, each panel's value and its running mean (what
+   * the plots' hover says at the cursor), and the oracle bound. */
+  sayMetrics(t) {
+    const h = this.h;
+    const at = (arr, digits) => (arr && Number.isFinite(arr[t]) ? arr[t].toFixed(digits) : null);
+    const defs = [["mass", "run_mass", "retained mass"], ["recall", "run_recall", `top-${h.top_k} recall`]];
+    defs.forEach(([key, runKey, what], m) => {
+      const parts = [];
+      this.panels.forEach((P) => {
+        if (P.error) return;
+        const y = at(P.a[key], 3);
+        const r = at(P.a[runKey], 4);
+        parts.push(`${P.meta.title}: ${what} ${y === null ? "not measured" : y}` + (r === null ? "" : `, mean to step ${t} ${r}`));
+      });
+      const o = key === "mass" ? at(this.oracle, 3) : null;
+      if (o !== null) parts.push(`oracle bound ${o}`);
+      const text = `Step ${t}: ${parts.join("; ")}.`;
+      const said = this.mViews[m].said;
+      if (said.textContent !== text) said.textContent = text;
+    });
+  },
+
   drawMetrics() {
     const T0 = performance.now();
     try { return this._drawMetrics(); } finally { this.timed("drawMetrics", T0); }

@@ -1,0 +1,145 @@
+"""Every chart on a page, with an accessible name and description: :func:`show` draws a Plotly
+figure the way the pages did (``st.plotly_chart``) and tells assistive technology what it shows.
+
+* **Name**: the figure's own title, as plain text, through ``st.plotly_chart(alt=...)``:
+  Streamlit gives the chart ``role="figure"`` and that ``aria-label``.
+* **Description**: the sentence(s) the page computes for the chart (the ones printed under or
+  above it), linked with ``aria-describedby``. Streamlit has no option for that, so a custom
+  component v2 (inline, in the page: no iframe, nothing fetched) holds the sentences as plain
+  text (``textContent``, never HTML) in a ``hidden`` element — a description may point at hidden
+  text; a screen reader's reading of the page skips it, so the sentences are not read twice
+  there — and sets the attribute on the chart. Its element takes no room (``display: none``): the
+  page looks as it did.
+
+``tests/test_a11y_browser.py`` reads every chart's name and description from Chromium's
+accessibility tree, on every page.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import streamlit as st
+
+#: The component's element: its sentences, one span each (the test reads them one by one).
+_HTML = '<p class="h2o-chart-description" hidden></p>'
+#: Its element container takes no room (a hidden element still has a flex gap around it).
+_CSS = ".stElementContainer:has(> .stBidiComponent .h2o-chart-description) { display: none; }"
+_JS = """
+export default function ({ data, parentElement }) {
+  const box = parentElement.querySelector(".h2o-chart-description");
+  const id = "h2o-description-" + data.chart;
+  box.id = id;
+  box.replaceChildren();
+  data.parts.forEach((text, i) => {
+    if (i) box.appendChild(document.createTextNode(" "));
+    const s = document.createElement("span");
+    s.textContent = text; // plain text, never markup: labels come from files and users
+    box.appendChild(s);
+  });
+  // The chart is this element's sibling (same block); it may be drawn after this runs, and
+  // redrawn by a rerun: link it now and whenever the block changes.
+  const block = (parentElement.closest('[data-testid="stElementContainer"]') || parentElement)
+    .parentElement || document.body;
+  const chart = ".st-key-" + CSS.escape(data.chart) + ' [data-testid="stPlotlyChart"]';
+  const link = () => {
+    const c = block.querySelector(chart);
+    if (c && c.getAttribute("aria-describedby") !== id) c.setAttribute("aria-describedby", id);
+  };
+  if (parentElement.__h2oLink) parentElement.__h2oLink.disconnect();
+  const watch = new MutationObserver(link);
+  watch.observe(block, { childList: true, subtree: true });
+  parentElement.__h2oLink = watch;
+  link();
+  return () => { watch.disconnect(); parentElement.__h2oLink = null; };
+}
+"""
+
+
+@st.cache_resource(show_spinner=False)
+def _describer() -> Callable[..., Any]:
+    return st.components.v2.component(
+        "h2o_chart_description", html=_HTML, css=_CSS, js=_JS, isolate_styles=False
+    )
+
+
+# -- plain text ------------------------------------------------------------------------------------
+_TAG = re.compile(r"<[^>]*>")
+_BREAK = re.compile(r"\s*<br\s*/?>\s*", re.I)
+
+
+def title_of(fig: Any) -> str:
+    """The figure's title as plain text: Plotly's markup gone (a second line, the subtitle,
+    after a dash), its entities decoded."""
+    title = fig.layout.title
+    text = (title.text if title is not None else None) or ""
+    return " ".join(html.unescape(_TAG.sub("", _BREAK.sub(" — ", text))).split())
+
+
+#: Markdown's escapable punctuation (CommonMark), as ``state.md`` and the pages escape it.
+_ESCAPED = re.compile(r"\\([!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])")
+_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+_STRONG = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
+_EMPH = re.compile(r"(?<![\w*])\*(?=\S)(.+?)(?<=\S)\*(?![\w*])")
+_CODE = re.compile(r"`([^`]*)`")
+_LINE_START = re.compile(r"^\s*(?:>\s*)*(?:[-*+]\s+|\d+\.\s+|#{1,6}\s+)?", re.M)
+
+
+def plain(markdown: str) -> str:
+    """What a sentence written in markdown reads as, once Streamlit has rendered it: the
+    emphasis, code marks, links' targets, list bullets and quote marks gone, escapes undone."""
+    keep: list[str] = []
+
+    def hold(m: re.Match) -> str:  # escaped characters are text: keep them out of the rules
+        keep.append(m.group(1))
+        return f"\x00{len(keep) - 1}\x00"
+
+    text = _ESCAPED.sub(hold, markdown)
+    text = _CODE.sub(lambda m: m.group(1), text)
+    text = _LINK.sub(r"\1", text)
+    text = _LINE_START.sub("", text)
+    for _ in range(2):  # nested: ***both***
+        text = _STRONG.sub(r"\2", text)
+        text = _EMPH.sub(r"\1", text)
+    text = re.sub(r"\x00(\d+)\x00", lambda m: keep[int(m.group(1))], text)
+    return " ".join(text.split())
+
+
+# -- the chart -------------------------------------------------------------------------------------
+def show(
+    fig: Any,
+    *,
+    key: str,
+    describe: str | Iterable[str],
+    where: Any = None,
+    title: str | None = None,
+    config: dict | None = None,
+    **kwargs: Any,
+) -> Any:
+    """``st.plotly_chart(fig, key=key, ...)`` in ``where`` (a column, a tab; the page by
+    default), named by its title (or ``title``) and described by ``describe``: the sentence(s),
+    in markdown, that the page computes for it (none: a name only). Returns what
+    ``st.plotly_chart`` returns."""
+    where = st if where is None else where
+    name = title if title is not None else title_of(fig)
+    if not name:
+        raise ValueError(f"chart {key!r} has no title to name it by")
+    parts = [describe] if isinstance(describe, str) else list(describe)
+    parts = [p for p in (plain(p) for p in parts) if p]
+    kwargs.setdefault("width", "stretch")
+    shown = where.plotly_chart(
+        fig, key=key, alt=name, config={"displaylogo": False, **(config or {})}, **kwargs
+    )
+    if not parts:  # nothing computed for it this time (the page says why): a name only
+        return shown
+    describer = _describer()
+    args = {"data": {"chart": key, "parts": parts}, "key": f"{key}_description"}
+    if where is st:
+        describer(**args, width="content")
+    else:
+        with where:
+            describer(**args, width="content")
+    return shown
