@@ -1,6 +1,6 @@
 """The player's JavaScript as ES modules: explicit imports, constants from Python, one bundle.
 
-Each file under app/player/js/ imports what it uses from the others and exports what they use;
+Each file under h2o/player/js/ imports what it uses from the others and exports what they use;
 ``constants.js`` is generated from h2o/player/constants.py, which the Python side reads too; the
 bundle the app and the exported file run strips the imports into one scope. Node (where it is
 installed) loads the modules as real ES modules and parses the bundle.

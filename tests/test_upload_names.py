@@ -113,7 +113,7 @@ def test_a_hostile_name_of_a_successful_upload_is_text_everywhere(exports):
     assert as_read(sidebar).startswith(f"**{STEM}** — 40 steps")
 
     # The player's data: the name as plain data (the player shows it only through textContent
-    # and Plotly-escaped strings, app/player/js).
+    # and Plotly-escaped strings, h2o/player/js).
     (player,) = [e for e in at.get("bidi_component") if e.proto.component_name == "h2o_player"]
     header, _ = playback.decode(player.proto.bytes)
     assert header["trace"] == STEM

@@ -29,7 +29,7 @@ def score_heatmap(
 
     ``z`` is ``(len(y), len(x))`` raw scores (nan = not kept), max-pooled when the strides are
     above 1; ``scale=None`` is for policies that keep no score (one flat colour). The step by
-    step views are drawn in the browser (``app/player/js/``); this one is static.
+    step views are drawn in the browser (``h2o/player/js/``); this one is static.
     """
     where = (f"steps ≈ %{{x:.0f}} (±{step_stride // 2})" if step_stride > 1 else "step %{x}") + (
         f", positions ≈ %{{y:.0f}} (±{pos_stride // 2})" if pos_stride > 1 else ", position %{y}"

@@ -4,7 +4,7 @@ The server computes, the browser animates: for one *view* (a trace, two replays,
 they were made with) the browser receives, per loaded *range* of steps, everything a step shows —
 each panel's kept scores at every step of the range, its victims, its narration — plus the whole
 run's metrics and a max-pooled overview. Stepping, playing, dragging the slider and clicking an
-eviction inside the range then cost no round trip (``app/player/js/`` draws them); the
+eviction inside the range then cost no round trip (``h2o/player/js/`` draws them); the
 browser asks for the next range when the current step nears an edge of this one.
 
 The payload is bytes, not JSON: ``MAGIC``, a little-endian ``uint32`` header length, the header

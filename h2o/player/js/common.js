@@ -11,7 +11,7 @@ export const ICON = {
   pause: svg("M6 4h4v16H6zM14 4h4v16h-4z"),
 };
 
-// -- the payload (see app/player/playback.py) ---------------------------------------------------------
+// -- the payload (see h2o/player/playback.py) ---------------------------------------------------------
 export function decode(bytes) {
   const u8 = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
   const buf = u8.slice().buffer; // own, aligned copy: typed views need aligned offsets

@@ -2,7 +2,7 @@
  * The step-through player: draws one view of a replay and steps, plays and scrubs it in the
  * browser, with no round trip to the server inside the loaded range of steps.
  *
- * The server (app/player/playback.py) packs, per view and per range of steps, each panel's kept scores,
+ * The server (h2o/player/playback.py) packs, per view and per range of steps, each panel's kept scores,
  * victims and narration, plus the whole run's metrics and a max-pooled overview. This file decodes
  * that payload, derives the kept positions at every step (a step admits its own position and drops
  * its victims), and draws with plotly.js (window.Plotly, loaded by the page, never from a CDN).
