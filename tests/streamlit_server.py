@@ -116,6 +116,28 @@ def wait_ready(page, timeout: float = 120) -> None:
     raise TimeoutError("the app script did not finish")
 
 
+def settle(page, quiet: float = 2.0, timeout: float = 120) -> None:
+    """Until the script is idle and the page has stopped growing for ``quiet`` seconds: some
+    pages draw a code block or a chart a moment after the script first reports idle (the lesson
+    draws its first chapter first, the rest a moment later)."""
+    wait_ready(page, timeout)
+    deadline = time.monotonic() + timeout
+    last, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        now = page.evaluate(
+            """() => [document.querySelectorAll('*').length,
+                      document.querySelectorAll('.main-svg').length,
+                      (document.querySelector('[data-testid=stApp]') || {dataset: {}})
+                        .dataset.testScriptState || '']"""
+        )
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet and now[2] not in ("running", "rerunRequested"):
+            return
+        page.wait_for_timeout(250)
+    raise TimeoutError(f"the page kept changing: {last}")
+
+
 #: The step-through player, once it has drawn a step (``data-rendered``) and its plots.
 PLAYER = ".h2o-player"
 

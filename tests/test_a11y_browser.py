@@ -61,12 +61,12 @@ from __future__ import annotations
 
 import ast
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from streamlit_server import PLAYER, needs_chromium, wait_player, wait_ready
+from streamlit_server import PLAYER, needs_chromium, wait_player
+from streamlit_server import settle as shared_settle
 from test_browser import new_page
 
 from app import pages
@@ -149,25 +149,9 @@ PATHS = ["" if p.default else p.url_path for p in pages.PAGES]
 
 # -- helpers ---------------------------------------------------------------------------------------
 def settle(page, quiet: float = 2.0, timeout: float = 120) -> None:
-    """Until the script is idle and the page has stopped growing for ``quiet`` seconds: some
-    pages draw a code block or a chart a moment after the script first reports idle."""
-    wait_ready(page, timeout)
-    deadline = time.monotonic() + timeout
-    last, since = None, time.monotonic()
-    while time.monotonic() < deadline:
-        now = page.evaluate(
-            """() => [document.querySelectorAll('*').length,
-                      document.querySelectorAll('.main-svg').length,
-                      (document.querySelector('[data-testid=stApp]') || {dataset: {}})
-                        .dataset.testScriptState || '']"""
-        )
-        if now != last:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet and now[2] not in ("running", "rerunRequested"):
-            break
-        page.wait_for_timeout(250)
-    else:
-        raise TimeoutError(f"the page kept changing: {last}")
+    """The shared wait (the page idle and no longer growing), then the player's plots if the
+    page has one."""
+    shared_settle(page, quiet, timeout)
     if page.locator(PLAYER).count():
         wait_player(page)
 

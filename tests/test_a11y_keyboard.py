@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import io
 import re
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from streamlit_server import PLAYER, needs_chromium, shown_step, wait_player, wait_ready
+from streamlit_server import PLAYER, needs_chromium, shown_step, wait_player
+from streamlit_server import settle as shared_settle
 from test_browser import new_page
 
 pytestmark = [pytest.mark.browser, needs_chromium]
@@ -200,25 +200,9 @@ class Walk:
 
 
 # -- the page --------------------------------------------------------------------------------------
-def settle(page, quiet: float = 1.5, timeout: float = 120) -> None:
-    """Until the script is idle and the page has stopped growing for ``quiet`` seconds (the lesson
-    draws its first chapter first, the rest a moment later)."""
-    wait_ready(page, timeout)
-    deadline = time.monotonic() + timeout
-    last, since = None, time.monotonic()
-    while time.monotonic() < deadline:
-        now = page.evaluate(
-            """() => [document.querySelectorAll('*').length,
-                      document.querySelectorAll('.main-svg').length,
-                      (document.querySelector('[data-testid=stApp]') || {dataset: {}})
-                        .dataset.testScriptState || '']"""
-        )
-        if now != last:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet and now[2] not in ("running", "rerunRequested"):
-            return
-        page.wait_for_timeout(200)
-    raise TimeoutError(f"the page kept changing: {last}")
+def settle(page) -> None:
+    """The shared wait, with a shorter quiet spell."""
+    shared_settle(page, quiet=1.5)
 
 
 def question_of(at: Stop) -> str | None:
