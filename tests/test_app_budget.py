@@ -100,7 +100,11 @@ def test_the_page_shows_the_shipped_numbers_and_reads_its_verdicts_from_them(mon
         assert ("nothing beats uniform" in line) == (not beaten)
     # One colour axis for the three share panels, and one for the four grids.
     assert {d["coloraxis"] for d in figs["wb_shares"]["data"]} == {"coloraxis"}
-    assert len(figs["wb_grids"]["data"]) == 4
+    grids = figs["wb_grids"]["data"]
+    heatmaps = [d for d in grids if d["type"] == "heatmap"]
+    assert len(heatmaps) == 4 and {d["coloraxis"] for d in heatmaps} == {"coloraxis"}
+    # each grid's printed budgets are a text layer of their own (black or white per cell)
+    assert [d["mode"] for d in grids if d["type"] == "scatter"] == ["text"] * 4
 
 
 def test_the_answers_are_marked_against_the_full_cache():

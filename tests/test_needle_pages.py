@@ -83,7 +83,10 @@ def test_the_grid_draws_each_row_on_one_scale_and_says_what_it_shows(results, me
     col = "correct" if metric == "correct" else "logprob"
     zs = []
     heat = [t for t in spec["data"] if t["type"] == "heatmap"]
-    marks = [t for t in spec["data"] if t["type"] == "scatter"]  # click targets, one per panel
+    # click targets, one per panel (the other scatter traces print the cells' values)
+    marks = [t for t in spec["data"] if t["type"] == "scatter" and t["mode"] != "text"]
+    printed = [t for t in spec["data"] if t["type"] == "scatter" and t["mode"] == "text"]
+    assert len(printed) == len(heat)
     for i, (tr, mark, row) in enumerate(zip(heat, marks, shown, strict=True)):
         computed = g[g.row == row][["length", "depth"]].drop_duplicates()
         assert sorted(tuple(c[:3]) for c in mark["customdata"]) == sorted(

@@ -169,3 +169,65 @@ def styled_lines(curves: Sequence[Curve], x_name: str, value: str) -> list[dict]
             }
         )
     return data
+
+
+# -- text on a colour scale ------------------------------------------------------------------------
+def _luminance(rgb: Sequence[float]) -> float:
+    """WCAG 2.1's relative luminance of an sRGB colour (channels 0–255)."""
+    lin = [
+        c / 255 / 12.92 if c / 255 <= 0.04045 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb
+    ]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def text_colour_on(cell: str) -> str:
+    """Black or white, whichever contrasts more with ``cell`` (``"rgb(r, g, b)"`` or ``#rrggbb``):
+    at least 4.58:1 on any colour. plotly.js's own choice for a heatmap's cell text (#444 or #fff)
+    falls to 3.1:1 on Viridis."""
+    from plotly.colors import hex_to_rgb, unlabel_rgb
+
+    rgb = hex_to_rgb(cell) if cell.startswith("#") else unlabel_rgb(cell)
+    lum = _luminance(rgb)
+    return "#000000" if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else "#ffffff"
+
+
+def cell_text(
+    z: np.ndarray,
+    x: Sequence,
+    y: Sequence,
+    labels: Sequence[Sequence[str]],
+    *,
+    zrange: tuple[float, float],
+    scale: str,
+    size: int,
+    axes: tuple[str, str],
+) -> dict:
+    """A heatmap's printed values as a text layer of their own, each in black or white by the
+    colour its cell is drawn in (``z`` on ``scale`` over ``zrange``, as the colour axis maps it);
+    a NaN cell prints nothing. plotly.js takes one text colour per heatmap trace, not per cell."""
+    from plotly.colors import get_colorscale, sample_colorscale
+
+    z = np.asarray(z, dtype=np.float64)
+    lo, hi = zrange
+    xs, ys, texts, where = [], [], [], []
+    for i, row in enumerate(z):
+        for j, v in enumerate(row):
+            if np.isfinite(v):
+                xs.append(x[j])
+                ys.append(y[i])
+                texts.append(labels[i][j])
+                where.append(min(1.0, max(0.0, (v - lo) / (hi - lo))) if hi > lo else 0.0)
+    colours = sample_colorscale(get_colorscale(scale), where) if where else []
+    return {
+        "type": "scatter",
+        "mode": "text",
+        "x": xs,
+        "y": ys,
+        "text": texts,
+        "textfont": {"size": size, "color": [text_colour_on(c) for c in colours]},
+        "xaxis": axes[0],
+        "yaxis": axes[1],
+        "hoverinfo": "skip",
+        "showlegend": False,
+        "name": "cell values",
+    }

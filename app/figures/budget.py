@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .base import FONT, ORACLE_COLOUR, base_layout, make_figure, policy_colour
+from .base import FONT, ORACLE_COLOUR, base_layout, cell_text, make_figure, policy_colour
 
 #: A sequential scale that reads on light and dark pages alike (low = dark, high = bright).
 GRID_SCALE = "Viridis"
@@ -145,8 +145,6 @@ def allocation_grids(
                 "x": np.arange(n_layers),
                 "y": np.arange(n_heads),
                 "text": text.T.tolist(),
-                "texttemplate": "%{text}",
-                "textfont": {"size": FONT - 5},
                 "xaxis": f"x{ax}",
                 "yaxis": f"y{ax}",
                 "coloraxis": "coloraxis",
@@ -155,6 +153,18 @@ def allocation_grids(
                 "hovertemplate": f"{label}<br>layer %{{x}}, KV head %{{y}}: %{{text}} slots"
                 "<extra></extra>",
             }
+        )
+        data.append(
+            cell_text(
+                b.T,
+                np.arange(n_layers),
+                np.arange(n_heads),
+                text.T.tolist(),
+                zrange=(0, top),
+                scale=GRID_SCALE,
+                size=FONT - 5,
+                axes=(f"x{ax}", f"y{ax}"),
+            )
         )
     layout["coloraxis"] = {
         "colorscale": GRID_SCALE,

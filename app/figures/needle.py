@@ -15,7 +15,15 @@ import plotly.graph_objects as go
 
 from app.needle.frontier import TOLERANCE
 
-from .base import FONT, NEUTRAL_LINE, POLICY_COLOURS, base_layout, make_figure, policy_colour
+from .base import (
+    FONT,
+    NEUTRAL_LINE,
+    POLICY_COLOURS,
+    base_layout,
+    cell_text,
+    make_figure,
+    policy_colour,
+)
 from .budget import GRID_SCALE
 
 #: KIVI-style quantized caches, by bit width (a hue no policy uses); combinations take their
@@ -192,8 +200,6 @@ def needle_heatmaps(
                 "yaxis": f"y{ax}",
                 "coloraxis": "coloraxis",
                 "customdata": np.asarray(counts, dtype=np.int64),
-                "texttemplate": f"%{{z:{value_format}}}",
-                "textfont": {"size": FONT - 3},
                 "xgap": 2,
                 "ygap": 2,
                 "hovertemplate": f"{_e(label)}<br>%{{x}} tokens, needle at %{{y}}<br>"
@@ -201,8 +207,21 @@ def needle_heatmaps(
                 "needle(s)<extra></extra>",
             }
         )
+        labels = [[format(v, value_format) if np.isfinite(v) else "" for v in r] for r in z]
+        data.append(
+            cell_text(
+                z,
+                xs,
+                ys,
+                labels,
+                zrange=zrange,
+                scale=GRID_SCALE,
+                size=FONT - 3,
+                axes=(f"x{ax}", f"y{ax}"),
+            )
+        )
         if clickable:
-            data[-1]["hoverinfo"] = "skip"  # the marker above it carries the tooltip
+            data[-2]["hoverinfo"] = "skip"  # the marker above it carries the tooltip
             overlay.append(_cell_markers(i, label, z, counts, lengths, depths, ax))
         layout[f"xaxis{ax}"] = {
             "domain": [lo, hi],
