@@ -55,3 +55,31 @@ def test_a_pair_is_said_to_differ_only_at_p_below_005(tmp_path):
     ]
     (line,) = findings.comparisons(cells)
     assert "p = 0.031" in line and line.endswith("`kivi4` answers more.")
+
+
+def _cell(row: str, depth: int, needle: str, ok: bool, length: int = 1024) -> dict:
+    return {
+        "row": row,
+        "length": length,
+        "depth": depth,
+        "needle": needle,
+        "correct": ok,
+        "kv_bytes": 1,
+        "prompt_tokens": 1,
+    }
+
+
+def test_the_window_sweep_counts_each_budget_and_window():
+    cells = [_cell("h2o@128:w12%", d, "a", d == 100) for d in (0, 50, 100)]
+    cells += [_cell("h2o@128", d, "a", False) for d in (0, 50)]
+    cells += [_cell("h2o@128:w45", 100, n, True) for n in "ab"]
+    cells += [_cell("h2o@128:w45", 0, "a", True, length=512)]  # another length: not counted
+    cells += [_cell("h2o@256:w50%", 0, "a", True)]  # one window alone: no line for 256
+    head, rule, line = findings.window_sweep(cells)
+    assert head == (
+        "| H2O budget (1,024 tokens) | window 12% | 25% | 50% | 75% | 32 (default) | 45 (band) |"
+    )
+    assert rule == "|---|---|---|---|---|---|---|"
+    # 12 % of 128 slots is 15 (rounded down); the class default is 32
+    assert line == "| 128 | 1/3 (w 15) | – | – | – | 0/2 (w 32) | 2/2 (w 45) |"
+    assert findings.window_sweep(cells[:3]) == []

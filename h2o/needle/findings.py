@@ -35,6 +35,8 @@ TABLE_ROWS = (
     "streaming-llm@128",
     "snapkv@128",
     "snapkv@256:avg5",
+    "snapkv@256+kivi4",
+    "h2o@256:w50%+kivi4",
 )
 #: The pairs the README compares: (A, B, at which lengths: None for every length ≤ MAX_LENGTH).
 PAIRS: tuple[tuple[str, str, int | None], ...] = (
@@ -45,6 +47,10 @@ PAIRS: tuple[tuple[str, str, int | None], ...] = (
     ("snapkv@256", "h2o@256:w50%:prefill", None),
     ("snapkv@256:avg5", "snapkv@256", None),
     ("kivi4", "kivi2", None),
+    ("snapkv@256+kivi4", "snapkv@256", None),
+    ("h2o@256:w50%+kivi4", "h2o@256:w50%", None),
+    ("snapkv@256+kivi4", "snapkv@141", 2048),
+    ("h2o@256:w50%+kivi4", "h2o@206:w50%", 2048),
     ("kivi4", "h2o@688:w50%", 2048),
     ("kivi4", "h2o@688:w50%:prefill", 2048),
     ("kivi4", "snapkv@723", 2048),
@@ -113,6 +119,46 @@ def table(cells: Sequence[dict]) -> list[str]:
     return out
 
 
+#: The window sweep: H2O (evicting while it reads) at each budget with its recent window as a
+#: share of the budget, at its class default (32 slots) and at the model's median local
+#: attention band (45 tokens, ``attention-band.json``), on the sweep's prompt length.
+SWEEP_BUDGETS = (64, 128, 256, 512)
+SWEEP_WINDOWS = (("12%", ":w12%"), ("25%", ":w25%"), ("50%", ":w50%"), ("75%", ":w75%"))
+SWEEP_FIXED = (("32 (default)", ""), ("45 (band)", ":w45"))
+SWEEP_LENGTH = 1024
+
+
+def window_sweep(cells: Sequence[dict], length: int = SWEEP_LENGTH) -> list[str]:
+    """A Markdown table: per budget, the needles answered at each recent window (``k/n`` and
+    the window in slots; "–" where not computed or not smaller than the budget). A budget is
+    listed when at least two of its windows were computed; no table without one."""
+    from h2o.model.rows import Row
+
+    columns = SWEEP_WINDOWS + SWEEP_FIXED
+    body = []
+    for b in SWEEP_BUDGETS:
+        row, computed = [f"| {b} |"], 0
+        for _, suffix in columns:
+            label = f"h2o@{b}{suffix}"
+            oc = _outcomes(cells, label, length)
+            if not oc:
+                row.append(" – |")
+                continue
+            computed += 1
+            w = Row.parse(label).recent_window
+            row.append(f" {sum(oc.values())}/{len(oc)} (w {w}) |")
+        if computed >= 2:
+            body.append("".join(row))
+    if not body:
+        return []
+    head = " | ".join(name for name, _ in columns)
+    return [
+        f"| H2O budget ({length:,} tokens) | window {head} |",
+        "|---|" + "---|" * len(columns),
+        *body,
+    ]
+
+
 def comparisons(cells: Sequence[dict]) -> list[str]:
     """One line per pair of :data:`PAIRS` both rows of which are in the file."""
     out = []
@@ -161,6 +207,7 @@ def findings(results: Path = RESULTS) -> str:
     """Every block the README's findings print, as Markdown."""
     cells = read_lines(results / "needle-grid.jsonl")
     parts = ["\n".join(table(cells)), "\n".join(comparisons(cells))]
+    parts.append("\n".join(window_sweep(cells)))
     fu = read_lines(results / "followup.jsonl")
     if fu:
         parts.append("\n".join(followup(fu)))
