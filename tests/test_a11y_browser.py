@@ -30,6 +30,10 @@
   every two colours drawn together, the oracle bound's included, at least ΔE00 10 apart
   (CIEDE2000, checked against Sharma's test data); every policy has a line style and marker of
   its own; text contrast at least 4.5:1 in both themes and in the exported file.
+* The notebook widget: the four players of the lesson notebook in a live JupyterLab
+  (``tests/test_notebook_browser.py``), the same axe target and accessibility-tree check.
+* Text printed in the needle grid's and the allocation grids' cells is black or white, whichever
+  contrasts more with the cell (``cell_text``; ``tests/test_palette.py``).
 
 **What is left upstream**
 
@@ -45,9 +49,6 @@
   Streamlit's focus ring is its primary colour at half opacity (2.3:1 on white) and absent on
   the sidebar's page links and the scrolling main area; a collapsed sidebar keeps its controls
   in the Tab order, out of sight (``focus.css`` hides them).
-* Not met yet: text printed in the needle grid's and the allocation grids' cells is plotly.js's
-  automatic #fff or #444, 3.1:1 at worst on Viridis (``tests/test_palette.py``, an expected
-  failure until those figures colour their cell text black or white themselves).
 
 **How the axe tests read** — the violations left are caused by Streamlit itself, not by what the
 app puts on the page: each cause is in :data:`KNOWN` with its axe rule, the upstream issue that

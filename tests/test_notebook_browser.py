@@ -5,7 +5,9 @@ A JupyterLab server on a free port, with a token, over a temporary root holding 
 Chromium opens it, runs every cell through JupyterLab's Run menu and checks what a student sees:
 every player renders both panels; → moves a player's step with no message on the kernel's
 websocket (watched frame by frame); the policy the lesson defines in a cell plays in its player;
-the broken policy's cell shows a clear error and no player; nothing is fetched from a network.
+the broken policy's cell shows a clear error and no player; nothing is fetched from a network;
+axe-core finds no serious or critical violation inside the players, whose charts are named and
+described in the accessibility tree.
 """
 
 from __future__ import annotations
@@ -190,3 +192,32 @@ def test_the_player_renders_styled_and_steps_in_marimo(browser):
             assert [u for u in requests if not u.startswith((local, "blob:", "data:"))] == []
         finally:
             ctx.close()
+
+
+def test_every_player_passes_axe_and_says_what_it_shows_in_jupyterlab(lab_page):
+    """axe-core on the widgets JupyterLab shows (the lesson's four players, scrolled into view in
+    turn so each has drawn): no serious or critical violation inside them, and each player's
+    charts named and described from Chromium's accessibility tree, as in the app. JupyterLab's own
+    interface is not audited: it is not ours (and has its own accessibility work upstream)."""
+    from test_a11y_browser import FAILING, PLAYER_CHARTS, accessibility_tree
+
+    axe = pytest.importorskip("axe_playwright_python.sync_playwright")
+    page, _, _, _ = lab_page
+    players = page.locator(PLAYER)
+    for i in range(players.count()):  # JupyterLab virtualises what is off screen
+        players.nth(i).scroll_into_view_if_needed()
+        page.wait_for_timeout(300)
+    result = axe.Axe().run(page, context={"include": [[PLAYER]]})
+    serious = [
+        f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']][:3]}"
+        for v in result.response["violations"]
+        if v["impact"] in FAILING
+    ]
+    assert not serious, "\n".join(serious)
+    assert result.response["passes"], "axe checked nothing inside the players"
+    tree = accessibility_tree(page, PLAYER_CHARTS)
+    assert len(tree) == 4 * 2 * 4  # four players; per panel: two heatmaps, the slots, a metric
+    for node in tree:
+        assert node["role"] in ("figure", "image"), node
+        assert node["name"].strip(), node
+        assert node["description"].strip(), node
