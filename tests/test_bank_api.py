@@ -224,3 +224,54 @@ def test_a_ring_bank_refuses_other_policies_by_name():
         with pytest.raises(ValueError) as e:
             RingBank([make_policy("streaming-llm", 8, sinks=2), other])
         assert str(e.value) == "a ring bank holds StreamingLLM and sliding-window policies"
+
+
+def _step_all(bank, steps: range, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for t in steps:
+        n = int(bank.fills[0])
+        attn = rng.dirichlet(np.ones(n), size=bank.size).astype(np.float32) if n else None
+        assert bank.step_trusted(t, attn) is True
+
+
+@pytest.mark.parametrize("name", ["h2o", "tova", "streaming-llm", "sliding-window"])
+def test_a_deep_copy_steps_on_as_its_original_and_leaves_it_alone(name):
+    """The model copies a bank after a prompt (to decode from there again): the copy's lanes
+    must read the copy's storage (numpy copies each array on its own, which would leave a
+    lane's row a copy of its own: ``kept`` stale while the bank moved on)."""
+    import copy
+
+    bank = make_bank(lanes(name, 8, (2, 3)) if name in ("h2o", "tova") else lanes(name, 8, (2,)))
+    _step_all(bank, range(20), seed=1)
+    before = snapshot(bank)
+    twin = copy.deepcopy(bank)
+    _step_all(twin, range(20, 45), seed=2)
+    assert snapshot(bank) == before  # the original did not move
+    _step_all(bank, range(20, 45), seed=2)
+    assert snapshot(twin) == snapshot(bank)
+    assert [p.kept.max() for p in twin] == [44] * twin.size  # the lanes did follow the steps
+
+
+def test_a_deep_copy_of_an_adaptive_layer_steps_on_as_its_original():
+    import copy
+
+    from h2o.bank.adaptive import AdaptiveLayer
+    from h2o.policies import H2O
+
+    def feed(layer, steps, seed):
+        rng = np.random.default_rng(seed)
+        for t in steps:
+            for h in layer.heads:
+                n = len(h.kept)
+                h.on_decode_step(t, rng.dirichlet(np.ones(n)).astype(np.float32) if n else None)
+                h.evict()
+
+    layer = AdaptiveLayer([H2O(3 * 6, recent_window=2) for _ in range(3)], 6, alpha=0.2)
+    feed(layer, range(30), seed=3)
+    twin = copy.deepcopy(layer)
+    state = [h.kept.tolist() for h in layer.heads]
+    feed(twin, range(30, 50), seed=4)
+    assert [h.kept.tolist() for h in layer.heads] == state
+    feed(layer, range(30, 50), seed=4)
+    assert [h.kept.tolist() for h in twin.heads] == [h.kept.tolist() for h in layer.heads]
+    assert max(max(h.kept) for h in twin.heads) == 49

@@ -8,6 +8,7 @@ model's closed loop, one scored policy per head, the heads' storage one row each
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 
@@ -59,6 +60,17 @@ class AdaptiveLayer:
         self._windows = [p.recent_window for p in policies]
         self._penalties: dict[tuple[int, ...], np.ndarray] = {}
         self.wants = [True] * G
+
+    def __deepcopy__(self, memo: dict) -> AdaptiveLayer:
+        # the heads' policies store their rows in this layer's arrays: numpy copies each array
+        # on its own, so bind the copies' rows again
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        for name, value in self.__dict__.items():
+            new.__dict__[name] = copy.deepcopy(value, memo)
+        for g, p in enumerate(new.inner):
+            p.bind(new._pos[g], new._score[g])
+        return new
 
     # -- the sequence of heads (what the model checks before running) -------------------------
     def __len__(self) -> int:

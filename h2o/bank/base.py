@@ -14,6 +14,7 @@ by construction.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 
@@ -74,9 +75,22 @@ class PolicyBank(LockstepReplay):
         self._cap = 0
         self._reserve(int(self.budgets.max()) + 1)
 
+    def __deepcopy__(self, memo: dict) -> PolicyBank:
+        # numpy copies every array on its own, so the copied lanes' rows would no longer be
+        # views of the copied bank's storage: copy, then bind them again
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        for name, value in self.__dict__.items():
+            new.__dict__[name] = copy.deepcopy(value, memo)
+        new._bind_lanes()
+        return new
+
     # -- for subclasses ------------------------------------------------------------------------
     def _kind(self, policies: list[Policy]) -> None:
         raise NotImplementedError
+
+    def _bind_lanes(self) -> None:
+        """Make each lane's storage its row of the bank's arrays (after they were replaced)."""
 
     def _lane(self, policy: Policy) -> Policy:
         raise NotImplementedError
