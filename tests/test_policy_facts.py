@@ -26,3 +26,40 @@ def test_the_app_reads_them_from_the_class(monkeypatch):
     # a policy whose class says it keeps its own window is left alone, whatever its name
     monkeypatch.setattr(h2o.POLICIES["scissorhands"], "own_window", True)
     assert "recent_window" not in controls.policy_settings("scissorhands", 32, 4)
+
+
+def test_a_class_declares_its_bank_and_compiled_rule_and_a_subclass_inherits_neither():
+    """The bank tables are read from each class (``bank``, ``compiled_rule``), never inherited:
+    a subclass that changes the rule would otherwise run its parent's compiled loop."""
+    import pytest
+
+    from h2o.bank import BANKS, RingBank, ScoredBank, bank_class
+    from h2o.bank.kernels import RULE_IDS, rule_id
+    from h2o.bank.lane import RING_RULE, compiled_rule
+    from h2o.policies import H2O, TOVA, RandomEviction, Scissorhands, SlidingWindow, StreamingLLM
+    from h2o.policies.registry import BUILT_IN
+
+    assert {c: c.declares("bank") for c in BUILT_IN} == {
+        H2O: "scored", Scissorhands: "scored", TOVA: "scored", RandomEviction: "scored",
+        StreamingLLM: "ring", SlidingWindow: "ring",
+    }  # fmt: skip
+    assert {
+        c: (ScoredBank if c.declares("bank") == "scored" else RingBank) for c in BUILT_IN
+    } == BANKS
+    assert {c: rule_id(c) for c in (H2O, Scissorhands, TOVA, RandomEviction)} == {
+        H2O: RULE_IDS["add"], Scissorhands: RULE_IDS["vote"], TOVA: RULE_IDS["replace"],
+        RandomEviction: -1,
+    }  # fmt: skip
+    assert compiled_rule(SlidingWindow(8)) == compiled_rule(StreamingLLM(8)) == RING_RULE
+
+    class Mine(H2O):
+        name = "mine"
+
+        def _accumulate(self, score, attn):
+            score += 2 * attn
+
+    assert Mine.compiled_rule == "add"  # inherited as an attribute, but not declared:
+    assert Mine.declares("compiled_rule") is None and rule_id(Mine) == -1
+    assert compiled_rule(Mine(8, 2)) == -1
+    with pytest.raises(ValueError, match="no bank holds Mine policies"):
+        bank_class(Mine(8, 2))

@@ -20,31 +20,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from h2o.policies import (
-    H2O,
-    TOVA,
-    Policy,
-    RandomEviction,
-    Scissorhands,
-    SlidingWindow,
-    StreamingLLM,
-)
+from h2o.policies import Policy
+from h2o.policies.registry import BUILT_IN
 
 from .base import BankAttn, PolicyBank
 from .replay import replay_bank
 from .ring import RingBank
 from .scored import ScoredBank
 
-#: The classes a bank runs: the library's own, whose rules it vectorises and whose whole state
-#: is in ``params()`` (so it can build its lanes). Anything else — a subclass, a policy loaded
-#: from a file — runs one instance at a time.
+#: The classes a bank runs: the library's own that declare one (``Policy.bank``), whose rules it
+#: vectorises and whose whole state is in ``params()`` (so it can build its lanes). Anything
+#: else — a subclass, a policy loaded from a file — runs one instance at a time.
+BANK_KINDS: dict[str, type[PolicyBank]] = {"scored": ScoredBank, "ring": RingBank}
 BANKS: dict[type, type[PolicyBank]] = {
-    H2O: ScoredBank,
-    Scissorhands: ScoredBank,
-    TOVA: ScoredBank,
-    RandomEviction: ScoredBank,
-    StreamingLLM: RingBank,
-    SlidingWindow: RingBank,
+    cls: BANK_KINDS[kind] for cls in BUILT_IN if isinstance(kind := cls.declares("bank"), str)
 }
 
 
@@ -59,11 +48,11 @@ def bank_class(policy: object) -> type[PolicyBank]:
     return cls
 
 
-def bank_key(policy: object) -> tuple[type[PolicyBank], type]:
+def bank_key(policy: object) -> tuple[type[PolicyBank], type | None]:
     """Policies with equal keys can share a bank (a scored bank holds one class; a ring bank
     holds StreamingLLM and the sliding window together)."""
     cls = bank_class(policy)
-    return cls, (type(policy) if cls is ScoredBank else StreamingLLM)
+    return cls, (type(policy) if cls is ScoredBank else None)
 
 
 def make_bank(policies: Sequence[Policy]) -> PolicyBank:

@@ -21,11 +21,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from h2o.policies import H2O, TOVA, Scissorhands
-
-#: The rules these loops know, by policy class.
+#: The rules these loops know, by the name a policy class declares (``compiled_rule``).
 H2O_RULE, SCISSORHANDS_RULE, TOVA_RULE = 0, 1, 2
-RULES = {H2O: H2O_RULE, Scissorhands: SCISSORHANDS_RULE, TOVA: TOVA_RULE}
+RULE_IDS = {"add": H2O_RULE, "vote": SCISSORHANDS_RULE, "replace": TOVA_RULE}
+
+
+def rule_id(cls: type) -> int:
+    """The loops' rule for policy class ``cls``: the one it declares itself, or -1 (numpy)."""
+    declares = getattr(cls, "declares", None)
+    name = declares("compiled_rule") if declares is not None else None
+    return RULE_IDS.get(name, -1) if isinstance(name, str) else -1
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -23,16 +23,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from h2o.policies import H2O, TOVA, Policy, Scissorhands, SlidingWindow, StreamingLLM
+from h2o.policies import Policy
 from h2o.replay import Replay, result
 from h2o.trace import Trace
 
-from .kernels import apply_rule_to_row, first_min
+from .kernels import apply_rule_to_row, first_min, rule_id
 
-#: The rule for StreamingLLM and the sliding window: no score, the oldest after the sinks goes.
+#: The rule for the ring policies (StreamingLLM, the sliding window): no score, the oldest after
+#: the sinks goes.
 RING_RULE = 3
-RULES: dict[type, int] = {H2O: 0, Scissorhands: 1, TOVA: 2, StreamingLLM: RING_RULE}
-RULES[SlidingWindow] = RING_RULE
 #: numpy's pairwise summation: its unrolled leaf size, and the buffer a cast reduction fills.
 _PW_BLOCK, _BUFFER = 128, 8192
 
@@ -40,7 +39,9 @@ _PW_BLOCK, _BUFFER = 128, 8192
 def compiled_rule(policy: Policy) -> int:
     """The rule :func:`replay_lane` runs for ``policy``, or -1 if it must run in Python (random
     eviction, a subclass, a policy of your own)."""
-    return RULES.get(type(policy), -1)
+    if type(policy).declares("bank") == "ring":
+        return RING_RULE
+    return rule_id(type(policy))
 
 
 @njit(cache=True, nogil=True)

@@ -30,12 +30,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from h2o.policies import H2O, TOVA, Scissorhands
 from h2o.progress import Progress
 from h2o.replay import Replay, check_top_k, replay, result
 from h2o.trace import ROW_SUM_TOLERANCE, Trace
 
-from .kernels import replay_steady
+from .kernels import replay_steady, rule_id
 
 if TYPE_CHECKING:  # the bank's classes build on this module (PolicyBank mixes it in)
     from .base import PolicyBank
@@ -166,7 +165,7 @@ class LockstepReplay:
         the bank does not qualify)."""
         if not (
             self.kind == "scored"
-            and type(self._lanes[0]) in _SHARED_FILL
+            and _shared_fill(type(self._lanes[0]))
             and self._budget >= 1
             and self.reads_attention
             and not self._own_checks
@@ -307,9 +306,12 @@ def _victims(evictions: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]]) 
 #: Traces whose float64 sums of kept weights are exact in any order (see the module docstring).
 _EXACT: weakref.WeakKeyDictionary[Trace, bool] = weakref.WeakKeyDictionary()
 _TINY = 2.0**-29
-#: Classes whose rule reads only the step's weights (so lanes that keep the same positions and
-#: see the same row stay equal).
-_SHARED_FILL = (H2O, Scissorhands, TOVA)
+
+
+def _shared_fill(cls: type) -> bool:
+    """Whether the class's rule reads only the step's weights (so lanes that keep the same
+    positions and see the same row stay equal): the compiled rules do."""
+    return rule_id(cls) >= 0
 
 
 def _exact_sums(trace: Trace) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from h2o.policies import Policy, SlidingWindow, StreamingLLM
+from h2o.policies import Policy
 
 from .base import NO_VICTIMS, PolicyBank
 
@@ -73,7 +73,7 @@ class RingBank(PolicyBank):
     kind = "ring"
 
     def _kind(self, policies: list[Policy]) -> None:
-        if not all(type(p) in (StreamingLLM, SlidingWindow) for p in policies):
+        if not all(type(p).declares("bank") == "ring" for p in policies):
             raise ValueError("a ring bank holds StreamingLLM and sliding-window policies")
 
     def _lane(self, policy: Policy) -> Policy:
@@ -94,8 +94,11 @@ class RingBank(PolicyBank):
         if self._cap:
             pos[:, : self._cap] = self._pos
         self._pos, self._cap = pos, cap
+        self._bind_lanes()
+
+    def _bind_lanes(self) -> None:
         for i, lane in enumerate(self._lanes):
-            lane._row = pos[i]
+            lane._row = self._pos[i]
 
     def _advance_lockstep(self, pos: int, attn: np.ndarray | None) -> None:
         n = self._fill

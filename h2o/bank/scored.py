@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from h2o.policies import H2O, TOVA, Policy, RandomEviction, Scissorhands
+from h2o.policies import Policy
 from h2o.policies.base import MAX_WEIGHT
+from h2o.policies.registry import BUILT_IN
 
 from .base import NO_VICTIMS, PolicyBank
-from .kernels import RULES, advance_lanes, evict_lanes, step_lanes
+from .kernels import advance_lanes, evict_lanes, rule_id, step_lanes
 
-#: The classes a scored bank holds: the library's own.
-_CLASSES = (H2O, Scissorhands, TOVA, RandomEviction)
 #: Weights the compiled loops read (each dtype is compiled once, then cached on disk).
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _NO_ATTN = np.zeros((0, 0))
@@ -41,10 +40,11 @@ class ScoredBank(PolicyBank):
 
     def _kind(self, policies: list[Policy]) -> None:
         cls = type(policies[0])
-        if cls not in _CLASSES or any(type(p) is not cls for p in policies):
+        if cls.declares("bank") != "scored" or any(type(p) is not cls for p in policies):
+            held = [c.__name__ for c in BUILT_IN if c.declares("bank") == "scored"]
             raise ValueError(
-                "a scored bank holds policies of one class: H2O, Scissorhands, TOVA or "
-                "RandomEviction"
+                "a scored bank holds policies of one class: "
+                + (", ".join(held[:-1]) + " or " + held[-1] if len(held) > 1 else held[0])
             )
 
     def _lane(self, policy: Policy) -> Policy:
@@ -57,7 +57,7 @@ class ScoredBank(PolicyBank):
         # one lane's (n,) arrays (elementwise, attn.shape[0] = kept count) is the same rule.
         self._rule = lane.accumulate
         self._by_argmin = type(lane).evicts_by_argmin()
-        self._compiled = RULES.get(type(lane), -1)  # -1: random eviction, the numpy path
+        self._compiled = rule_id(type(lane))  # -1: no compiled rule (random), the numpy path
         self._go = np.ones(self.size, dtype=np.bool_)
         self._out = np.empty(self.size, dtype=np.int64)
 
@@ -73,10 +73,13 @@ class ScoredBank(PolicyBank):
         if old is not None:
             for new, a in zip((self._pos, self._score, self._scratch), old, strict=True):
                 new[:, : self._cap] = a
-        for i, lane in enumerate(self._lanes):  # each lane's storage is its row
-            lane.bind(self._pos[i], self._score[i], self._scratch[i])
+        self._bind_lanes()
         self._cap = cap
         self._cols = np.arange(cap)
+
+    def _bind_lanes(self) -> None:
+        for i, lane in enumerate(self._lanes):  # each lane's storage is its row
+            lane.bind(self._pos[i], self._score[i], self._scratch[i])
 
     def _compiles(self, attn: np.ndarray | None) -> bool:
         """Whether the compiled loops take this step (its weights are float32 or float64)."""

@@ -92,6 +92,16 @@ class Policy:
     #: Whether its recent window is part of its rule (TOVA protects only the newest position),
     #: so a shared window control leaves it alone.
     own_window: ClassVar[bool] = False
+    #: The lock-step bank that runs this class's rule for many lanes at once (:mod:`h2o.bank`):
+    #: "scored" or "ring". Read from the class itself, never inherited (:meth:`declares`): a
+    #: subclass, or a policy of your own, runs one instance at a time unless it says so.
+    bank: ClassVar[str | None] = None
+
+    @classmethod
+    def declares(cls, fact: str) -> object:
+        """A fact this class sets itself (its own ``__dict__``), or None: a subclass that changes
+        the rule must not inherit its parent's compiled path."""
+        return vars(cls).get(fact)
 
     def __init__(self, budget: int, *, rng: np.random.Generator | None = None) -> None:
         self.budget = _check_budget_value(budget)
@@ -252,6 +262,10 @@ class ScoredPolicy(Policy):
 
     #: ``recent_window`` when none is given (TOVA protects only the newest position).
     default_recent_window: ClassVar[int] = 32
+    #: The compiled loops' name for this class's ``_accumulate`` (:mod:`h2o.bank.kernels`): "add"
+    #: (H2O), "vote" (Scissorhands), "replace" (TOVA); None runs it in numpy. Declared by the
+    #: class itself (:meth:`Policy.declares`), with a differential test against the instance.
+    compiled_rule: ClassVar[str | None] = None
     #: Storage per slot: the card's int32 position, float64 score and one byte of scratch.
     POS_DTYPE, SCORE_DTYPE, SCRATCH_DTYPE = (
         np.dtype(np.int32),

@@ -34,6 +34,8 @@ class H2O(ScoredPolicy):
     #: The authors' generation code can also read a prompt with full attention and choose the
     #: heavy hitters from its accumulated attention before decoding (:mod:`h2o.model.prefill`).
     prefill_selection = True
+    bank = "scored"
+    compiled_rule = "add"
 
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         # score[i] += weight, for every i at once; float32 weights are widened exactly to float64.

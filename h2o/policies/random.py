@@ -17,6 +17,7 @@ class RandomEviction(ScoredPolicy):
     label = "Random"
     reads_attention = False
     score_label = "(no score)"
+    bank = "scored"  # its draws run in numpy, lane by lane (no compiled rule)
 
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         pass  # attention is ignored

@@ -29,6 +29,8 @@ class Scissorhands(ScoredPolicy):
     name = "scissorhands"
     label = "Scissorhands"
     score_label = "votes (steps above fair share)"
+    bank = "scored"
+    compiled_rule = "vote"
 
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         # A float64 fair share, so float32 weights are compared with 1/n exactly (a Python float

@@ -14,6 +14,7 @@ from .streaming_llm import StreamingLLM
 
 class SlidingWindow(StreamingLLM):
     name = "sliding-window"
+    bank = "ring"
     label = "Sliding window"
     pins_sinks = False  # StreamingLLM with zero sinks
 

@@ -23,6 +23,7 @@ from .base import Policy, check_int, check_room
 
 class StreamingLLM(Policy):
     name = "streaming-llm"
+    bank = "ring"
     label = "StreamingLLM"
     reads_attention = False
     pins_sinks = True

@@ -27,6 +27,8 @@ class TOVA(ScoredPolicy):
 
     default_recent_window = 1
     own_window = True  # the paper's TOVA protects nothing but the token just admitted
+    bank = "scored"
+    compiled_rule = "replace"
 
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         score[:] = attn
