@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/model.py [--sizes 512,1024,2048] [--quality-tokens 2048]
                                          [--policies ...] [--budget 256] [--repeats 3]
+                                         [--grid-only] [--grid-tokens 1024] [--grid-rows ...]
 
 * capture: one layer's attention trace (layer 8: only layers 0..8 run), time and peak memory;
 * prefill: a full 30-layer causal prefill plus the perplexity head, time and peak memory;
@@ -21,6 +22,13 @@
   whole cell with ``--cell-max-new`` greedy tokens, each as a ratio to one plain full-cache
   evaluation (``perplexity_under_eviction(..., None)``) of prompt + answer, the same length
   (target for the teacher-forced cell: <= 1.2x); ``--cell-only`` runs this section alone.
+
+* depths: a needle-grid row's five depths at ``--grid-tokens`` with ``--grid-needles``
+  needles a depth (3, as the grid runs), per row of ``--grid-rows``: the cells one by one (each
+  prompt read from its start) and as the grid runs them (:func:`h2o.model.answer.score_cells`:
+  the haystack they share read once), in full-cache forwards per five cells (time / needles /
+  one full-cache evaluation of a cell's prompt and answer in the same repeat; target <= 3.5
+  shared); the scores must agree (checked); ``--grid-only`` runs this alone.
 
 Times are medians over ``--repeats`` runs, and each quality ratio is the median of the ratios
 measured within one repeat (the machine is shared and noisy: a ratio taken inside one run
@@ -111,6 +119,13 @@ def main() -> int:
     )
     ap.add_argument("--cell-max-new", type=int, default=8)
     ap.add_argument("--cell-only", action="store_true", help="only the per-cell cost")
+    ap.add_argument("--grid-tokens", type=int, default=1024)
+    ap.add_argument(
+        "--grid-rows",
+        default="full,h2o@256:w50%,h2o@256:w50%:prefill,snapkv@256,kivi4,h2o@256:w50%+kivi4",
+    )
+    ap.add_argument("--grid-needles", type=int, default=3, help="needles a depth, as the grid")
+    ap.add_argument("--grid-only", action="store_true", help="only the cost of a row's depths")
     args = ap.parse_args()
 
     t = time.perf_counter()
@@ -119,6 +134,10 @@ def main() -> int:
     print(f"model load: {load_s:.2f} s, RSS after load {_rss_mb():.0f} MB", flush=True)
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     ids_all = [i for p in TEXTS for i in model.encode(p.read_text("utf-8"))]
+    if args.grid_rows:
+        _depths(model, args)
+    if args.grid_only:
+        return 0
     if args.cell_rows:
         _cells(model, ids_all, args)
     if args.cell_only:
@@ -276,6 +295,84 @@ def _cells(model: SmolLM, ids_all: list[int], args: argparse.Namespace) -> None:
         print(
             f"{label:<34} {med(wall[label]):>6.2f} s {r:>6.2f} "
             f"{med(cpu[label]):>6.1f} s {rc:>6.2f}",
+            flush=True,
+        )
+
+
+def _depths(model: SmolLM, args: argparse.Namespace) -> None:
+    """A row's five depths of the needle grid at ``--grid-tokens``: the cells one by one (each
+    prompt read from its start) and as the grid runs them (what they share read once), in
+    full-cache forwards: time / one plain full-cache evaluation of a cell's prompt and answer
+    in the same repeat. The two ways must give the same scores; checked here too."""
+    from h2o.model.answer import score_answer, score_cells
+    from h2o.model.rows import parse_rows
+    from h2o.needle.cells import cell_needles
+    from h2o.needle.haystack import DEPTHS, build_prompt
+    from h2o.needle.needles import needle
+
+    T, per = args.grid_tokens, args.grid_needles
+    built = [
+        build_prompt(model.encode, needle(nd), T, d)
+        for d in DEPTHS
+        for nd in cell_needles(T, d, per)
+    ]
+    cells = [(p.ids, p.answer_ids, p.needle_span) for p in built]
+    middle = built[len(built) // 2]  # depth 50 %
+    whole = middle.ids + middle.answer_ids
+    base: list[float] = []
+    forward: list[float] = []  # one full-cache forward of a prompt: the prefill alone
+    alone: dict[str, list[float]] = {}
+    shared: dict[str, list[float]] = {}
+    rows = parse_rows(args.grid_rows)
+    for _ in range(args.repeats):
+        base.append(_timed(lambda: perplexity_under_eviction(model, whole, None), 1))
+        forward.append(_timed(lambda: model.forward(middle.ids), 1))
+        for row in rows:
+            got: list = []
+            alone.setdefault(row.label, []).append(
+                _timed(
+                    lambda row=row, got=got: got.extend(
+                        score_answer(model, i, a, row, needle_span=s) for i, a, s in cells
+                    ),
+                    1,
+                )
+            )
+            both: list = []
+            shared.setdefault(row.label, []).append(
+                _timed(lambda row=row, both=both: both.extend(score_cells(model, cells, row)), 1)
+            )
+            for x, y in zip(got, both, strict=True):
+                if (x.token_logprobs, x.produced_ids, x.held) != (
+                    y.token_logprobs, y.produced_ids, y.held
+                ):  # fmt: skip
+                    raise SystemExit(f"{row.label}: the shared cells scored differently")
+    med = statistics.median
+    print(
+        f"\na row's {len(DEPTHS)} depths at {T} tokens ({per} needle(s) a depth: {len(cells)} "
+        f"cells), per {len(DEPTHS)} cells, in full-cache forwards: time / {per} / one full-cache "
+        f"evaluation of a cell's {len(whole)} tokens in the same repeat (medians of "
+        f"{args.repeats}; target <= 3.5 shared); load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"(and in prefills: / one full-cache forward of a cell's {len(middle.ids)} prompt tokens, "
+        f"no output layer; median {med(forward):.2f} s against {med(base):.2f} s)"
+    )
+    print(
+        f"{'row':<26} {'one by one':>11} {'shared':>7} {'ratio':>6} | {'in prefills':>11} "
+        f"{'shared':>7} | {'wall shared':>11}"
+    )
+
+    def per_five(times: list[float], unit: list[float]) -> float:
+        return med(x / u / per for x, u in zip(times, unit, strict=True))
+
+    for row in rows:
+        a, sh = per_five(alone[row.label], base), per_five(shared[row.label], base)
+        fa, fs = per_five(alone[row.label], forward), per_five(shared[row.label], forward)
+        r = med(x / y for x, y in zip(shared[row.label], alone[row.label], strict=True))
+        wall = med(shared[row.label])
+        print(
+            f"{row.label:<26} {a:>11.2f} {sh:>7.2f} {r:>6.2f} | {fa:>11.2f} {fs:>7.2f} | "
+            f"{wall:>9.1f} s",
             flush=True,
         )
 

@@ -12,6 +12,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -301,3 +303,94 @@ def test_an_interrupt_keeps_the_cells_done_in_order(tmp_path):
     run = run_grid(sp, stand_in_cell, cut)
     assert run.computed == len(sp) - 5 and not run.interrupted
     assert cut.read_bytes() == whole.read_bytes()
+
+
+# -- cells that share work, one job a batch --------------------------------------------------------
+def by_row_and_length(spec: dict) -> tuple:
+    return (spec["row"], spec["length"])
+
+
+def stand_in_batch(job: list[dict]) -> list[dict]:
+    if len({by_row_and_length(s) for s in job}) != 1:
+        raise AssertionError(f"a job mixed batches: {job}")
+    return [stand_in_cell(s) for s in job]
+
+
+def test_a_batched_run_gives_the_file_of_cells_run_one_by_one(tmp_path):
+    a, b = tmp_path / "one.jsonl", tmp_path / "batched.jsonl"
+    sp = specs()
+    run_grid(sp, stand_in_cell, a, make_executor=local(2), in_flight=2)
+    jobs: list[int] = []
+
+    def seen(done, total, spec, line, error):
+        jobs.append(done)
+
+    run = run_grid(
+        sp, stand_in_batch, b, make_executor=local(2), in_flight=2, batch=by_row_and_length,
+        progress=seen,
+    )  # fmt: skip
+    assert run.complete and run.computed == len(sp) and jobs == list(range(1, len(sp) + 1))
+    assert a.read_text() == b.read_text()
+
+
+def test_a_batched_rerun_computes_only_the_missing_cells_of_a_batch(tmp_path):
+    out = tmp_path / "g.jsonl"
+    sp = specs()
+    run_grid(sp[:4], stand_in_cell, out)
+    asked: list[list[str]] = []
+
+    def recording(job):
+        asked.append([s["needle"] for s in job])
+        return stand_in_batch(job)
+
+    run = run_grid(
+        sp, recording, out, make_executor=lambda: ThreadPoolExecutor(1), batch=by_row_and_length
+    )
+    assert run.skipped == 4 and run.computed == len(sp) - 4
+    assert sum(map(len, asked)) == len(sp) - 4
+    assert len(asked) == len({by_row_and_length(s) for s in sp[4:]})  # one job a batch
+    assert read_lines(out)[0] == [stand_in_cell(s) for s in sp]
+
+
+def test_a_batch_that_raises_is_retried_then_each_of_its_cells_reported(tmp_path):
+    out = tmp_path / "g.jsonl"
+    sp = specs(rows=["full", "kivi4"], lengths=(512,))
+    calls = Counter()
+
+    def failing(job):
+        calls[job[0]["row"]] += 1
+        if job[0]["row"] == "kivi4":
+            raise RuntimeError("this batch fails")
+        return stand_in_batch(job)
+
+    run = run_grid(
+        sp, failing, out, make_executor=lambda: ThreadPoolExecutor(1), batch=by_row_and_length
+    )
+    assert calls == {"full": 1, "kivi4": 2}
+    assert [f["row"] for f in run.failed] == ["kivi4"] * 3
+    assert all("this batch fails" in f["error"] for f in run.failed)
+    assert [x["row"] for x in read_lines(out)[0]] == ["full"] * 3
+
+
+def test_a_job_with_the_wrong_number_of_lines_fails(tmp_path):
+    out = tmp_path / "g.jsonl"
+    run = run_grid(
+        specs(rows=["full"], lengths=(512,)),
+        lambda job: stand_in_batch(job)[:-1],
+        out,
+        make_executor=lambda: ThreadPoolExecutor(1),
+        batch=by_row_and_length,
+    )
+    assert len(run.failed) == 3 and "2 lines for a job of 3 cells" in run.failed[0]["error"]
+    assert read_lines(out)[0] == []
+
+
+def test_real_cells_batched_are_the_cells_one_by_one_on_the_tiny_model(tmp_path, tiny_path):
+    from h2o.needle.cells import cell_batch, run_cell, run_cells
+
+    a, b = tmp_path / "one.jsonl", tmp_path / "batched.jsonl"
+    sp = tiny_specs(tiny_path)
+    assert run_grid(sp, run_cell, a, make_executor=local(2), in_flight=2).complete
+    run = run_grid(sp, run_cells, b, make_executor=local(2), in_flight=2, batch=cell_batch)
+    assert run.complete
+    assert normalised(a) == normalised(b)

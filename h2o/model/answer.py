@@ -6,6 +6,9 @@
   from the same prefill (the cache rewound, the policies restored from a copy taken after the
   prompt) — so a cell costs one prefill, one chunk of ``len(answer) - 1`` tokens and
   ``max_new`` single-token steps;
+* :func:`score_cells` — :func:`score_answer` of many prompts that share a prefix (the needle
+  grid's haystack up to its needles), reading the shared part once (:func:`prefix_states`), with
+  the same scores bit for bit;
 * :func:`row_perplexity` — the closed-loop perplexity of a text under the row.
 
 Each row kind runs as its module does: the full cache; a decode-time policy in every (layer,
@@ -19,14 +22,14 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from h2o.alloc import Allocation
 from h2o.model.allocation import N_RECENT, N_SINKS, allocated_factory, head_shares, make_allocation
-from h2o.model.forward import KVCache, SmolLM
+from h2o.model.forward import PROMPT_BLOCK, KVCache, SmolLM
 from h2o.model.generate import decode_greedy
 from h2o.model.prefill import prefill_policies, prompt_attention
 from h2o.model.quality import make_banks, policy_factory
@@ -130,7 +133,38 @@ def _check_span(span: object, n_prompt: int) -> tuple[int, int] | None:
     return lo, hi
 
 
-# -- one cell ------------------------------------------------------------------------------------
+# -- reading a prompt, from the start or from a shared prefix ----------------------------------
+@dataclass
+class PromptState:
+    """What reading a prompt's first ``length`` tokens under a row left (``length`` a multiple
+    of :data:`~h2o.model.forward.PROMPT_BLOCK`): the keys and values, and what the row carries
+    while it reads — its policies (a row evicting while it reads), its quantized state (a row
+    reading the prompt quantized), the attention accumulated (H2O's prefill mode). Prompts
+    that begin with the same ``length`` tokens start from one state (:func:`score_cells`)."""
+
+    length: int
+    k: np.ndarray  # (n_layers, n_kv_heads, length, head_dim)
+    v: np.ndarray
+    policies: list | None
+    quant: QuantState | None
+    acc: np.ndarray | None  # (n_layers, n_kv_heads, length) float64
+
+
+def begin(
+    model: SmolLM, row: Row, capacity: int, start: PromptState | None = None
+) -> tuple[KVCache, QuantState | None]:
+    """An empty cache of ``capacity`` positions and the row's quantized state, or both as
+    ``start`` left them (copies: one state starts many prompts)."""
+    cache = KVCache(model.config, capacity)
+    if start is None:
+        return cache, row_quant(row)
+    cache.k[:, :, : start.length] = start.k
+    cache.v[:, :, : start.length] = start.v
+    cache.length = start.length
+    quant = copy.deepcopy(start.quant) if row.quantized_prompt else row_quant(row)
+    return cache, quant
+
+
 def read_prompt(
     model: SmolLM,
     prompt: list[int],
@@ -138,15 +172,22 @@ def read_prompt(
     cache: KVCache,
     quant: QuantState | None,
     calibration_ids: Sequence[int] | None = None,
+    start: PromptState | None = None,
 ) -> tuple[np.ndarray, list | None]:
-    """Read ``prompt`` into an empty ``cache`` under ``row``, as the row's method reads a
-    prompt: its final hidden states and ``policies[layer][kv_head]`` holding what each head
-    kept (None for a row that evicts nothing). ``quant`` (the row's state) is handed the cache
-    only after the prompt unless the row reads the prompt quantized (``:qprompt``): KIVI's
-    prefill attends the prompt at full precision and quantizes what it stores."""
+    """Read ``prompt`` into ``cache`` under ``row``, as the row's method reads a prompt: the
+    final hidden states of the tokens read and ``policies[layer][kv_head]`` holding what each
+    head kept (None for a row that evicts nothing). ``quant`` (the row's state) is handed the
+    cache only after the prompt unless the row reads the prompt quantized (``:qprompt``):
+    KIVI's prefill attends the prompt at full precision and quantizes what it stores.
+
+    ``start``: the cache and ``quant`` hold the state a reading of the prompt's first
+    ``start.length`` tokens left (:func:`begin`); the reading goes on from there, and the
+    result is the same, bit for bit, as reading the whole prompt (:meth:`SmolLM.read`)."""
     T = len(prompt)
     pq = quant if row.quantized_prompt else None
     policies: list | None = None
+    if start is not None and cache.length != start.length:
+        raise ValueError(f"the cache holds {cache.length} tokens, the start {start.length}")
     if row.kind == "snapkv":
         alloc = row_allocation(model, row, calibration_ids)
         check_snapkv(alloc, T, DEFAULT_WINDOW)
@@ -155,13 +196,73 @@ def read_prompt(
         kept = snapkv_kept(acc, alloc, DEFAULT_WINDOW, kernel, mode)
         policies = [[FixedKeep(k, T - 1) for k in heads] for heads in kept]
     elif row.mode == "prefill":
-        hidden, acc = prompt_attention(model, prompt, cache)
+        acc0 = np.zeros((model.config.n_layers, model.config.n_kv_heads, T))
+        if start is not None and start.acc is not None:
+            acc0[:, :, : start.length] = start.acc
+        hidden, acc = prompt_attention(model, prompt, cache, acc0)
         policies = prefill_policies(acc, int(row.budget), int(row.recent_window))  # type: ignore[arg-type]
     else:
         if row.kind == "policy":
-            policies = row_policies(model, row, calibration_ids)
-        hidden = model.forward(prompt, cache=cache, policies=policies, quant=pq)
+            if start is not None:
+                policies = copy.deepcopy(start.policies)
+            else:
+                policies = row_policies(model, row, calibration_ids)
+        hidden = model.read(prompt, cache, policies=policies, quant=pq)
     return hidden, policies
+
+
+def prefix_states(
+    model: SmolLM,
+    ids: Sequence[int],
+    row: Row,
+    stops: Sequence[int],
+    calibration_ids: Sequence[int] | None = None,
+) -> Iterator[PromptState]:
+    """Read ``ids`` under ``row`` once, yielding the state at each of ``stops`` (increasing
+    multiples of :data:`~h2o.model.forward.PROMPT_BLOCK`, each less than ``len(ids)``); a
+    SnapKV row's stops must lie before its window (the last prompt tokens)."""
+    stops = [int(x) for x in stops]
+    if any(x <= 0 or x % PROMPT_BLOCK for x in stops) or stops != sorted(set(stops)):
+        raise ValueError(f"stops must be increasing positive multiples of {PROMPT_BLOCK}: {stops}")
+    if stops and stops[-1] >= len(ids):
+        raise ValueError(f"a stop ({stops[-1]}) must leave a token of the {len(ids)} to read")
+    if not stops:
+        return
+    cfg = model.config
+    cache, quant = begin(model, row, stops[-1])
+    pq = quant if row.quantized_prompt else None
+    prefill = row.kind == "policy" and row.mode == "prefill"
+    evicts = row.kind == "policy" and not prefill
+    policies = row_policies(model, row, calibration_ids) if evicts else None
+    acc = np.zeros((cfg.n_layers, cfg.n_kv_heads, stops[-1])) if prefill else None
+    for stop in stops:
+        part = list(ids[:stop])
+        if prefill:
+            prompt_attention(model, part, cache, acc)
+        else:
+            model.read(part, cache, policies=policies, quant=pq)
+        yield PromptState(
+            length=stop,
+            k=cache.k[:, :, :stop].copy(),
+            v=cache.v[:, :, :stop].copy(),
+            policies=copy.deepcopy(policies),
+            quant=copy.deepcopy(pq),
+            acc=None if acc is None else acc[:, :, :stop].copy(),
+        )
+
+
+def shared_stop(ids: Sequence[int], other: Sequence[int], row: Row) -> int:
+    """Where a reading of ``other`` can hand its state to ``ids``: the last block's end within
+    their common prefix, leaving a token of ``ids`` to read (and, for SnapKV, before its
+    window); 0 if none."""
+    a = np.asarray(ids[: len(other)], dtype=np.int64)
+    b = np.asarray(other[: len(a)], dtype=np.int64)
+    diff = np.flatnonzero(a != b)
+    common = int(diff[0]) if diff.size else len(a)
+    limit = min(common, len(ids) - 1)
+    if row.kind == "snapkv":
+        limit = min(limit, len(ids) - DEFAULT_WINDOW)
+    return max(0, limit) // PROMPT_BLOCK * PROMPT_BLOCK
 
 
 def score_answer(
@@ -174,6 +275,7 @@ def score_answer(
     max_new: int = 8,
     calibration_ids: Sequence[int] | None = None,
     stop_at_eos: bool = True,
+    start: PromptState | None = None,
 ) -> AnswerScore:
     """The answer's teacher-forced log-probability and a greedy continuation under ``row``.
 
@@ -189,6 +291,9 @@ def score_answer(
     has been read — the cache the first answer token's query sees, besides itself. ``kv_bytes``
     is :meth:`Row.kv_bytes` of what the row holds after the prompt (for an evicting row,
     counted from its policies' kept sets).
+
+    ``start``: the state a reading of the prompt's first tokens under the same row left
+    (:func:`prefix_states`); the result is the same as without it (:func:`score_cells`).
     """
     t_start = time.perf_counter()
     prompt = [int(i) for i in prompt_ids]
@@ -204,10 +309,11 @@ def score_answer(
     span = _check_span(needle_span, len(prompt))
     cfg = model.config
     T = len(prompt)
-    cache = KVCache(cfg, T + max(len(answer), max_new))
-    quant = row_quant(row)
+    if start is not None and not 0 < start.length < T:
+        raise ValueError(f"a start of {start.length} tokens for a prompt of {T}")
+    cache, quant = begin(model, row, T + max(len(answer), max_new), start)
 
-    hidden, policies = read_prompt(model, prompt, row, cache, quant, calibration_ids)
+    hidden, policies = read_prompt(model, prompt, row, cache, quant, calibration_ids, start)
 
     held = None
     if policies is not None:
@@ -237,6 +343,65 @@ def score_answer(
         kv_bytes=kv_bytes,
         seconds=time.perf_counter() - t_start,
     )
+
+
+def score_cells(
+    model: SmolLM,
+    cells: Sequence[tuple[Sequence[int], Sequence[int], tuple[int, int] | None]],
+    row: Row,
+    *,
+    max_new: int = 8,
+    calibration_ids: Sequence[int] | None = None,
+    stop_at_eos: bool = True,
+) -> list[AnswerScore]:
+    """:func:`score_answer` of every ``(prompt_ids, answer_ids, needle_span)`` under ``row``,
+    the same scores, reading what the prompts share once.
+
+    The needle grid's prompts of one length are one haystack up to their needles. One prompt
+    (the one that shares the most blocks with the others) is read once, and each prompt starts
+    from the state at the last block its beginning shares with it (:func:`shared_stop`). Each
+    score's ``seconds`` is its own time plus its share of that reading: a stretch read once
+    for ``n`` prompts counts ``1/n`` to each."""
+    if not cells:
+        return []
+    ids = [[int(i) for i in c[0]] for c in cells]
+    chain = max(
+        range(len(ids)),
+        key=lambda i: (sum(shared_stop(x, ids[i], row) for j, x in enumerate(ids) if j != i), -i),
+    )
+    stop_of = [shared_stop(x, ids[chain], row) for x in ids]
+    out: list[AnswerScore | None] = [None] * len(cells)
+
+    def score(i: int, start: PromptState | None, extra: float) -> None:
+        prompt, answer, span = cells[i]
+        sc = score_answer(
+            model,
+            prompt,
+            answer,
+            row,
+            needle_span=span,
+            max_new=max_new,
+            calibration_ids=calibration_ids,
+            stop_at_eos=stop_at_eos,
+            start=start,
+        )
+        sc.seconds += extra
+        out[i] = sc
+
+    for i in range(len(cells)):
+        if stop_of[i] == 0:
+            score(i, None, 0.0)
+    stops = sorted({x for x in stop_of if x})
+    share = 0.0
+    t = time.perf_counter()
+    for state in prefix_states(model, ids[chain], row, stops, calibration_ids):
+        users = [i for i in range(len(cells)) if stop_of[i] >= state.length]
+        share += (time.perf_counter() - t) / len(users)
+        for i in users:
+            if stop_of[i] == state.length:
+                score(i, state, share)
+        t = time.perf_counter()
+    return out  # type: ignore[return-value]
 
 
 def row_perplexity(

@@ -41,6 +41,10 @@ PolicyFactory = Callable[[int, int], "Policy"]
 
 #: Upper bound on the elements of one ``(heads, chunk, keys)`` score block (16 MB in float32).
 CHUNK_ELEMENTS = 1 << 22
+#: :meth:`SmolLM.read` reads a prompt in blocks of this many tokens at fixed positions (0, 128,
+#: 256, …): the state after a block does not depend on what follows it, so prompts that share a
+#: prefix (a haystack up to its needle) can start from one reading of it, bit for bit.
+PROMPT_BLOCK = 128
 
 
 @dataclass(frozen=True)
@@ -242,6 +246,53 @@ class SmolLM:
         if cache is not None:
             cache.length = t0 + n
         return rms_norm(x, self.output_norm, cfg.rms_eps).astype(np.float32)
+
+    def read(
+        self,
+        ids: Sequence[int],
+        cache: KVCache,
+        *,
+        policies: Sequence[Sequence[EvictionPolicy]] | None = None,
+        attn_hook: AttnHook | None = None,
+        progress: Progress | None = None,
+        quant: QuantState | None = None,
+    ) -> np.ndarray:
+        """Read the prompt ``ids`` into ``cache``, from ``cache.length`` on (the cache may already
+        hold ``ids[:cache.length]``: a prefix read before, :mod:`h2o.model.answer`), in blocks
+        that end at multiples of :data:`PROMPT_BLOCK`; each block is one :meth:`forward` with the
+        same arguments. Returns the final hidden states of the tokens read.
+
+        A matrix product's rounding depends on its shape, so one forward over a whole prompt and
+        two over its halves differ in the last bits (about 1e-5 in the hidden states). Reading
+        always in the same blocks makes a prompt's state at a block's end the same whether the
+        prompt was read from 0 or resumed from a state saved there."""
+        start = cache.length
+        if not 0 <= start < len(ids):
+            raise ValueError(f"nothing to read: the cache holds {start} of {len(ids)} tokens")
+        ids = np.asarray(ids, dtype=np.int64)
+        first = (start // PROMPT_BLOCK + 1) * PROMPT_BLOCK
+        ends = [*range(first, len(ids), PROMPT_BLOCK), len(ids)]
+        out = []
+        pos = start
+        for b, end in enumerate(ends):
+            sub = None
+            if progress is not None:  # the layers of every block, as one count
+
+                def sub(d: int, n: int, what: str, _b: int = b) -> None:
+                    progress(_b * n + d, len(ends) * n, what)
+
+            out.append(
+                self.forward(
+                    ids[pos:end],
+                    cache=cache,
+                    policies=policies,
+                    attn_hook=attn_hook,
+                    progress=sub,
+                    quant=quant,
+                )
+            )
+            pos = end
+        return out[0] if len(out) == 1 else np.concatenate(out)
 
     def _qkv(
         self, lw: _LayerWeights, x: np.ndarray, cos: np.ndarray, sin: np.ndarray

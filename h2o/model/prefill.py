@@ -49,22 +49,28 @@ def keep_heavy_and_recent(score: np.ndarray, budget: int, recent: int) -> np.nda
 
 
 def prompt_attention(
-    model: SmolLM, prompt_ids: Sequence[int], cache: KVCache
+    model: SmolLM, prompt_ids: Sequence[int], cache: KVCache, acc: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Read the prompt with full attention into ``cache``: its final hidden states ``(T, d)``
-    and each position's accumulated attention ``(n_layers, n_kv_heads, T)`` float64 — the sum
-    over every prompt query of its causal softmax (self included), the mean over the query
-    heads of each KV head."""
+    """Read the prompt with full attention into ``cache`` (:meth:`SmolLM.read`): the final
+    hidden states of the tokens read and each position's accumulated attention ``(n_layers,
+    n_kv_heads, T)`` float64 — the sum over every prompt query of its causal softmax (self
+    included), the mean over the query heads of each KV head.
+
+    A cache that already holds the prompt's first tokens is read on from there, adding to
+    ``acc`` (what those tokens' queries accumulated; at least ``T`` positions long)."""
     cfg = model.config
     T = len(prompt_ids)
     G, gs = cfg.n_kv_heads, cfg.group_size
-    acc = np.zeros((cfg.n_layers, G, T), dtype=np.float64)
+    if acc is None:
+        acc = np.zeros((cfg.n_layers, G, T), dtype=np.float64)
+    elif acc.shape[:2] != (cfg.n_layers, G) or acc.shape[2] < T:
+        raise ValueError(f"acc must be ({cfg.n_layers}, {G}, >= {T}), got {acc.shape}")
 
     def hook(ch: AttnChunk) -> None:
         p = ch.probs.reshape(G, gs, ch.rows, -1)
         acc[ch.layer, :, : p.shape[-1]] += p.sum(axis=(1, 2), dtype=np.float64) / gs
 
-    hidden = model.forward(prompt_ids, cache=cache, attn_hook=hook)
+    hidden = model.read(prompt_ids, cache, attn_hook=hook)
     return hidden, acc
 
 

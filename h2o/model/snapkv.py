@@ -42,14 +42,18 @@ def snapkv_window_attention(
     progress: Progress | None = None,
     quant: QuantState | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Prefill ``prompt_ids`` into ``cache`` with the full cache; return the final hidden states
-    and ``(n_layers, n_kv_heads, T)``: the attention each position got from the last ``window``
-    queries, summed over them and over each KV head's query heads. ``quant``: the prompt is
-    read through a KIVI-style quantized cache (:mod:`h2o.model.quant`), nothing evicted."""
+    """Prefill ``prompt_ids`` into ``cache`` with the full cache (:meth:`SmolLM.read`); return
+    the final hidden states of the tokens read and ``(n_layers, n_kv_heads, T)``: the attention
+    each position got from the last ``window`` queries, summed over them and over each KV
+    head's query heads. ``quant``: the prompt is read through a KIVI-style quantized cache
+    (:mod:`h2o.model.quant`), nothing evicted. A cache that already holds the prompt's first
+    tokens (none of the window's) is read on from there."""
     cfg = model.config
     T = len(prompt_ids)
     acc = np.zeros((cfg.n_layers, cfg.n_kv_heads, T))
     first = max(0, T - window)
+    if cache.length > first:
+        raise ValueError(f"the cache already holds {cache.length} tokens, past the window's first")
 
     def hook(ch: AttnChunk) -> None:
         lo = max(first - ch.start, 0)
@@ -59,7 +63,7 @@ def snapkv_window_attention(
         g = p.reshape(cfg.n_kv_heads, cfg.group_size, -1).sum(axis=1)
         acc[ch.layer, :, : g.shape[1]] += g
 
-    hidden = model.forward(prompt_ids, cache=cache, attn_hook=hook, progress=progress, quant=quant)
+    hidden = model.read(prompt_ids, cache, attn_hook=hook, progress=progress, quant=quant)
     return hidden, acc
 
 

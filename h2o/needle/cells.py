@@ -5,6 +5,7 @@ the model once per worker process (:func:`worker_model`) and returns one result 
 keys traces/results/README.md describes.
 
 * :func:`run_cell` — ``{"row", "length", "depth", "needle", "model"?, "max_new"?}``;
+  :func:`run_cells` the cells of one row and length as one job (what they share read once);
 * :func:`run_frontier` — ``{"row", "text", "tokens", "content"?, "model"?}`` (``content``: the
   text itself, else read from the file ``text``);
 * :func:`stand_in_cell` — a model-free stand-in with the same keys, computed from the spec
@@ -88,41 +89,64 @@ def run_cell(spec: dict, load: Callable[[], Any] | None = None) -> dict:
     ``load`` gives the model when the host already holds one (the app's server passes its own
     loader, so a recomputed cell does not load a second copy); by default this process keeps
     its own (:func:`worker_model`)."""
-    from h2o.model.answer import score_answer
+    return run_cells([spec], load)[0]
+
+
+def cell_batch(spec: dict) -> tuple:
+    """The cells :func:`run_cells` takes as one job: one row, length, model and answer length."""
+    return (spec["row"], int(spec["length"]), spec.get("model"), int(spec.get("max_new", MAX_NEW)))
+
+
+def run_cells(specs: list[dict], load: Callable[[], Any] | None = None) -> list[dict]:
+    """:func:`run_cell` of every spec (one :func:`cell_batch`), the same lines, reading the
+    haystack the cells share once (:func:`h2o.model.answer.score_cells`). A line's
+    ``seconds`` is its own time plus its share of that reading."""
+    from h2o.model.answer import score_cells
     from h2o.model.rows import Row
 
+    if not specs:
+        return []
+    batches = {cell_batch(s) for s in specs}
+    if len(batches) != 1:
+        raise ValueError(f"one job is one row, length, model and max_new, got {sorted(batches)}")
     t0 = time.perf_counter()
-    fields = row_fields(spec["row"])
-    row = Row.parse(spec["row"])
-    nd = needle(spec["needle"])
-    model = load() if load is not None else worker_model(spec.get("model"))
-    prompt = build_prompt(model.encode, nd, int(spec["length"]), int(spec["depth"]))
-    cal = _calibration_ids(spec.get("model"), model) if row.allocation == "duo" else None
-    score = score_answer(
+    first = specs[0]
+    fields = row_fields(first["row"])
+    row = Row.parse(first["row"])
+    model = load() if load is not None else worker_model(first.get("model"))
+    needles = [needle(s["needle"]) for s in specs]
+    prompts = [
+        build_prompt(model.encode, nd, int(s["length"]), int(s["depth"]))
+        for s, nd in zip(specs, needles, strict=True)
+    ]
+    cal = _calibration_ids(first.get("model"), model) if row.allocation == "duo" else None
+    setup = (time.perf_counter() - t0) / len(specs)
+    scores = score_cells(
         model,
-        prompt.ids,
-        prompt.answer_ids,
+        [(p.ids, p.answer_ids, p.needle_span) for p in prompts],
         row,
-        needle_span=prompt.needle_span,
-        max_new=int(spec.get("max_new", MAX_NEW)),
+        max_new=int(first.get("max_new", MAX_NEW)),
         calibration_ids=cal,
     )
-    return {
-        **fields,
-        "length": prompt.length,
-        "depth": prompt.depth,
-        "needle": nd.id,
-        "question": nd.question,
-        "expected": nd.value,
-        "produced": first_line(score.produced),
-        "correct": is_correct(score.produced, nd.value),
-        "logprob": round(score.logprob, 4),
-        "held": None if score.held is None else [round(h, 4) for h in score.held],
-        "kv_bytes": int(score.kv_bytes),
-        "prompt_tokens": len(prompt.ids),
-        "needle_span": list(prompt.needle_span),
-        "seconds": round(time.perf_counter() - t0, 3),
-    }
+    return [
+        {
+            **fields,
+            "length": prompt.length,
+            "depth": prompt.depth,
+            "needle": nd.id,
+            "question": nd.question,
+            "expected": nd.value,
+            "produced": first_line(score.produced),
+            "correct": is_correct(score.produced, nd.value),
+            "logprob": round(score.logprob, 4),
+            "held": None if score.held is None else [round(h, 4) for h in score.held],
+            "kv_bytes": int(score.kv_bytes),
+            "prompt_tokens": len(prompt.ids),
+            "needle_span": list(prompt.needle_span),
+            "seconds": round(setup + score.seconds, 3),
+        }
+        for prompt, nd, score in zip(prompts, needles, scores, strict=True)
+    ]
 
 
 #: The follow-up cells: the two facts' depths (each order), and how many needle pairs a length.

@@ -283,7 +283,7 @@ def _finish(args: argparse.Namespace, run, meta: dict) -> int:
 
 # -- commands ------------------------------------------------------------------------------------
 def cmd_needle(args: argparse.Namespace) -> int:
-    from h2o.needle.cells import cell_needles, run_cell, stand_in_cell
+    from h2o.needle.cells import cell_batch, cell_needles, run_cells, stand_in_cell
     from h2o.needle.grid import needle_key, run_grid
     from h2o.needle.needles import NEEDLES
 
@@ -317,12 +317,13 @@ def cmd_needle(args: argparse.Namespace) -> int:
         with _sigterm_interrupts():
             run = run_grid(
                 specs,
-                stand_in_cell if args.stand_in else run_cell,
+                stand_in_cell if args.stand_in else run_cells,
                 args.out,
                 key=needle_key,
                 make_executor=make,
                 in_flight=in_flight,
                 progress=_reporter(args, describe),
+                batch=None if args.stand_in else cell_batch,
             )
     finally:
         close()

@@ -180,9 +180,14 @@ class GridRun:
     interrupted: bool = False  # stopped by Ctrl-C / SIGTERM; the file holds what was done
 
 
+def _single(fn: Callable[[dict], dict], job: list[dict]) -> list[dict]:
+    """One cell as a job of one (module level, so that a process pool can send it)."""
+    return [fn(job[0])]
+
+
 def run_grid(
     specs: Sequence[dict],
-    fn: Callable[[dict], dict],
+    fn: Callable[[dict], dict] | Callable[[list[dict]], list[dict]],
     out: str | os.PathLike[str],
     *,
     key: Key = needle_key,
@@ -190,13 +195,19 @@ def run_grid(
     in_flight: int = 1,
     retries: int = 1,
     progress: GridProgress | None = None,
+    batch: Callable[[dict], Hashable] | None = None,
 ) -> GridRun:
     """Run ``fn`` on every spec whose key is not yet in ``out``, appending each result line.
 
     ``make_executor()`` gives the executor (default: one local worker process); it is called
-    again after a local pool breaks. At most ``in_flight`` cells are submitted at a time.
+    again after a local pool breaks. At most ``in_flight`` jobs are submitted at a time.
     A ``KeyboardInterrupt`` stops it: the cells done so far are put in order and kept (the
     cells still running are lost; a rerun computes them).
+
+    ``batch``: the cells still to do that share ``batch(spec)`` go as one job, and ``fn`` takes
+    the job's list of specs and returns their lines in the same order (cells that share work:
+    :func:`h2o.needle.cells.run_cells`). A job is retried, reported failed, or rerun alone
+    after a broken pool as a whole.
     """
     t0 = time.perf_counter()
     out = Path(out)
@@ -220,48 +231,68 @@ def run_grid(
             return local_executor(1)
 
     in_flight = max(1, in_flight)
-    pending: deque[dict] = deque(todo)
-    alone: deque[dict] = deque()  # in flight when a pool broke: rerun one at a time
+    if batch is None:
+        jobs = [[s] for s in todo]
+    else:
+        groups: dict[Hashable, list[dict]] = {}
+        for s in todo:
+            groups.setdefault(batch(s), []).append(s)
+        jobs = list(groups.values())
+    pending: deque[list[dict]] = deque(jobs)
+    alone: deque[list[dict]] = deque()  # in flight when a pool broke: rerun one at a time
     failures: Counter[Hashable] = Counter()
-    running: dict[Future, dict] = {}
+    running: dict[Future, list[dict]] = {}
     finished = run.skipped
     executor = make_executor()
+
+    def submit(job: list[dict]) -> None:
+        fut = executor.submit(fn, job) if batch is not None else executor.submit(_single, fn, job)
+        running[fut] = job
+
+    def job_key(job: list[dict]) -> Hashable:
+        return tuple(key(s) for s in job)
+
+    def report(job: list[dict], lines: list[dict] | None, error: str | None) -> None:
+        nonlocal finished
+        for i, s in enumerate(job):
+            if error is not None:
+                run.failed.append({**_key_fields(s), "error": error})
+            finished += 1
+            if progress is not None:
+                progress(finished, run.total, s, None if lines is None else lines[i], error)
+
     try:
         with out.open("a", encoding="utf-8") as sink:
             while pending or alone or running:
                 if alone:
                     if not running:
-                        s = alone.popleft()
-                        running[executor.submit(fn, s)] = s
+                        submit(alone.popleft())
                 else:
                     while pending and len(running) < in_flight:
-                        s = pending.popleft()
-                        running[executor.submit(fn, s)] = s
+                        submit(pending.popleft())
                 ready, _ = wait(running, return_when=FIRST_COMPLETED)
-                broken: list[dict] = []
+                broken: list[list[dict]] = []
                 for fut in ready:
-                    s = running.pop(fut)
-                    error: str | None = None
+                    job = running.pop(fut)
                     try:
-                        line = fut.result()
+                        lines = list(fut.result())
+                        if len(lines) != len(job):
+                            raise RuntimeError(f"{len(lines)} lines for a job of {len(job)} cells")
                     except BrokenProcessPool:
-                        broken.append(s)
+                        broken.append(job)
                         continue
-                    except Exception as e:  # the cell's own failure: retry once, then report
-                        failures[key(s)] += 1
-                        if failures[key(s)] <= retries:
-                            pending.appendleft(s)
+                    except Exception as e:  # the job's own failure: retry once, then report
+                        failures[job_key(job)] += 1
+                        if failures[job_key(job)] <= retries:
+                            pending.appendleft(job)
                             continue
-                        error = f"{type(e).__name__}: {e}"
-                        run.failed.append({**_key_fields(s), "error": error})
-                        line = None
-                    else:
+                        report(job, None, f"{type(e).__name__}: {e}")
+                        continue
+                    for line in lines:
                         sink.write(dumps(line) + "\n")
-                        sink.flush()
-                        run.computed += 1
-                    finished += 1
-                    if progress is not None:
-                        progress(finished, run.total, s, line, error)
+                    sink.flush()
+                    run.computed += len(lines)
+                    report(job, lines, None)
                 if broken:
                     # Every future of a broken pool fails at once: the rest still running too.
                     broken += list(running.values())
@@ -269,16 +300,12 @@ def run_grid(
                     _shutdown(executor, wait=False)
                     executor = make_executor()
                     if len(broken) == 1:  # it ran alone: the failure is its own
-                        s = broken[0]
-                        failures[key(s)] += 1
-                        if failures[key(s)] <= retries:
-                            alone.appendleft(s)
+                        job = broken[0]
+                        failures[job_key(job)] += 1
+                        if failures[job_key(job)] <= retries:
+                            alone.appendleft(job)
                         else:
-                            error = "its worker process died (twice, alone)"
-                            run.failed.append({**_key_fields(s), "error": error})
-                            finished += 1
-                            if progress is not None:
-                                progress(finished, run.total, s, None, error)
+                            report(job, None, "its worker process died (twice, alone)")
                     else:
                         alone.extend(broken)
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM through the CLI: keep what is done
