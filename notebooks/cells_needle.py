@@ -67,6 +67,9 @@ def grid_cells(literal: Callable[..., str]) -> list[Cell]:
                         f"h2o@{{part_needle.LESSON_BUDGET}}:w50%",
                         f"h2o@{{part_needle.LESSON_BUDGET}}:w50%:prefill",
                     ),
+                    needle_claims.window_sweep_sentence(
+                        cells7, needle_findings.sweep_rows(), needle_findings.SWEEP_LENGTH
+                    ),
                     {_pieces(modes, 20)},
                 )
                 print(needle_claims.shown_sentence(shown7, rows7, cells7))

@@ -34,6 +34,7 @@ def setup() -> list[Cell]:
             import h2o
             from h2o import age_bias, analysis, explain
             from h2o.model.layers import region_shares
+            from h2o.needle import findings as needle_findings
             from h2o.notebook import Player
 
             # The app's own figures and sentence functions, from this clone of the repository

@@ -688,3 +688,56 @@ def test_the_band_sentence_by_hand():
     assert "within its most recent 5 to more than 512 tokens (median 276.5, over 4 layers)" in text
     assert "a recent window of 128 covers that band in 2 of the 4 layers" in text
     assert "5 to 40 tokens" in claims.band_sentence([5, 40], 512)
+
+
+def test_the_window_sweep_sentence_by_hand():
+    """Where each answered needle lay at the question, against the window each row's label sets
+    (``h2o@64:w50%``: the last 32 of the 512 prompt tokens; ``h2o@64:w25%``: the last 16)."""
+    import dataclasses
+
+    def at(row, depth, needle, ok, span):
+        return dataclasses.replace(_cell(row, depth, needle, ok), needle_span=span)
+
+    half, quarter = "h2o@64:w50%", "h2o@64:w25%"
+    cs = [
+        at(half, 100, "a", True, (490, 500)),  # inside the last 32 (480..511)
+        at(half, 100, "b", True, (470, 490)),  # partly
+        at(half, 50, "c", False, (250, 260)),
+        at(quarter, 100, "a", True, (497, 505)),  # inside the last 16 (496..511)
+        at(quarter, 50, "c", False, (250, 260)),
+        at(quarter, 0, "d", False, (20, 30)),
+        at("h2o@64:w75%", 100, "a", True, (490, 500)),  # a row not in the sweep: not counted
+    ]
+    rows = [half, quarter]
+    text = claims.window_sweep_sentence(cs, rows, 512)
+    assert text.startswith("The card's check, done: H2O evicting while it reads, at 512 tokens,")
+    assert "in 2 settings of its budget and recent window" in text
+    assert f"The most any setting answers is {share_text(2, 3)} (h2o@64:w50%)" in text
+    assert "Of the 3 needles answered over all settings, 2 lay wholly inside" in text
+    assert ", 1 partly, none outside it: what H2O recalls here, its window kept" in text
+    # a needle answered from outside the window: said, and no "window kept" conclusion
+    cs.append(at(quarter, 50, "e", True, (250, 260)))
+    text = claims.window_sweep_sentence(cs, rows, 512)
+    assert text.endswith(", 1 partly, and 1 wholly outside it.")
+    assert "window kept" not in text
+    # no span recorded: counted apart, never guessed
+    cs.append(dataclasses.replace(_cell(half, 75, "f", True), needle_span=None))
+    assert "1 with no recorded span" in claims.window_sweep_sentence(cs, rows, 512)
+    assert claims.window_sweep_sentence(cs, rows, 1024) == ""
+
+
+def test_the_window_sweep_sentence_on_the_shipped_file():
+    """Counted again here from the file's own fields, for the sweep's rows."""
+    from h2o.model.rows import Row
+    from h2o.needle import findings
+
+    cells = data.read_grid(data.RESULTS_DIR / data.GRID_FILE).records
+    rows = findings.sweep_rows()
+    text = claims.window_sweep_sentence(cells, rows, findings.SWEEP_LENGTH)
+    mine = [c for c in cells if c.row in rows and c.length == findings.SWEEP_LENGTH]
+    assert mine, "the shipped file holds the window sweep"
+    right = [c for c in mine if c.correct]
+    inside = sum(c.needle_span[0] >= c.tokens - Row.parse(c.row).recent_window for c in right)
+    assert f"Of the {len(right)} needles answered over all settings, {inside} lay wholly" in text
+    settings = len({c.row for c in mine})
+    assert f"in {settings} settings" in text

@@ -83,3 +83,25 @@ def test_the_window_sweep_counts_each_budget_and_window():
     # 12 % of 128 slots is 15 (rounded down); the class default is 32
     assert line == "| 128 | 1/3 (w 15) | – | – | – | 0/2 (w 32) | 2/2 (w 45) |"
     assert findings.window_sweep(cells[:3]) == []
+
+
+def test_every_row_and_pair_the_findings_list_is_in_the_shipped_file():
+    """A row listed but absent would drop out of the README silently (the table and the pairs
+    print only the rows the file holds): each is there, with 3 needles a cell at the lengths
+    compared, and the two rows of a pair share every cell compared."""
+    cells = findings.read_lines(ROOT / "traces" / "results" / "needle-grid.jsonl")
+    by_row: dict[str, set] = {}
+    for c in cells:
+        if c["length"] <= findings.MAX_LENGTH:
+            by_row.setdefault(c["row"], set()).add((c["length"], c["depth"], c["needle"]))
+    missing = [r for r in findings.TABLE_ROWS if r not in by_row]
+    assert not missing, f"listed in TABLE_ROWS, not in the file: {missing}"
+    for a, b, length in findings.PAIRS:
+        assert a in by_row and b in by_row, (a, b)
+        shared = {x for x in by_row[a] & by_row[b] if length is None or x[0] == length}
+        assert len(shared) >= 15, (a, b, length, len(shared))  # 5 depths x 3 needles at least
+    for row in findings.sweep_rows():
+        if row.endswith(":w45") and row not in ("h2o@128:w45", "h2o@256:w45"):
+            continue  # the band's window only where it is well inside the budget
+        at = {x for x in by_row.get(row, ()) if x[0] == findings.SWEEP_LENGTH}
+        assert len(at) == 15, (row, len(at))

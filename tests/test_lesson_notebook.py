@@ -177,6 +177,7 @@ def shown_markdown(cell) -> list[str]:
 def test_the_needle_cells_compute_from_a_partial_file_and_say_what_is_missing(tmp_path):
     from app.lesson import needle
     from app.needle import claims, data, frontier, grid
+    from h2o.needle import findings
 
     grid_lines = (data.RESULTS_DIR / data.GRID_FILE).read_text(encoding="utf-8").splitlines()
     front_lines = (data.RESULTS_DIR / data.FRONTIER_FILE).read_text(encoding="utf-8").splitlines()
@@ -218,6 +219,8 @@ def test_the_needle_cells_compute_from_a_partial_file_and_say_what_is_missing(tm
         f"{claims.full_note(cells7)}\n\n"
         f"{claims.scores_sentence(grid.scores(cells7, shown), cells7)}\n\n"
         + claims.modes_sentence(cells7, "h2o@256:w50%", "h2o@256:w50%:prefill")
+        + "\n\n"
+        + claims.window_sweep_sentence(cells7, findings.sweep_rows(), findings.SWEEP_LENGTH)
         + "\n\nH2O runs here as its authors split the budget"
     )
     printed = "".join(o.text for o in outputs(grid_cell, "stream"))

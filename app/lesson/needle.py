@@ -16,6 +16,7 @@ import streamlit as st
 from app import charts, figures, pages
 from app.lesson import open_in
 from app.needle import claims, frontier, grid, shipped
+from h2o.needle import findings
 
 #: Chapter 7's rows: the full cache, then H2O at one budget as its authors split it (half the
 #: budget a recent window) in its two modes, StreamingLLM (chapter 7's pair), and SnapKV, which
@@ -80,6 +81,9 @@ def grid_section() -> None:
     band = shipped.attention_band()
     if band is not None:
         st.markdown(claims.band_sentence(band["band"], band["warmup"], LESSON_BUDGET // 2))
+    swept = claims.window_sweep_sentence(cells, findings.sweep_rows(), findings.SWEEP_LENGTH)
+    if swept:
+        st.markdown(swept)
     st.markdown(
         "H2O runs here as its authors split the budget: half heavy hitters, half a recent "
         "window. It runs in two modes, and they differ in *when* a fact's attention is counted. "

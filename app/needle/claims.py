@@ -379,3 +379,55 @@ def band_sentence(band: Sequence[int], warmup: int, window: int | None = None) -
         text += f"; a recent window of {window} covers that band in {int((b <= window).sum())}"
         text += f" of the {b.size} layers"
     return text + "."
+
+
+def window_sweep_sentence(cells: Sequence[Cell], rows: Sequence[str], length: int) -> str:
+    """The card's check of H2O's recent window, from the sweep's cells (``rows``: H2O at
+    several budgets and windows, evicting while it reads, at ``length`` tokens): the most any
+    setting answers, and where each answered needle was when the question came — wholly inside
+    the recent window (the last ``window`` prompt tokens), partly, or outside it."""
+    from h2o.model.rows import Row
+
+    by_row: dict[str, list[Cell]] = {}
+    for c in cells:
+        if c.row in rows and c.length == length:
+            by_row.setdefault(c.row, []).append(c)
+    if not by_row:
+        return ""
+    best = max(by_row, key=lambda r: (sum(c.correct for c in by_row[r]), -len(by_row[r])))
+    right_best = sum(c.correct for c in by_row[best])
+    where = {"inside": 0, "partly": 0, "outside": 0, "unknown": 0}
+    for r, cs in by_row.items():
+        w = Row.parse(r).recent_window or 0
+        for c in cs:
+            if not c.correct:
+                continue
+            if c.needle_span is None:
+                where["unknown"] += 1
+            elif c.needle_span[0] >= c.tokens - w:
+                where["inside"] += 1
+            elif c.needle_span[1] > c.tokens - w:
+                where["partly"] += 1
+            else:
+                where["outside"] += 1
+    answered = sum(where.values())
+    text = (
+        f"The card's check, done: H2O evicting while it reads, at {length:,} tokens, in "
+        f"{len(by_row)} settings of its budget and recent window. The most any setting answers "
+        f"is {share(right_best, len(by_row[best])).text()} ({esc(best)})"
+    )
+    if not answered:
+        return text + "."
+    text += (
+        f". Of the {answered} needles answered over all settings, {where['inside']} lay wholly "
+        "inside the recent window when the question came"
+    )
+    if where["partly"]:
+        text += f", {where['partly']} partly"
+    if where["unknown"]:
+        text += f", {where['unknown']} with no recorded span"
+    if where["outside"]:
+        return text + f", and {where['outside']} wholly outside it."
+    return text + (
+        ", none outside it: what H2O recalls here, its window kept, not its heavy hitters."
+    )

@@ -58,6 +58,7 @@ class Cell:
     kv_bytes: int
     seconds: float
     prompt_tokens: int | None = None  # the prompt's own length (at most ``length``), if recorded
+    needle_span: tuple[int, int] | None = None  # [start, stop) of the needle's tokens, if recorded
 
     @property
     def tokens(self) -> int:
@@ -168,6 +169,17 @@ def parse_cell(d: object) -> Cell:
     correct = d.get("correct")
     if not isinstance(correct, bool):
         raise BadField("'correct' must be true or false")
+    span = d.get("needle_span")
+    if span is not None:
+        ok = (
+            isinstance(span, list)
+            and len(span) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in span)
+            and 0 <= span[0] < span[1] <= 2**31
+        )
+        if not ok:
+            raise BadField("'needle_span' must be [start, stop) token positions or null")
+        span = (span[0], span[1])
     return Cell(
         **_common(d),
         length=_int(d, "length", lo=1),
@@ -182,6 +194,7 @@ def parse_cell(d: object) -> Cell:
         kv_bytes=_int(d, "kv_bytes"),
         seconds=_float(d, "seconds", lo=0.0),
         prompt_tokens=_int(d, "prompt_tokens", optional=True, lo=1),
+        needle_span=span,
     )
 
 

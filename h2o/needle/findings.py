@@ -128,6 +128,11 @@ SWEEP_FIXED = (("32 (default)", ""), ("45 (band)", ":w45"))
 SWEEP_LENGTH = 1024
 
 
+def sweep_rows() -> list[str]:
+    """The sweep's row labels, budget by budget (those computed are in the file)."""
+    return [f"h2o@{b}{suffix}" for b in SWEEP_BUDGETS for _, suffix in SWEEP_WINDOWS + SWEEP_FIXED]
+
+
 def window_sweep(cells: Sequence[dict], length: int = SWEEP_LENGTH) -> list[str]:
     """A Markdown table: per budget, the needles answered at each recent window (``k/n`` and
     the window in slots; "–" where not computed or not smaller than the budget). A budget is
@@ -135,11 +140,11 @@ def window_sweep(cells: Sequence[dict], length: int = SWEEP_LENGTH) -> list[str]
     from h2o.model.rows import Row
 
     columns = SWEEP_WINDOWS + SWEEP_FIXED
+    columns_n = len(columns)
     body = []
     for b in SWEEP_BUDGETS:
         row, computed = [f"| {b} |"], 0
-        for _, suffix in columns:
-            label = f"h2o@{b}{suffix}"
+        for label in sweep_rows()[columns_n * SWEEP_BUDGETS.index(b) :][:columns_n]:
             oc = _outcomes(cells, label, length)
             if not oc:
                 row.append(" – |")
