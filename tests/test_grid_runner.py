@@ -394,3 +394,12 @@ def test_real_cells_batched_are_the_cells_one_by_one_on_the_tiny_model(tmp_path,
     run = run_grid(sp, run_cells, b, make_executor=local(2), in_flight=2, batch=cell_batch)
     assert run.complete
     assert normalised(a) == normalised(b)
+
+
+def test_run_cells_refuses_a_job_of_two_batches_before_loading_anything():
+    from h2o.needle.cells import run_cells
+
+    sp = specs(rows=["full", "kivi4"], lengths=(512,), depths=(0,))
+    with pytest.raises(ValueError, match="one job is one row, length, model and max_new"):
+        run_cells(sp, load=lambda: pytest.fail("the model was loaded"))
+    assert run_cells([]) == []

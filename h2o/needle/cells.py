@@ -108,7 +108,8 @@ def run_cells(specs: list[dict], load: Callable[[], Any] | None = None) -> list[
         return []
     batches = {cell_batch(s) for s in specs}
     if len(batches) != 1:
-        raise ValueError(f"one job is one row, length, model and max_new, got {sorted(batches)}")
+        got = sorted(map(str, batches))
+        raise ValueError(f"one job is one row, length, model and max_new, got {got}")
     t0 = time.perf_counter()
     first = specs[0]
     fields = row_fields(first["row"])
