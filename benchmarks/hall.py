@@ -151,10 +151,10 @@ async def student(
             problems = check_run(run, title)
             if run.page_hash != s.pages[title]:
                 problems.append(f"{title}: another page ran ({run.page_hash})")
-            rest = await s.painted(run)  # the lesson: the rest once chapter 1 is on screen
+            rest = await s.painted(run)  # the rest of the page once its first chart is on screen
             if rest is not None:
                 problems += check_run(rest, f"{title} after its first paint")
-                rest.seconds += run.seconds  # the page is done when its last chapter is
+                rest.seconds += run.seconds  # the page is done when its last part is
                 run = rest
             record("page", run, problems, title)
             await pause()

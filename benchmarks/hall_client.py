@@ -318,12 +318,16 @@ class Session:
         return run
 
     async def painted(self, run: Run) -> Run | None:
-        """What the browser sends once the lesson's first chart is on screen (its first-paint
-        component's trigger, ``app/lesson/painted.py``): the rerun that draws every chapter.
-        ``None`` when the run has no such component (another page, presenter mode)."""
-        el = run.widget("bidi_component", key="lesson_painted")
-        if el is None:
+        """What the browser sends once a page's first chart is on screen (its first-paint
+        component's trigger, ``app/painted.py``: the lesson's, or a page's
+        ``{url_path}_painted``): the rerun that draws the whole page. ``None`` when the run has
+        no such component (a page visited before, presenter mode)."""
+        found = [
+            el for t, el in run.elements if t == "bidi_component" and el.id.endswith("_painted")
+        ]
+        if not found:
             return None
+        el = found[0]
         w = WidgetState(
             id=f"$$STREAMLIT_INTERNAL_KEY_{el.id}__events",
             json_trigger_value=json.dumps([{"event": "painted", "value": True}]),

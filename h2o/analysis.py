@@ -13,27 +13,22 @@ import numpy as np
 
 from .bank import bank_key, make_bank, replay_bank
 from .policies import POLICIES, Policy
-from .policies.registry import make_policy, policy_params, refusal
+from .policies.registry import BUILT_IN, make_policy, policy_params, refusal
 from .progress import Progress
 from .replay import replay
 from .trace import Trace
 
 
 def standard_lineup(budget: int, windows: Iterable[int] = (32, 64)) -> list[tuple[str, dict]]:
-    """The policies of ``python -m h2o bench``: each baseline, H2O and Scissorhands per window.
+    """The policies of ``python -m h2o bench``: every built-in method, in the registry's order,
+    at the settings its class names (:meth:`~h2o.policies.Policy.bench_settings`: H2O and
+    Scissorhands once per window).
 
     Windows that do not fit the budget are dropped; if none fits, a quarter of the budget is used
     (so small traces such as the stale spike still get a table).
     """
     ws = [w for w in windows if w < budget] or [budget // 4]
-    return [
-        *(("h2o", {"recent_window": w}) for w in ws),
-        *(("scissorhands", {"recent_window": w}) for w in ws),
-        ("tova", {"recent_window": 1}),
-        ("streaming-llm", {"sinks": min(4, budget - 1)}),
-        ("sliding-window", {}),
-        ("random", {"recent_window": ws[0]}),
-    ]
+    return [(cls.name, s) for cls in BUILT_IN for s in cls.bench_settings(budget, ws)]
 
 
 def _meta_int(meta: dict[str, Any], key: str, default: int, lo: int) -> int:

@@ -1,5 +1,6 @@
 """Shared test setup: make the app package (``app/``, next to ``h2o/``) importable; the live
-server and the Chromium the browser tests share (one of each per test module)."""
+server and the Chromium the browser tests share (one of each per test module); pages drawn
+whole under AppTest."""
 
 from __future__ import annotations
 
@@ -13,6 +14,16 @@ if str(ROOT) not in sys.path:
 
 import pytest  # noqa: E402
 from streamlit_server import launch, serve  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _pages_drawn_whole(request, monkeypatch):
+    """A page's first run in a session stops below its first figure until the browser reports
+    it painted (``app/painted.py``). AppTest has no browser, so every test sees whole pages,
+    except the tests of that first run (marked ``first_paint``). Browser tests run the real
+    thing: their server is another process."""
+    if request.node.get_closest_marker("first_paint") is None:
+        monkeypatch.setattr("app.painted.SHORT_FIRST_RUN", False)
 
 
 @pytest.fixture(scope="module")

@@ -179,7 +179,11 @@ class Walk:
             return
         self.checked.add(sig)
         got, need = focus_seen(self.page, at)
-        if got < need:  # once more, a moment later: a chart may have been re-laid out meanwhile
+        # A few more looks, a moment apart: a chart may have been re-laid out meanwhile, and a
+        # table draws its cell's ring on its canvas a frame or more later on a loaded machine.
+        for _ in range(5):
+            if got >= need:
+                break
             self.page.wait_for_timeout(400)
             got = max(got, focus_seen(self.page, at)[0])
         if got < need:

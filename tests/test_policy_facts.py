@@ -63,3 +63,38 @@ def test_a_class_declares_its_bank_and_compiled_rule_and_a_subclass_inherits_nei
     assert compiled_rule(Mine(8, 2)) == -1
     with pytest.raises(ValueError, match="no bank holds Mine policies"):
         bank_class(Mine(8, 2))
+
+
+def test_the_standard_lineup_is_every_built_in_class_at_the_settings_it_names(monkeypatch):
+    """``python -m h2o bench`` and All policies compare every method of ``BUILT_IN``: the lineup
+    is read from the classes, so a new method is in it with no list to edit."""
+    from h2o import analysis
+    from h2o.policies import H2O
+    from h2o.policies.registry import BUILT_IN
+
+    lineup = analysis.standard_lineup(256)
+    assert [n for n, _ in lineup] == [
+        "h2o", "h2o", "streaming-llm", "scissorhands", "scissorhands", "tova", "sliding-window",
+        "random",
+    ]  # fmt: skip
+    assert lineup[:2] == [("h2o", {"recent_window": 32}), ("h2o", {"recent_window": 64})]
+    assert dict(lineup)["tova"] == {"recent_window": 1}  # its own window, not the lineup's
+    assert dict(lineup)["streaming-llm"] == {"sinks": 4}
+    assert dict(lineup)["sliding-window"] == {}
+    assert dict(lineup)["random"] == {"recent_window": 32}
+    # a tiny budget: the windows that fit, or a quarter of it; sinks below the budget
+    small = analysis.standard_lineup(8, windows=(32, 64))
+    assert dict(small)["h2o"] == {"recent_window": 2} and dict(small)["streaming-llm"] == {
+        "sinks": 4
+    }
+    assert dict(analysis.standard_lineup(4, windows=(32,)))["streaming-llm"] == {"sinks": 3}
+
+    class Newcomer(H2O):
+        name = "newcomer"
+
+        @classmethod
+        def bench_settings(cls, budget, windows):
+            return [{"recent_window": windows[-1]}]
+
+    monkeypatch.setattr("h2o.analysis.BUILT_IN", (*BUILT_IN, Newcomer))
+    assert analysis.standard_lineup(256)[-1] == ("newcomer", {"recent_window": 64})

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import a11y, charts, claims, controls, figures, model_runs, state, sweeps
+from app import a11y, charts, claims, controls, figures, model_runs, painted, state, sweeps
 from h2o import analysis
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control
@@ -67,6 +67,7 @@ fig = figures.policy_bars(
 )
 verdict = claims.bench_verdict([{**r, "label": state.md(r["label"], 80)} for r in rows], ctx.top_k)
 charts.show(fig, key="policy_bars", describe=verdict)
+painted.first_figure_first("all-policies")
 st.markdown(" ".join(verdict), help="Computed from the bars above; three decimals tie.")
 table = pd.DataFrame(
     {

@@ -19,7 +19,7 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import a11y, charts, figures, model_runs, state
+from app import a11y, charts, figures, model_runs, painted, state
 from app.budget_split import claims
 from app.budget_split import data as bd
 from app.real_model.claims import answer_key, is_right, stated
@@ -103,6 +103,7 @@ charts.show(
     key="wb_shares",
     describe=heads,
 )
+painted.first_figure_first("where-budget")
 
 # -- 2. four ways to split the same memory ---------------------------------------------------------
 st.subheader("2 · Four ways to split the same memory", divider="gray")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import a11y, charts, figures, pages, state
+from app import a11y, charts, figures, pages, painted, state
 from app.needle import claims, frontier, shipped
 from app.needle.frontier import GROUPS, PPL_TEXT, PPL_TOKENS
 from h2o.stats import share
@@ -114,6 +114,8 @@ if shipped.report(fr, fr_path, "frontier"):
 
 # -- needle accuracy -------------------------------------------------------------------------------
 acc: list[frontier.Point] = []
+painted.first_figure_first("evict-or-compress")
+
 st.subheader("Needle accuracy", divider="gray")
 if shipped.report(gr, gr_path, "needle grid") and lens:
     default_len = 2048 if 2048 in lens else lens[-1]

@@ -13,7 +13,7 @@ import streamlit as st
 
 from app import a11y, lesson, state
 from app.lesson.keys import chapter_keys, pressed
-from app.lesson.painted import after_first_chart
+from app.painted import after_first_chart
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control
 
@@ -132,7 +132,7 @@ else:
         "screen, ← / → or a clicker to move."
     )
     st.progress(answered / lesson.QUESTIONS, text=f"{answered} of {lesson.QUESTIONS} answered")
-    # Chapter 1 first: the rest follows once the browser has painted it (app/lesson/painted.py).
+    # Chapter 1 first: the rest follows once the browser has painted it (app/painted.py).
     shown = CHAPTERS if ss.get(PAINTED) else CHAPTERS[:1]
     for ch in shown:
         st.header(f"{ch.number}. {ch.title}", anchor=ch.anchor, divider="gray")

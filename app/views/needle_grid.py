@@ -14,7 +14,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import a11y, charts, figures, state
+from app import a11y, charts, figures, painted, state
 from app.lesson import needle as lesson_needle
 from app.needle import claims, grid, runs, shipped
 from app.needle.grid import METRIC_BUTTONS, METRICS
@@ -119,6 +119,7 @@ elif picked != ss.get(CLICKED):
 st.caption("Click a cell to open it under *One cell* below.")
 st.markdown(shown_text)
 st.markdown(scores_text)
+painted.first_figure_first("needle-grid")
 bytes_per_token = {
     r: sum(c.kv_bytes / c.tokens for c in cs) / len(cs)
     for r in chosen

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import a11y, controls, model_runs, state
+from app import a11y, controls, model_runs, painted, state
 from app.real_model import generation, perplexity, shipped, story
 from app.real_model.common import GEN_TEXT, GOTO, OPEN_ERROR, SINKS, WINDOW, Settings, ss
 from h2o.model import ModelNotFoundError
@@ -51,6 +51,7 @@ except ModelNotFoundError as e:
     )
 
 captured = shipped.draw()
+painted.first_figure_first("real-model")
 if MODEL_ERROR is not None:
     st.stop()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from app import a11y, charts, controls, data, figures, player, state, sweeps
+from app import a11y, charts, controls, data, figures, painted, player, state, sweeps
 from app.lesson import part2
 from app.player import stepper
 from h2o import age_bias, analysis
@@ -117,6 +117,7 @@ stepper.render(
     + [(p, f"steady positions ({', '.join(map(str, steady))})") for p in steady],
     title="Stale spike",
 )
+painted.first_figure_first("stale-spike")
 
 st.header("What H2O pays: the age bias")
 part2.chain_section(ref, reps, window, top_k, key="spike_page")

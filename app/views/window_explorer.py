@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import a11y, charts, claims, controls, figures, state, sweeps
+from app import a11y, charts, claims, controls, figures, painted, state, sweeps
 from h2o import analysis
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control
@@ -110,6 +110,8 @@ for col, metric, title, refs_of, with_oracle in (
         current=ctx.recent_window if ctx.recent_window < ctx.budget else None,
     )
     charts.show(fig, key=f"sweep_{metric}", describe=described, where=col)
+
+painted.first_figure_first("window-explorer")
 
 st.subheader("The numbers")
 table = pd.DataFrame(

@@ -87,6 +87,11 @@ class AdaptiveLayer:
         pos = self._pos
         return [pos[g, : len(p)] for g, p in enumerate(self.inner)]
 
+    def take_victims(self, head: int) -> list[int]:
+        """The positions head ``head`` lost at the layer's last eviction (then forgotten)."""
+        out, self._victims[head] = self._victims[head], []
+        return out
+
     def evict(self) -> None:
         """Bring the layer back to ``total`` slots (its heads' victims go to ``_victims``)."""
         n = [len(p) for p in self.inner]
@@ -256,5 +261,4 @@ class AdaptiveHead:
         """The layer evicts once its last head has stepped; each head returns its victims."""
         if self.head == len(self.layer.heads) - 1:
             self.layer.evict()
-        out, self.layer._victims[self.head] = self.layer._victims[self.head], []
-        return sorted(out)
+        return sorted(self.layer.take_victims(self.head))

@@ -19,8 +19,12 @@ class _RingRow:
     """StreamingLLM's state as one bank row (mixed in before the policy's own class)."""
 
     _row: np.ndarray
-    _n: int
+    _n: int = 0  # a lane starts empty
     sinks: int
+
+    def bind(self, row: np.ndarray) -> None:
+        """Hold the kept positions in ``row`` (the lane's row of the bank's array)."""
+        self._row = row
 
     @property
     def kept(self) -> np.ndarray:
@@ -77,9 +81,7 @@ class RingBank(PolicyBank):
             raise ValueError("a ring bank holds StreamingLLM and sliding-window policies")
 
     def _lane(self, policy: Policy) -> Policy:
-        lane = _lane_class(type(policy))(**policy.params())
-        lane._n = 0
-        return lane
+        return _lane_class(type(policy))(**policy.params())
 
     def _setup(self) -> None:
         sinks = np.array([lane.sinks for lane in self._lanes])
@@ -98,7 +100,7 @@ class RingBank(PolicyBank):
 
     def _bind_lanes(self) -> None:
         for i, lane in enumerate(self._lanes):
-            lane._row = self._pos[i]
+            lane.bind(self._pos[i])
 
     def _advance_lockstep(self, pos: int, attn: np.ndarray | None) -> None:
         n = self._fill

@@ -13,6 +13,8 @@ Two layers, so that each policy file only holds what the card says about *that* 
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -102,6 +104,22 @@ class Policy:
         """A fact this class sets itself (its own ``__dict__``), or None: a subclass that changes
         the rule must not inherit its parent's compiled path."""
         return vars(cls).get(fact)
+
+    @classmethod
+    def bench_settings(cls, budget: int, windows: Sequence[int]) -> list[dict[str, int]]:
+        """The settings this method runs at in the standard comparison (``python -m h2o bench``
+        and the All policies page), given the comparison's recent windows (each below
+        ``budget``): once, with the first window if it takes one (its own default if the window
+        is part of its rule) and 4 sinks (fewer under a tiny budget) if it pins sinks. A method
+        whose window is the point of the comparison runs once per window (H2O, Scissorhands)."""
+        takes = inspect.signature(cls.__init__).parameters
+        settings: dict[str, int] = {}
+        if "recent_window" in takes:
+            own = getattr(cls, "default_recent_window", windows[0])
+            settings["recent_window"] = int(own if cls.own_window else windows[0])
+        if "sinks" in takes:
+            settings["sinks"] = min(4, budget - 1)
+        return [settings]
 
     def __init__(self, budget: int, *, rng: np.random.Generator | None = None) -> None:
         self.budget = _check_budget_value(budget)

@@ -22,6 +22,8 @@ Card pseudocode::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from .base import ScoredPolicy
@@ -36,6 +38,11 @@ class H2O(ScoredPolicy):
     prefill_selection = True
     bank = "scored"
     compiled_rule = "add"
+
+    @classmethod
+    def bench_settings(cls, budget: int, windows: Sequence[int]) -> list[dict[str, int]]:
+        # the window is what the comparison is about: one row per window
+        return [{"recent_window": int(w)} for w in windows]
 
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         # score[i] += weight, for every i at once; float32 weights are widened exactly to float64.

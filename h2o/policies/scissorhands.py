@@ -20,6 +20,8 @@ refused. Scores are vote counts (float64 holding whole numbers).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from .base import ScoredPolicy
@@ -31,6 +33,11 @@ class Scissorhands(ScoredPolicy):
     score_label = "votes (steps above fair share)"
     bank = "scored"
     compiled_rule = "vote"
+
+    @classmethod
+    def bench_settings(cls, budget: int, windows: Sequence[int]) -> list[dict[str, int]]:
+        # the window is what the comparison is about: one row per window
+        return [{"recent_window": int(w)} for w in windows]
 
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         # A float64 fair share, so float32 weights are compared with 1/n exactly (a Python float

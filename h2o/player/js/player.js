@@ -441,18 +441,25 @@ export class Player {
   redraw(first) {
     this.page = null;
     // The controls, stories and kept slots first — the first paint — then, a frame later, the
-    // plots (the detail heatmaps, then the overview and the metrics).
+    // detail heatmaps, painted before the overview and the metrics are drawn a frame after them
+    // (a browser paints only between tasks: drawn in one, every plot waits for the last).
     this.lateDetail = true;
     this.render();
     clearTimeout(this.lateTimer);
+    cancelAnimationFrame(this.lateFrame);
     this.lateTimer = setTimeout(() => {
       this.lateDetail = false;
       if (!window.Plotly) return;
       this.page = null;
       this.ensurePage(this.st.t);
-      this.panels.forEach((P, i) => { if (!P.error && this.views[i].overview) this.drawOverview(i); });
-      if (this.mViews.length) this.drawMetrics();
       this.placeAll();
+      this.lateFrame = requestAnimationFrame(() => {
+        this.lateTimer = setTimeout(() => {
+          this.panels.forEach((P, i) => { if (!P.error && this.views[i].overview) this.drawOverview(i); });
+          if (this.mViews.length) this.drawMetrics();
+          this.placeAll();
+        }, 0);
+      });
     }, 0);
     if (!first) this.touched();
   }
