@@ -8,6 +8,7 @@ with ``st.html`` (a stylesheet alone takes no room on the page). Every view call
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import streamlit as st
@@ -17,4 +18,10 @@ FOCUS_CSS = Path(__file__).parent / "static" / "focus.css"
 
 def focus_ring() -> None:
     """The app's focus ring on this page."""
-    st.html(FOCUS_CSS)
+    st.html(_focus_style())
+
+
+@functools.lru_cache(maxsize=1)
+def _focus_style() -> str:
+    # What st.html(FOCUS_CSS) sends, read once per server rather than once per run.
+    return f"<style>{FOCUS_CSS.read_text(encoding='utf-8')}</style>"

@@ -197,9 +197,16 @@ def _upload(digest: str, max_steps: int, name: str, data: bytes) -> h2o.Trace:
 
 def trace_files() -> list[str]:
     """Every ``.npz`` under ``traces/``, as repo-relative paths (the picker's keys)."""
+    return list(_trace_files())
+
+
+# Walking traces/ on every run of every session was a thirtieth of the server's time; a file
+# copied in shows within a few seconds.
+@st.cache_resource(show_spinner=False, ttl=3)
+def _trace_files() -> tuple[str, ...]:
     if not TRACE_DIR.is_dir():
-        return []
-    return sorted(p.relative_to(ROOT).as_posix() for p in TRACE_DIR.rglob("*.npz"))
+        return ()
+    return tuple(sorted(p.relative_to(ROOT).as_posix() for p in TRACE_DIR.rglob("*.npz")))
 
 
 def trace_options(uploads: dict[str, Upload]) -> list[str]:
