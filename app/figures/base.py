@@ -3,18 +3,28 @@
 Figures are assembled as plain dicts and wrapped once, unvalidated (``_validate=False``): Plotly's
 per-property validation cost more than everything else in a step click. The tests validate every
 figure the pages produce instead (``tests/test_app.py``).
+
+A figure is also built once per server, not once per session: every student of a view asks for
+the same figure, so :func:`make_figure` keeps each one by its contents (:class:`SharedFigure`, in
+a cache bounded by bytes) and Streamlit's serialisation of it (``to_dict``) is done once too.
+A figure made here is therefore never changed after it is made: build a new one instead.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
+import pickle
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 
 from h2o.player.colours import ColourScale  # noqa: F401  (the player's; figures read it here)
 from h2o.player.constants import COLOURS
+
+from ..bytecache import ByteCache
 
 FONT = 15
 
@@ -124,7 +134,34 @@ def make_figure(data: list[dict], layout: dict, legend_width: int = 440) -> go.F
     per_row = max(1, int(legend_width // widest)) if widest else 1
     rows = -(-len(names) // per_row)
     layout["margin"] = {**layout.get("margin", {}), "t": 52 + 22 * rows}
-    return go.Figure({"data": data, "layout": layout}, _validate=False)
+    try:  # the figure's contents are its key: the same view gives the same bytes
+        payload = pickle.dumps((data, layout), protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):  # not plain data: not shared
+        return go.Figure({"data": data, "layout": layout}, _validate=False)
+    key = hashlib.blake2b(payload, digest_size=20).digest()
+    return _FIGURES.get(
+        key, lambda: (SharedFigure({"data": data, "layout": layout}, _validate=False), len(payload))
+    )[0]
+
+
+class SharedFigure(go.Figure):
+    """A figure shown to every session that asks for the same view: what Streamlit sends of it
+    (``to_dict``: a deep copy, arrays encoded) is computed the first time and kept."""
+
+    def to_dict(self) -> dict[str, Any]:
+        spec = self.__dict__.get("_shared_spec")
+        if spec is None:  # two sessions at once may both compute it: the same dict either way
+            spec = super().to_dict()
+            self.__dict__["_shared_spec"] = spec
+        return spec
+
+
+#: The server's figures by contents, up to 64 MB: a figure holds its inputs' arrays, their
+#: encoded copy in ``to_dict`` and plotly's objects, counted as three times its pickled inputs.
+FIGURE_CACHE_MB = 64
+_FIGURES: ByteCache[tuple[go.Figure, int]] = ByteCache(
+    FIGURE_CACHE_MB * 2**20, lambda item: 3 * item[1]
+)
 
 
 # -- colour ----------------------------------------------------------------------------------------

@@ -1,0 +1,54 @@
+"""Figures are built once per server: the same contents give the same figure, whose dict (what
+Streamlit serialises) equals a freshly built figure's; different contents never share one."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import plotly.graph_objects as go
+
+from app.figures import base
+
+
+def _contents(seed: int) -> tuple[list[dict], dict]:
+    z = np.random.default_rng(seed).random((4, 9))
+    return [{"type": "heatmap", "z": z, "name": "h"}], {"title": {"text": f"t{seed}"}}
+
+
+def test_same_contents_same_figure_and_the_dict_a_fresh_build_gives():
+    data, layout = _contents(1)
+    a = base.make_figure(copy.deepcopy(data), copy.deepcopy(layout))
+    b = base.make_figure(copy.deepcopy(data), copy.deepcopy(layout))
+    assert a is b and isinstance(a, base.SharedFigure)
+    fresh_layout = copy.deepcopy(layout)
+    fresh_layout["margin"] = a.layout.margin.to_plotly_json()
+    fresh = go.Figure({"data": copy.deepcopy(data), "layout": fresh_layout}, _validate=False)
+    assert a.to_dict() == fresh.to_dict()
+    assert a.to_dict() is a.to_dict()  # computed once
+
+
+def test_different_contents_different_figures():
+    d1, l1 = _contents(2)
+    d2, l2 = copy.deepcopy(d1), copy.deepcopy(l1)
+    d2[0]["z"] = d2[0]["z"].copy()
+    d2[0]["z"][0, 0] += 1e-12  # one value apart
+    assert base.make_figure(d1, l1) is not base.make_figure(d2, l2)
+    d3, l3 = _contents(3)
+    l3b = copy.deepcopy(l3)
+    l3b["title"]["text"] += " "
+    assert base.make_figure(d3, l3) is not base.make_figure(copy.deepcopy(d3), l3b)
+
+
+def test_contents_that_cannot_be_pickled_are_built_each_time():
+    data = [{"type": "scatter", "x": [1, 2], "y": [3, 4], "meta": lambda: None}]
+    a = base.make_figure(data, {"title": {"text": "x"}})
+    assert type(a) is go.Figure
+
+
+def test_the_cache_is_bounded_by_bytes():
+    cache = base._FIGURES
+    assert cache.max_bytes == base.FIGURE_CACHE_MB * 2**20
+    for seed in range(100, 130):
+        base.make_figure(*_contents(seed))
+    assert cache.total <= cache.max_bytes
