@@ -33,7 +33,6 @@ from h2o.custom import load_policy  # noqa: E402
 HERE = Path(__file__).parent
 
 
-
 @st.cache_resource(show_spinner=False)
 def _page_templates() -> list[st.Page]:
     """Every page, in menu order (app/pages.py lists them once), built once per server: building

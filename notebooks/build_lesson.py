@@ -50,14 +50,14 @@ def literal(module: str, func: str, key: str, until: str | None = None) -> str:
     raise SystemExit(
         f"build_lesson: app/lesson/{module}.py {func}() no longer writes a paragraph with "
         f"{key!r}" + (f" and containing {until!r}" if until else "") + ": update "
-        "notebooks/cells_part*.py"
+        "notebooks/cells_chapters_*.py"
     )
 
 
 def chapter_titles() -> dict[str, tuple[int, str]]:
     """Each chapter's draw function → (number, title), from the ``Chapter(...)`` lists."""
     out: dict[str, tuple[int, str]] = {}
-    for module in ("part1", "part2", "part3"):
+    for module in ("chapters_1_3", "chapters_4_6", "chapters_7_10"):
         for node in ast.walk(_tree(module)):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Chapter":
                 number, title, _anchor, draw = node.args

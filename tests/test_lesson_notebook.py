@@ -73,12 +73,12 @@ def test_no_markdown_cell_states_a_number():
 
 
 def test_a_paragraph_the_app_no_longer_writes_stops_the_build():
-    text = build_lesson.literal("part2", "window", "So the window is needed.")
+    text = build_lesson.literal("chapters_4_6", "window", "So the window is needed.")
     assert text.startswith("So the window is needed.")
     with pytest.raises(SystemExit, match="no longer writes a paragraph with"):
-        build_lesson.literal("part2", "window", "A sentence the app never wrote")
+        build_lesson.literal("chapters_4_6", "window", "A sentence the app never wrote")
     with pytest.raises(SystemExit, match="no longer writes"):
-        build_lesson.literal("part2", "no_such_chapter", "So the window")
+        build_lesson.literal("chapters_4_6", "no_such_chapter", "So the window")
 
 
 # -- the notebook, run -----------------------------------------------------------------------------

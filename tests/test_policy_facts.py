@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import h2o
 from app import controls
-from app.lesson import part3
+from app.lesson import chapters_7_10
 
 
 def test_the_facts_of_the_built_in_policies():
@@ -20,7 +20,7 @@ def test_the_facts_of_the_built_in_policies():
 
 
 def test_the_app_reads_them_from_the_class(monkeypatch):
-    assert part3.PINS_SINKS == ("streaming-llm",)
+    assert chapters_7_10.PINS_SINKS == ("streaming-llm",)
     assert controls.policy_settings("tova", 32, 4) == {}
     assert controls.policy_settings("h2o", 32, 4) == {"recent_window": 32}
     # a policy whose class says it keeps its own window is left alone, whatever its name

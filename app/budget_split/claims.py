@@ -1,6 +1,7 @@
 """The sentences of "Where should the budget go?" that state a number, a ranking or who wins,
 built from the numbers its figures and tables show (never typed in). No streamlit here: the
-tests call them at every value of the page's budget control (``tests/test_claims_part3.py``).
+tests call them at every value of the page's budget control
+(``tests/test_claims_chapters_7_10.py``).
 """
 
 from __future__ import annotations

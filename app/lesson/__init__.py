@@ -6,9 +6,10 @@ controls, sometimes a "predict, then reveal" question) into the current containe
 clicker) or all in order (self-study). Answers are kept in the session, so a question answered
 once stays answered, in either mode.
 
-The chapters live in ``part1.py`` (why evict, sinks and recency, heavy hitters), ``part2.py``
-(the window, the stale spike, the family) and ``part3.py`` (a real model, evict or compress?,
-when (not) to use H2O, your turn; the needle grid and chapter 8 live in ``needle.py``).
+The chapters live in the modules named by their numbers: ``chapters_1_3.py`` (why evict, sinks
+and recency, heavy hitters), ``chapters_4_6.py`` (the window, the stale spike, the family) and
+``chapters_7_10.py`` (a real model, evict or compress?, when (not) to use H2O, your turn; the
+needle grid and chapter 8 live in ``needle.py``).
 """
 
 from __future__ import annotations
@@ -103,6 +104,6 @@ def goto_if_asked() -> None:
 
 
 def chapters() -> list[Chapter]:
-    from app.lesson import part1, part2, part3
+    from app.lesson import chapters_1_3, chapters_4_6, chapters_7_10
 
-    return [*part1.CHAPTERS, *part2.CHAPTERS, *part3.CHAPTERS]
+    return [*chapters_1_3.CHAPTERS, *chapters_4_6.CHAPTERS, *chapters_7_10.CHAPTERS]

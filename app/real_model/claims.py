@@ -3,7 +3,7 @@ chapter 7 of the lesson, chapter 8's link to it, and the Real model page's answe
 
 Each is built from the numbers the figure or table beside it shows, never typed in, so it stays
 true when a setting or a recomputed row changes them. No streamlit here: the tests call these at
-every setting (``tests/test_claims_part3.py``).
+every setting (``tests/test_claims_chapters_7_10.py``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Stale spike: where H2O's sum and Scissorhands' vote count disagree, and what H2O's age bias
-costs. Every sentence with a number is built by a function of ``app/lesson/part2.py`` or
+costs. Every sentence with a number is built by a function of ``app/lesson/chapters_4_6.py`` or
 ``h2o/age_bias.py`` from the replays the figures show."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 import streamlit as st
 
 from app import a11y, charts, controls, data, figures, painted, player, state, sweeps
-from app.lesson import part2
+from app.lesson import chapters_4_6
 from app.player import stepper
 from h2o import age_bias, analysis
 from h2o.player import playback
@@ -20,9 +20,9 @@ STEP_KEY = state.SPIKE_STEP
 
 player.preload()  # plotly.js loads while the server computes the page
 st.title("Stale spike: H2O vs Scissorhands")
-st.markdown(part2.CARD_ON_SCISSORHANDS)
+st.markdown(chapters_4_6.CARD_ON_SCISSORHANDS)
 with st.expander("What this library's Scissorhands and the paper's actually do"):
-    st.markdown(part2.SCISSORHANDS_SOURCES)
+    st.markdown(chapters_4_6.SCISSORHANDS_SOURCES)
 
 presenter = state.presenter_toggle()
 state.report_url_problems([STEP_KEY, *state.VIEW_SETTINGS, state.PRESENTER])
@@ -48,7 +48,7 @@ costly = age_bias.costliest_eviction(h_rep, trace)
 
 st.markdown(
     f"The **stale-spike** trace ({trace.steps} steps, budget {budget}, recent_window {window}). "
-    + part2.spike_row_sentence(trace, spike)
+    + chapters_4_6.spike_row_sentence(trace, spike)
     + " "
     + age_bias.shares_sentence(age_bias.shares(trace, steady), budget)
 )
@@ -100,7 +100,7 @@ st.markdown(
     "> *a position that takes almost the whole of the first two steps and nearly nothing after "
     "has the highest score of any position here and a single vote there, so this policy defends "
     "it and that one evicts it.* — the card, on H2O and Scissorhands\n\n"
-    f"On this trace: {said}\n\n" + part2.spike_view_opening(start, parting, spike)
+    f"On this trace: {said}\n\n" + chapters_4_6.spike_view_opening(start, parting, spike)
 )
 
 panels = [
@@ -120,21 +120,21 @@ stepper.render(
 painted.first_figure_first("stale-spike")
 
 st.header("What H2O pays: the age bias")
-part2.chain_section(ref, reps, window, top_k, key="spike_page")
+chapters_4_6.chain_section(ref, reps, window, top_k, key="spike_page")
 
 # -- part 2: the canonical trace -------------------------------------------------------------------
 canon = data.load("canonical", {})
-windows, sweep = part2.canonical_sweep(canon)
+windows, sweep = chapters_4_6.canonical_sweep(canon)
 sweep_h2o = [r["retained_mass"] for r in sweep["h2o"]]
 sweep_sc = [r["retained_mass"] for r in sweep["scissorhands"]]
-c_budget, c_window, c_top_k = part2.CANON_BUDGET, analysis.band_width(canon.trace) or 64, 32
+c_budget, c_window, c_top_k = chapters_4_6.CANON_BUDGET, analysis.band_width(canon.trace) or 64, 32
 lineup = [(n, {"recent_window": c_window}) for n in ("h2o", "scissorhands")]
 rows = sweeps.bench(canon.ident, canon.trace, c_budget, c_top_k, sweeps.freeze_lineup(lineup))
 h_row, s_row = rows
 diff = abs(h_row["retained_mass"] - s_row["retained_mass"])
 st.header(
     f"On the canonical trace, at recent_window {c_window}: "
-    + ("they tie" if diff < part2.TIE else "they part")
+    + ("they tie" if diff < chapters_4_6.TIE else "they part")
 )
 c_reps = [data.recorded_replay(canon, make_policy(n, c_budget, **p), c_top_k) for n, p in lineup]
 agree = sweeps.shared_slots(*c_reps, canon.trace)
@@ -157,10 +157,10 @@ m3.metric(
     "the two rules rank differently.",
 )
 epoch = int(canon.trace.meta.get("epoch", 512))
-at_32 = abs(sweep_h2o[windows.index(32)] - sweep_sc[windows.index(32)]) < part2.TIE
+at_32 = abs(sweep_h2o[windows.index(32)] - sweep_sc[windows.index(32)]) < chapters_4_6.TIE
 holds = (
     "That holds at this window, not at every one: "
-    if diff < part2.TIE and not at_32
+    if diff < chapters_4_6.TIE and not at_32
     else "Across the sweep of chapter 4: "
 )
 # The sentences the two heatmaps below are described by: how close the runs land, and how much
@@ -168,7 +168,7 @@ holds = (
 land = (
     f"Budget {c_budget}, recent_window {c_window}, top-{c_top_k} recall "
     f"{h_row['top_k_recall']:.4f} vs {s_row['top_k_recall']:.4f}: the two land "
-    f"{'within a hundredth' if diff < part2.TIE else f'{diff:.4f} apart'} of each other."
+    f"{'within a hundredth' if diff < chapters_4_6.TIE else f'{diff:.4f} apart'} of each other."
 )
 disagree = (
     f"The caches disagree on {1 - agree['share']:.0%} of the panels, holding "

@@ -15,7 +15,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import h2o
-from app.lesson import part2
+from app.lesson import chapters_4_6
 from h2o import age_bias, analysis, explain
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
@@ -45,7 +45,7 @@ def received(trace: h2o.Trace, pos: int) -> np.ndarray:
 def library_rows(trace: h2o.Trace, budget: int) -> list[dict]:
     """The chart's rows, one plain replay per policy (not the banked bench the app uses)."""
     rows = []
-    for name, params in analysis.standard_lineup(budget, windows=part2.WINDOWS):
+    for name, params in analysis.standard_lineup(budget, windows=chapters_4_6.WINDOWS):
         policy = analysis.make_policy(name, budget, **params)
         rep = h2o.replay(policy, trace, 32, record=False)
         s = rep.summary()
@@ -62,24 +62,26 @@ def library_rows(trace: h2o.Trace, budget: int) -> list[dict]:
     return rows
 
 
-@pytest.mark.parametrize("budget", part2.BUDGETS)
+@pytest.mark.parametrize("budget", chapters_4_6.BUDGETS)
 def test_family_sentences_hold_at_every_budget(canonical, budget):
     rows = library_rows(canonical, budget)
     bench = analysis.bench(canonical, budget, 32, lineup=analysis.standard_lineup(budget))
     assert [r["label"] for r in bench] == [r["label"] for r in rows]  # the chart's rows
     for b, r in zip(bench, rows, strict=True):
         assert b["retained_mass"] == pytest.approx(r["retained_mass"], abs=1e-9)
-    text = part2.family_sentences(rows, budget, analysis.band_width(canonical), part2.WINDOWS)
+    text = chapters_4_6.family_sentences(
+        rows, budget, analysis.band_width(canonical), chapters_4_6.WINDOWS
+    )
     best, *rest = text
     masses = {r["label"]: r["retained_mass"] for r in rows}
     top = max(masses.values())
     oracle = rows[0]["oracle_mass"]
-    leaders = {lab for lab, m in masses.items() if top - m < part2.SAME}
+    leaders = {lab for lab, m in masses.items() if top - m < chapters_4_6.SAME}
     for lab in masses:
         assert (f"**{lab}**" in best) == (lab in leaders), lab
     assert f"{top:.3f}" in best and f"{oracle - top:.3f} below the oracle bound" in best
     floor = masses["Random (recent_window=32)"]
-    below = {lab for lab, m in masses.items() if m < floor - part2.SAME}
+    below = {lab for lab, m in masses.items() if m < floor - chapters_4_6.SAME}
     said = " ".join(rest)
     if below:
         (line,) = [s for s in rest if s.startswith("Below random")]
@@ -88,24 +90,26 @@ def test_family_sentences_hold_at_every_budget(canonical, budget):
         assert "leaves positions 33–64 steps old" in line  # every one here has window 32
     else:
         assert "Every other policy keeps at least as much as random" in said
-    missing = [w for w in part2.WINDOWS if w >= budget]
+    missing = [w for w in chapters_4_6.WINDOWS if w >= budget]
     assert (f"recent_window {missing[0]} does not fit" in said) if missing else "fit" not in said
 
 
 def test_family_names_the_measured_leaders_and_laggards(canonical):
     """The measured cases (who leads, who falls below random) said at their budgets."""
-    at64 = part2.family_sentences(library_rows(canonical, 64), 64, 64, part2.WINDOWS)
+    at64 = chapters_4_6.family_sentences(library_rows(canonical, 64), 64, 64, chapters_4_6.WINDOWS)
     assert at64[0].startswith("**TOVA (recent_window=1)** keeps the most")
     assert "0.003 below the oracle bound" in at64[0]
     assert "H2O (recent_window=32) at 0.456" in at64[1]
-    at1024 = part2.family_sentences(library_rows(canonical, 1024), 1024, 64, part2.WINDOWS)
+    at1024 = chapters_4_6.family_sentences(
+        library_rows(canonical, 1024), 1024, 64, chapters_4_6.WINDOWS
+    )
     for lab in ("StreamingLLM (sinks=4)", "H2O (recent_window=64)", "TOVA (recent_window=1)"):
         assert f"**{lab}**" in at1024[0]
 
 
 def test_family_one_liners_claim_no_ranking():
     words = ("floor", "must beat", "beats", "best", "worst", "always")
-    for _, text in part2.FAMILY:
+    for _, text in chapters_4_6.FAMILY:
         assert not any(w in text.lower() for w in words), text
 
 
@@ -125,7 +129,7 @@ def test_freeze_is_measured_on_the_replay():
 @pytest.fixture(scope="module")
 def sweep(canonical):
     """Chapter 4's sweep, one plain replay per window: (windows, H2O mass, Scissorhands mass)."""
-    windows = part2.sweeps.sweep_windows_for(256, 64)
+    windows = chapters_4_6.sweeps.sweep_windows_for(256, 64)
     h = [mass_of(canonical, "h2o", 256, recent_window=w) for w in windows]
     s = [mass_of(canonical, "scissorhands", 256, recent_window=w) for w in windows]
     return windows, h, s
@@ -136,14 +140,16 @@ def test_window_question_and_the_text_after_the_sweep(canonical, sweep):
     streaming = mass_of(canonical, "streaming-llm", 256, sinks=4)
     by_w = dict(zip(windows, h, strict=True))
     beat = [w for w in (32, 64) if by_w[w] > streaming]
-    assert part2.window_answer(by_w, streaming, (32, 64)) == "recent_window 64" and beat == [64]
-    why = part2.window_why(by_w, streaming, (32, 64))
+    assert chapters_4_6.window_answer(by_w, streaming, (32, 64)) == "recent_window 64" and beat == [
+        64
+    ]
+    why = chapters_4_6.window_why(by_w, streaming, (32, 64))
     assert f"{streaming:.3f}" in why and f"{by_w[32]:.3f} at recent_window 32" in why
     # The band share, straight from the rows: mass on the last 64 positions, steps after 64.
     share = np.mean([canonical.row(t)[t - 64 :].sum() for t in range(65, canonical.steps)])
     knee = min(w for w in windows if by_w[w] >= max(h) - 0.001)
     text = age_bias.knee_sentence(
-        windows, h, 64, part2.analysis.band_share(canonical, 64), 32, True
+        windows, h, 64, chapters_4_6.analysis.band_share(canonical, 64), 32, True
     )
     assert f"puts {share:.2f} of its attention" in text and f"up to {knee} (" in text
     assert knee == 64 and "positions 33–64 steps old are unprotected" in text
@@ -159,9 +165,9 @@ def test_window_question_and_the_text_after_the_sweep(canonical, sweep):
 
 def test_window_sentences_follow_other_numbers():
     """The same functions on made-up sweeps: nothing in them is fixed to the canonical trace."""
-    assert part2.window_answer({32: 0.8, 64: 0.9}, 0.7, (32, 64)) == "both"
-    assert part2.window_answer({32: 0.5, 64: 0.6}, 0.7, (32, 64)) == "neither"
-    assert part2.window_answer({32: 0.8, 64: 0.6}, 0.7, (32, 64)) == "recent_window 32"
+    assert chapters_4_6.window_answer({32: 0.8, 64: 0.9}, 0.7, (32, 64)) == "both"
+    assert chapters_4_6.window_answer({32: 0.5, 64: 0.6}, 0.7, (32, 64)) == "neither"
+    assert chapters_4_6.window_answer({32: 0.8, 64: 0.6}, 0.7, (32, 64)) == "recent_window 32"
     text = age_bias.knee_sentence([0, 8, 16, 24], [0.1, 0.5, 0.7, 0.7], 16, 0.4, 8, False)
     assert "puts 0.40 of its attention on its last 16" in text and "up to 16 (0.700)" in text
     assert "positions 9–16 steps old" in text and "construction" not in text
@@ -192,22 +198,22 @@ def spike_reps(spike):
 
 def test_who_holds_the_spike(spike, spike_reps):
     held = {r.label: 0 in r.kept_at(spike.steps - 1)[0].tolist() for r in spike_reps.values()}
-    assert part2.spike_answer(held) == "H2O" and held == {"H2O": True, "Scissorhands": False}
+    assert chapters_4_6.spike_answer(held) == "H2O" and held == {"H2O": True, "Scissorhands": False}
     end = spike_reps["h2o"].kept_at(spike.steps - 1)
     h_score = float(end[1][end[0] == 0][0])
     t = int(spike_reps["scissorhands"].victim_step[spike_reps["scissorhands"].victim_pos == 0][0])
     tie = age_bias.tie_at(spike_reps["scissorhands"], 0)
-    assert part2.spike_why(h_score, tie) == (
+    assert chapters_4_6.spike_why(h_score, tie) == (
         f"H2O's sum for it is {h_score:.2f} at the end; Scissorhands evicts it at step {t}, "
         "on 1 vote."
     )
-    assert part2.spike_answer({"H2O": True, "Scissorhands": True}) == "both"
-    assert part2.spike_answer({"H2O": False, "Scissorhands": False}) == "neither"
+    assert chapters_4_6.spike_answer({"H2O": True, "Scissorhands": True}) == "both"
+    assert chapters_4_6.spike_answer({"H2O": False, "Scissorhands": False}) == "neither"
 
 
 def test_the_spike_and_steady_shares_come_from_the_rows(spike):
     col = received(spike, 0)
-    text = part2.spike_row_sentence(spike, 0)
+    text = chapters_4_6.spike_row_sentence(spike, 0)
     assert f"{col[1]:.2f} of step 1 and {col[2]:.2f} of step 2" in text
     assert f"then {col[3:].mean():.3f}" in text
     steady = spike.meta["steady"]
@@ -255,7 +261,7 @@ def test_the_librarys_vote_never_decays(spike_reps):
         before = dict(zip(*map(np.ndarray.tolist, rep.kept_at(t - 1)), strict=True))
         for p, v in zip(*map(np.ndarray.tolist, rep.kept_at(t)), strict=True):
             assert v >= before.get(p, 0.0)
-    assert "decays nothing" in part2.SCISSORHANDS_SOURCES
+    assert "decays nothing" in chapters_4_6.SCISSORHANDS_SOURCES
 
 
 def test_the_age_bias_chain_is_measured(spike, spike_reps):
@@ -299,15 +305,15 @@ def test_one_more_window_slot_keeps_position_17(spike, spike_reps):
     assert kept and "keeps it to the end" in text and f"{mass:.3f}" in text
     assert f"Scissorhands: {other:.3f}" in text
     spike_kept = 0 in wider.kept_at(spike.steps - 1)[0].tolist()
-    not_the_slot = kept and spike_kept and mass >= other - part2.TIE
+    not_the_slot = kept and spike_kept and mass >= other - chapters_4_6.TIE
     assert not_the_slot  # one more slot: 17 stays, the spike stays, and nothing is lost
-    assert ("not the spike's slot" in part2.price_lead(not_the_slot)) == not_the_slot
-    assert "not the spike's slot" not in part2.price_lead(False)
+    assert ("not the spike's slot" in chapters_4_6.price_lead(not_the_slot)) == not_the_slot
+    assert "not the spike's slot" not in chapters_4_6.price_lead(False)
 
 
 @pytest.mark.parametrize("start", range(96))
 def test_the_spike_page_says_where_its_view_opens_at_every_step(start):
-    text = part2.spike_view_opening(start, 8, 0)
+    text = chapters_4_6.spike_view_opening(start, 8, 0)
     assert f"opens at step **{start}**" in text
     if start == 8:
         assert "where Scissorhands evicts position 0" in text
@@ -327,7 +333,9 @@ def test_chapter_6_renders_its_sentences_at_the_largest_budget(canonical):
     at.run()
     at.select_slider(key="lesson_family_budget").set_value(1024).run()
     assert not at.exception, [e.value for e in at.exception]
-    want = part2.family_sentences(library_rows(canonical, 1024), 1024, 64, part2.WINDOWS)
+    want = chapters_4_6.family_sentences(
+        library_rows(canonical, 1024), 1024, 64, chapters_4_6.WINDOWS
+    )
     assert "\n".join(f"- {s}" for s in want) in markdown(at)
 
 
@@ -339,15 +347,17 @@ def test_stale_spike_page_renders_the_chain_and_where_it_opens(spike, spike_reps
     at.switch_page("views/stale_spike.py").run()
     assert not at.exception, [e.value for e in at.exception]
     shown = "\n".join(markdown(at))
-    assert part2.spike_view_opening(20, 8, 0) in shown
+    assert chapters_4_6.spike_view_opening(20, 8, 0) in shown
     c = age_bias.costliest_eviction(spike_reps["h2o"], spike)
     for s in (age_bias.who_sentence(c), age_bias.why_sentence(c), age_bias.cost_sentence(c)):
         assert f"- {s}" in shown
-    assert part2.price_lead(True) in shown and "It still holds position 0 to the end." in shown
+    assert (
+        chapters_4_6.price_lead(True) in shown and "It still holds position 0 to the end." in shown
+    )
     steady = spike.meta["steady"]
     sc = spike_reps["scissorhands"]
     for s in (
-        part2.spike_row_sentence(spike, 0),
+        chapters_4_6.spike_row_sentence(spike, 0),
         age_bias.shares_sentence(age_bias.shares(spike, steady), 8),
         age_bias.leader_sentence(spike_reps["h2o"], 0),
         age_bias.tie_sentence(age_bias.tie_at(sc, 0), sc.score_label),

@@ -1,9 +1,10 @@
 """Chapters 1–3: why evict, sinks and recency, heavy hitters.
 
 Every sentence that states a number or a comparison is built by a small pure function below from
-the numbers the chapter's figure shows (``tests/test_claims_part1.py`` checks them against the
-library at every setting); the chapters only lay them out. Each chapter keeps its text before the
-first figure to about three lines, so a projected 1280×720 screen shows the figure.
+the numbers the chapter's figure shows (``tests/test_claims_chapters_1_3.py`` checks them
+against the library at every setting); the chapters only lay them out. Each chapter keeps its
+text before the first figure to about three lines, so a projected 1280×720 screen shows the
+figure.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The lesson notebook's setup and chapters 1–3 (``app/lesson/part1.py``): why evict, sinks
+"""The lesson notebook's setup and chapters 1–3 (``app/lesson/chapters_1_3.py``): why evict, sinks
 and recency, heavy hitters."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def setup() -> list[Cell]:
         code(
             '''
             from app import card, figures, sweeps
-            from app.lesson import chapters, part1, part2, part3
+            from app.lesson import chapters, chapters_1_3, chapters_4_6, chapters_7_10
             from app.lesson import needle as part_needle
             from app.needle import claims as needle_claims
             from app.needle import data as needle_data
@@ -86,13 +86,13 @@ def chapter1(literal: Callable[..., str], titles: dict) -> list[Cell]:
         md(
             heading(titles, "why_evict")
             + "\n\n"
-            + literal("part1", "why_evict", "Every token a model reads or writes")
+            + literal("chapters_1_3", "why_evict", "Every token a model reads or writes")
         ),
         code(
             """
             # SmolLM2-135M's shape is read from its GGUF header when the model is installed.
-            shapes, where = part1.model_shapes()
-            context, budget, batch = 32_768, 1024, 1  # try part1.CONTEXTS, BUDGETS, BATCHES
+            shapes, where = chapters_1_3.model_shapes()
+            context, budget, batch = 32_768, 1024, 1  # try chapters_1_3.CONTEXTS, BUDGETS, BATCHES
             figures.kv_memory(
                 models=[s.name for s in shapes],
                 weights=[s.weight_bytes or 0.0 for s in shapes],
@@ -106,25 +106,26 @@ def chapter1(literal: Callable[..., str], titles: dict) -> list[Cell]:
         ),
         code(
             """
+            memory = [chapters_1_3.memory_sentence(s, context, budget, batch) for s in shapes]
             say(
-                "\\n".join(f"- {part1.memory_sentence(s, context, budget, batch)}" for s in shapes),
-                part1.reads_sentence(explain.LLAMA2_7B, context, budget, batch),
+                "\\n".join(f"- {line}" for line in memory),
+                chapters_1_3.reads_sentence(explain.LLAMA2_7B, context, budget, batch),
             )
             """
         ),
         md(
             "### The shapes, H2O's own bytes, and the other ways to save KV memory\n\n"
-            + literal("part1", "why_evict", "Two other ways to fit a cache")
+            + literal("chapters_1_3", "why_evict", "Two other ways to fit a cache")
         ),
         code(
             """
-            table = {col: [getattr(s, a) for s in shapes] for col, a in part1.TABLE.items()}
+            table = {col: [getattr(s, a) for s in shapes] for col, a in chapters_1_3.TABLE.items()}
             table["weights (fp16)"] = [figures.gib(s.weight_bytes or 0) for s in shapes]
             display(pd.DataFrame(table))
             say(
                 f"{where}.",
-                part1.gqa_sentence(shapes),
-                part1.bookkeeping_sentence(h2o.H2O.nbytes_per_slot, shapes, budget),
+                chapters_1_3.gqa_sentence(shapes),
+                chapters_1_3.bookkeeping_sentence(h2o.H2O.nbytes_per_slot, shapes, budget),
             )
             """
         ),
@@ -142,7 +143,7 @@ def chapter2(literal: Callable[..., str], titles: dict) -> list[Cell]:
             # The heavy hitter the ring loses, past the first budget's worth of positions.
             lost = explain.lost_heavy_hitter(streaming, trace, budget)
             facts = explain.sink_facts(trace, streaming, lost)
-            say(part1.sinks_intro(facts))
+            say(chapters_1_3.sinks_intro(facts))
             figures.attention_received(
                 received=lost.received,
                 position=lost.position,
@@ -152,9 +153,9 @@ def chapter2(literal: Callable[..., str], titles: dict) -> list[Cell]:
             )
             """
         ),
-        code("say(*part1.sinks_text(facts))"),
+        code("say(*chapters_1_3.sinks_text(facts))"),
         md("### What the measures mean: retained mass, top-k recall, the oracle bound"),
-        code("say(part1.measures_text(facts))"),
+        code("say(chapters_1_3.measures_text(facts))"),
         md("### Step through it\n\n" + PLAYER_HOWTO),
         code(
             """
@@ -179,7 +180,7 @@ def chapter3(literal: Callable[..., str], titles: dict) -> list[Cell]:
             )
             f3 = explain.heavy_facts(toy, heavy)
             say(
-                part1.heavy_intro(f3),
+                chapters_1_3.heavy_intro(f3),
                 f"**Predict:** which position does H2O evict at step {f3.t}? One of "
                 f"{', '.join(map(str, f3.evictable))}. Decide, then run the next cell.",
             )
@@ -188,7 +189,7 @@ def chapter3(literal: Callable[..., str], titles: dict) -> list[Cell]:
         code(
             """
             d = explain.decision(heavy, f3.t)
-            say(f"The answer: **{f3.victim}**. {part1.heavy_why(f3)}")
+            say(f"The answer: **{f3.victim}**. {chapters_1_3.heavy_why(f3)}")
             figures.decision_bars(
                 positions=d.positions,
                 scores=d.scores,
@@ -199,9 +200,9 @@ def chapter3(literal: Callable[..., str], titles: dict) -> list[Cell]:
             )
             """
         ),
-        code("say(part1.heavy_age_text(f3), *part1.heavy_text(f3))"),
+        code("say(chapters_1_3.heavy_age_text(f3), *chapters_1_3.heavy_text(f3))"),
         md("### The contract: ties, and the order victims come back in"),
-        code("say(part1.tie_text(explain.tie_demo()))"),
+        code("say(chapters_1_3.tie_text(explain.tie_demo()))"),
         md("### Step through it"),
         code(
             """

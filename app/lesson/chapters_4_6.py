@@ -3,9 +3,9 @@ the family.
 
 Every sentence that states a number, a ranking or who wins is built by a small pure function
 below (``*_sentence``, ``*_answer``, :func:`family_sentences`) from the numbers the figure beside
-it plots; ``tests/test_claims_part2.py`` checks each against the library's own replays. The text
-before each chapter's first figure is kept to about three lines: presenter mode projects it at
-1280×720.
+it plots; ``tests/test_claims_chapters_4_6.py`` checks each against the library's own replays.
+The text before each chapter's first figure is kept to about three lines: presenter mode
+projects it at 1280×720.
 """
 
 from __future__ import annotations

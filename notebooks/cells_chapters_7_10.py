@@ -1,5 +1,5 @@
 # ruff: noqa: E501  (the cells' code is indented here; lesson.ipynb holds it at 100 columns)
-"""The lesson notebook's last chapters (``app/lesson/part3.py``): a real model (with the needle
+"""The lesson notebook's last chapters (``app/lesson/chapters_7_10.py``): a real model (with the needle
 grid of ``cells_needle.py``), when (not) to use H2O, your turn. Chapter 8 is ``cells_needle.py``'s."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ def chapter7(literal: Callable[..., str], titles: dict) -> list[Cell]:
         code(
             """
             # Two of SmolLM2-135M's layers on an original short story, captured ahead (traces/).
-            budget7, sinks7 = 128, part3.SINKS
+            budget7, sinks7 = 128, chapters_7_10.SINKS
             lineup7 = [("h2o", {"recent_window": 32}), ("streaming-llm", {"sinks": sinks7})]
-            names = part3.labels()
+            names = chapters_7_10.labels()
             mass = {name: [] for name, _ in lineup7}
             by_layer, shares = {}, {}
             for layer in (8, 25):
@@ -43,24 +43,25 @@ def chapter7(literal: Callable[..., str], titles: dict) -> list[Cell]:
         ),
         code("say(claims.layers_sentence(by_layer, shares, sinks7, budget7 - sinks7, names))"),
         *grid_cells(literal),
-        md(literal("part3", "real_model", "where the spare key is hidden")),
+        md(literal("chapters_7_10", "real_model", "where the spare key is hidden")),
         code(
             """
             # The model's answers, computed ahead (traces/results/README.md has the commands).
-            runs = {b: part3.shipped(f"lighthouse-generate-{b}.json") for b in part3.ANSWER_BUDGETS}
+            budgets = chapters_7_10.ANSWER_BUDGETS
+            runs = {b: chapters_7_10.shipped(f"lighthouse-generate-{b}.json") for b in budgets}
             if any(r is None for r in runs.values()):
                 runs = graded = None
                 say("The brass-owl answers are not in this copy (traces/results/).")
             else:
                 graded = claims.grade(runs)
-                display(part3.answer_table(runs))
-                say(claims.answers_sentence(graded, names, part3.story_text()))
+                display(chapters_7_10.answer_table(runs))
+                say(claims.answers_sentence(graded, names, chapters_7_10.story_text()))
             """
         ),
         code(
             """
-            quality = part3.shipped("lighthouse-quality.json")
-            curves = part3.perplexity_curves(quality)
+            quality = chapters_7_10.shipped("lighthouse-quality.json")
+            curves = chapters_7_10.perplexity_curves(quality)
             display(
                 figures.perplexity_curves(
                     curves=[(n, names[n], list(c), list(c.values())) for n, c in curves.items()],
@@ -69,7 +70,7 @@ def chapter7(literal: Callable[..., str], titles: dict) -> list[Cell]:
                     "tokens (lower is better)",
                 )
             )
-            say(part3.ppl_text(curves, float(quality["full_cache"]), graded))
+            say(chapters_7_10.ppl_text(curves, float(quality["full_cache"]), graded))
             """
         ),
         md(
@@ -108,14 +109,14 @@ def chapter9(literal: Callable[..., str], titles: dict) -> list[Cell]:
         code(
             """
             title = {ch.number: ch.title for ch in chapters()}
-            fact = part3.fact_note(runs)
+            fact = chapters_7_10.fact_note(runs)
             use = [
                 f"- *{item}* — chapter {n}, {title[n]}" + (f": {fact}" if i == 0 else "")
-                for i, (item, n) in enumerate(zip(card.WHEN, part3.WHEN_SHOWN, strict=True))
+                for i, (item, n) in enumerate(zip(card.WHEN, chapters_7_10.WHEN_SHOWN, strict=True))
             ]
             dont = [
                 f"- *{item}* — chapter {n}, {title[n]}"
-                for item, n in zip(card.WHEN_NOT, part3.WHEN_NOT_SHOWN, strict=True)
+                for item, n in zip(card.WHEN_NOT, chapters_7_10.WHEN_NOT_SHOWN, strict=True)
             ]
             say("**Use it**", "\\n".join(use), "**Don't**", "\\n".join(dont))
             print("The card's own lists, in its order.")
@@ -129,7 +130,9 @@ def chapter10(literal: Callable[..., str], titles: dict) -> list[Cell]:
         md(
             heading(titles, "your_turn")
             + "\n\n"
-            + literal("part3", "your_turn", "A policy is a short class.", "with the base class.")
+            + literal(
+                "chapters_7_10", "your_turn", "A policy is a short class.", "with the base class."
+            )
             + "\n\n"
             + "In a notebook it needs no file: define the class in a cell and hand it to the "
             "player, beside H2O. Here is one to start from — H2O whose sums fade, so an old "

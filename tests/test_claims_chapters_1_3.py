@@ -1,6 +1,6 @@
 """The lesson's chapters 1–3 say only what their numbers say.
 
-Each sentence-building function of ``app/lesson/part1.py`` is driven over every value of its
+Each sentence-building function of ``app/lesson/chapters_1_3.py`` is driven over every value of its
 chapter's controls (chapter 1: context × budget × batch), and every number it prints is read
 back and compared with one computed here independently: from the published shapes and parameter
 counts, from the card, or straight from the trace's rows. One AppTest shows that the page renders
@@ -22,7 +22,7 @@ from lesson_browser import report_painted
 from streamlit.testing.v1 import AppTest
 
 import h2o
-from app.lesson import part1
+from app.lesson import chapters_1_3
 from h2o import explain, synthetic
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
@@ -46,7 +46,9 @@ def smollm() -> explain.ModelShape | None:
 
 
 SHAPES = [s for s in (smollm(), explain.LLAMA2_7B, explain.LLAMA31_70B) if s is not None]
-SETTINGS = list(itertools.product(part1.CONTEXTS, part1.BUDGETS, part1.BATCHES))
+SETTINGS = list(
+    itertools.product(chapters_1_3.CONTEXTS, chapters_1_3.BUDGETS, chapters_1_3.BATCHES)
+)
 
 
 def weights(name: str) -> float:
@@ -103,7 +105,7 @@ def test_the_shapes_are_the_published_ones():
 @pytest.mark.parametrize(("context", "budget", "batch"), SETTINGS)
 def test_chapter_1_memory_sentence_at_every_setting(context, budget, batch):
     for s in SHAPES:
-        text = part1.memory_sentence(s, context, budget, batch)
+        text = chapters_1_3.memory_sentence(s, context, budget, batch)
         w = weights(s.name) if s.name != "SmolLM2-135M" else s.n_params * 2
         full = kv(s.name, context, batch)
         m = re.search(rf"{SIZE} of KV cache, {RATIO} {SIZE} of weights — ", text)
@@ -129,7 +131,7 @@ def test_chapter_1_memory_sentence_at_every_setting(context, budget, batch):
 
 @pytest.mark.parametrize(("context", "budget", "batch"), SETTINGS)
 def test_chapter_1_decode_reads_at_every_setting(context, budget, batch):
-    text = part1.reads_sentence(explain.LLAMA2_7B, context, budget, batch)
+    text = chapters_1_3.reads_sentence(explain.LLAMA2_7B, context, budget, batch)
     w, full = weights("Llama-2-7B"), kv("Llama-2-7B", context, batch)
     m = re.search(rf"{SIZE} \+ {SIZE} = \*\*{SIZE} per step\*\*", text)
     assert m, text
@@ -148,15 +150,15 @@ def test_chapter_1_decode_reads_at_every_setting(context, budget, batch):
 
 
 def test_the_worked_example_llama2_at_32k_reads_16_gib_of_kv_per_token():
-    text = part1.reads_sentence(explain.LLAMA2_7B, 32_768, 1024, 1)
+    text = chapters_1_3.reads_sentence(explain.LLAMA2_7B, 32_768, 1024, 1)
     assert "12.6 GiB + 16.0 GiB" in text  # 6.74e9 × 2 B; 32 × 32 × 128 × 4 B × 32K = 16 GiB
 
 
-@pytest.mark.parametrize("budget", part1.BUDGETS)
+@pytest.mark.parametrize("budget", chapters_1_3.BUDGETS)
 def test_chapter_1_bookkeeping_against_the_slot_it_manages(budget):
     per_slot = h2o.H2O.nbytes_per_slot
     assert per_slot == 4 + 8 + 1  # the card: position, float64 score, one scratch byte
-    text = part1.bookkeeping_sentence(per_slot, SHAPES, budget)
+    text = chapters_1_3.bookkeeping_sentence(per_slot, SHAPES, budget)
     assert f"**{per_slot} bytes**" in text
     m = re.search(rf"([\d.]+) KB at the budget of {budget:,}", text)
     close(m[1], per_slot * budget / 1000)
@@ -170,7 +172,7 @@ def test_chapter_1_bookkeeping_against_the_slot_it_manages(budget):
 
 
 def test_chapter_1_gqa_from_the_heads():
-    text = part1.gqa_sentence(SHAPES)
+    text = chapters_1_3.gqa_sentence(SHAPES)
     for s in SHAPES:
         _, kv_heads, _, heads, _, _ = PUBLISHED[s.name]
         if heads > kv_heads:
@@ -192,7 +194,7 @@ def canonical():
 
 def test_chapter_2_every_number_against_the_trace(canonical):
     trace, rep, f = canonical
-    text = part1.sinks_intro(f) + "\n".join(part1.sinks_text(f))
+    text = chapters_1_3.sinks_intro(f) + "\n".join(chapters_1_3.sinks_text(f))
     steps, row = trace.steps, trace.row
     dense = trace.dense()  # row t in line t, zero right of the diagonal
     # The heavy hitter: of the victims past the first 256 positions, the one whose attention
@@ -233,12 +235,12 @@ def test_chapter_2_every_number_against_the_trace(canonical):
     assert f"the {synthetic.BAND} newest positions" in text
     assert f"knee at {synthetic.BAND} in chapter 4" in text
     assert f"{synthetic.HITTERS} heavy hitters per {synthetic.EPOCH}-step epoch" in text
-    assert "synthetic" in part1.sinks_intro(f)  # said where the trace is first used
+    assert "synthetic" in chapters_1_3.sinks_intro(f)  # said where the trace is first used
 
 
 def test_chapter_2_defines_the_measures_as_the_library_computes_them(canonical):
     _, rep, f = canonical
-    text = part1.measures_text(f)
+    text = chapters_1_3.measures_text(f)
     assert rep.summary()["retained_mass"] == pytest.approx(rep.mass[256:].mean())
     assert "the mean over the steps t ≥ budget (256)" in text
     assert "open-loop" in text and "not recomputed after an eviction" in text
@@ -266,9 +268,9 @@ def test_chapter_2_text_follows_every_number_it_is_given(canonical):
 
     def text(facts: explain.SinkFacts) -> str:
         return (
-            part1.sinks_intro(facts)
-            + "".join(part1.sinks_text(facts))
-            + (part1.measures_text(facts))
+            chapters_1_3.sinks_intro(facts)
+            + "".join(chapters_1_3.sinks_text(facts))
+            + (chapters_1_3.measures_text(facts))
         )
 
     base = text(f)
@@ -285,10 +287,10 @@ def test_chapter_3_every_number_against_the_replay():
     rep = h2o.replay(h2o.H2O(8, recent_window=2), trace, 4)
     f = explain.heavy_facts(trace, rep)
     text = (
-        part1.heavy_intro(f)
-        + part1.heavy_why(f)
-        + part1.heavy_age_text(f)
-        + "\n".join(part1.heavy_text(f))
+        chapters_1_3.heavy_intro(f)
+        + chapters_1_3.heavy_why(f)
+        + chapters_1_3.heavy_age_text(f)
+        + "\n".join(chapters_1_3.heavy_text(f))
     )
     t = int(rep.victim_step[0])
     pos, scores = rep.kept_at(t)
@@ -317,10 +319,10 @@ def test_chapter_3_text_follows_every_number_it_is_given():
 
     def text(facts: explain.HeavyFacts) -> str:
         return (
-            part1.heavy_intro(facts)
-            + part1.heavy_why(facts)
-            + part1.heavy_age_text(facts)
-            + "".join(part1.heavy_text(facts))
+            chapters_1_3.heavy_intro(facts)
+            + chapters_1_3.heavy_why(facts)
+            + chapters_1_3.heavy_age_text(facts)
+            + "".join(chapters_1_3.heavy_text(facts))
         )
 
     base = text(f)
@@ -336,16 +338,16 @@ def test_chapter_3_text_follows_every_number_it_is_given():
 
 def test_chapter_3_tie_text_follows_the_run_it_is_given():
     demo = explain.tie_demo()
-    base = part1.tie_text(demo)
+    base = chapters_1_3.tie_text(demo)
     for key in ("steps", "budget", "window", "tie_step"):
-        assert part1.tie_text({**demo, key: demo[key] + 1}) != base, key
+        assert chapters_1_3.tie_text({**demo, key: demo[key] + 1}) != base, key
     before = {p: s + 0.01 for p, s in demo["before"].items()}
-    assert part1.tie_text({**demo, "before": before}) != base
+    assert chapters_1_3.tie_text({**demo, "before": before}) != base
     tied = {p: s + 0.01 * p for p, s in demo["tied"].items()}
-    assert part1.tie_text({**demo, "tied": tied}) != base
+    assert chapters_1_3.tie_text({**demo, "tied": tied}) != base
     for key, other in (("chosen", [2, 3]), ("down_to_2", [3, 2]), ("tie_victims", [2])):
         assert demo[key] != other
-        assert part1.tie_text({**demo, key: other}) != base, key
+        assert chapters_1_3.tie_text({**demo, key: other}) != base, key
 
 
 def test_chapter_3_ties_from_the_library_s_own_run(monkeypatch):
@@ -355,7 +357,7 @@ def test_chapter_3_ties_from_the_library_s_own_run(monkeypatch):
         h2o.H2O, "on_decode_step", lambda self, *a: calls.append(a) or step(self, *a)
     )
     demo = explain.tie_demo()
-    text = part1.tie_text(demo)
+    text = chapters_1_3.tie_text(demo)
     assert f"on {len(calls)} hand-made steps" in text
     assert len(calls) == 5 and "five hand-made steps" in explain.__doc__  # error 13
     assert "four" not in (explain.tie_demo.__doc__ or "")
@@ -388,7 +390,9 @@ def test_the_lesson_renders_the_claims_it_is_tested_on():
         if batch != 1:
             at.select_slider(key="lesson_batch").set_value(batch).run()
             shown = [m.value for m in at.markdown]
-        want = "\n".join(f"- {part1.memory_sentence(s, 32_768, 1024, batch)}" for s in SHAPES)
+        want = "\n".join(
+            f"- {chapters_1_3.memory_sentence(s, 32_768, 1024, batch)}" for s in SHAPES
+        )
         assert want in shown
         # ... and the chart beside them plots the same bytes: weights, full cache, capped.
         spec = json.loads(at.get("plotly_chart")[0].proto.spec)
@@ -398,16 +402,16 @@ def test_the_lesson_renders_the_claims_it_is_tested_on():
             assert bars[0][i] == pytest.approx(w)
             assert bars[1][i] == kv(s.name, 32_768, batch)
             assert bars[2][i] == kv(s.name, 1024, batch)
-        assert part1.reads_sentence(explain.LLAMA2_7B, 32_768, 1024, batch) in shown
+        assert chapters_1_3.reads_sentence(explain.LLAMA2_7B, 32_768, 1024, batch) in shown
     trace = h2o.builtin_trace("canonical")
     rep = h2o.replay(h2o.StreamingLLM(256, sinks=4), trace, 32)
     f = explain.sink_facts(trace, rep, explain.lost_heavy_hitter(rep, trace, 256))
-    assert part1.sinks_intro(f) in shown and "\n\n".join(part1.sinks_text(f)) in shown
+    assert chapters_1_3.sinks_intro(f) in shown and "\n\n".join(chapters_1_3.sinks_text(f)) in shown
     toy = h2o.builtin_trace("toy")
     hf = explain.heavy_facts(toy, h2o.replay(h2o.H2O(8, recent_window=2), toy, 4))
-    assert "\n\n".join(part1.heavy_text(hf)) in shown
+    assert "\n\n".join(chapters_1_3.heavy_text(hf)) in shown
     # The victim's age names the answer: shown only once the question is revealed.
-    assert part1.heavy_age_text(hf) not in shown
+    assert chapters_1_3.heavy_age_text(hf) not in shown
     at.button(key="lesson_reveal_heavy").click().run()
-    assert part1.heavy_age_text(hf) in [m.value for m in at.markdown]
-    assert part1.tie_text(explain.tie_demo()) in shown
+    assert chapters_1_3.heavy_age_text(hf) in [m.value for m in at.markdown]
+    assert chapters_1_3.tie_text(explain.tie_demo()) in shown

@@ -1,5 +1,5 @@
 # ruff: noqa: E501  (the cells' code is indented here; lesson.ipynb holds it at 100 columns)
-"""The lesson notebook's chapters 4–6 (``app/lesson/part2.py``): the window, the stale spike,
+"""The lesson notebook's chapters 4–6 (``app/lesson/chapters_4_6.py``): the window, the stale spike,
 the family."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ def chapter4(literal: Callable[..., str], titles: dict) -> list[Cell]:
         md(
             heading(titles, "window")
             + "\n\n"
-            + literal("part2", "_freeze", "> *The recent window is load-bearing")
+            + literal("chapters_4_6", "_freeze", "> *The recent window is load-bearing")
         ),
         code(
             """
@@ -41,10 +41,10 @@ def chapter4(literal: Callable[..., str], titles: dict) -> list[Cell]:
         code(
             """
             final = zero.kept_at(toy.steps - 1)[0]
-            say(age_bias.freeze_sentence(explain.frozen_share(zero), final, small), part2.NEW_TOKEN)
+            say(age_bias.freeze_sentence(explain.frozen_share(zero), final, small), chapters_4_6.NEW_TOKEN)
             """
         ),
-        md(literal("part2", "window", "So the window is needed.")),
+        md(literal("chapters_4_6", "window", "So the window is needed.")),
         code(
             """
             band = analysis.band_width(trace)  # the canonical trace's recency band
@@ -71,8 +71,8 @@ def chapter4(literal: Callable[..., str], titles: dict) -> list[Cell]:
         code(
             """
             say(
-                f"The answer: **{part2.window_answer(by_window, streaming_mass, asked)}**. "
-                + part2.window_why(by_window, streaming_mass, asked)
+                f"The answer: **{chapters_4_6.window_answer(by_window, streaming_mass, asked)}**. "
+                + chapters_4_6.window_why(by_window, streaming_mass, asked)
             )
             figures.window_sweep(
                 windows=windows,
@@ -110,7 +110,9 @@ def chapter5(literal: Callable[..., str], titles: dict) -> list[Cell]:
         md(
             heading(titles, "stale_spike")
             + "\n\n"
-            + literal("part2", "stale_spike", "**Scissorhands** (Liu", "evicts the fewest votes.")
+            + literal(
+                "chapters_4_6", "stale_spike", "**Scissorhands** (Liu", "evicts the fewest votes."
+            )
         ),
         code(
             """
@@ -128,7 +130,8 @@ def chapter5(literal: Callable[..., str], titles: dict) -> list[Cell]:
                 for name in ("h2o", "scissorhands")
             }
             say(
-                f"The stale-spike trace has {stale.steps} steps. " + part2.spike_row_sentence(stale, spike),
+                f"The stale-spike trace has {stale.steps} steps. "
+                + chapters_4_6.spike_row_sentence(stale, spike),
                 f"**Predict:** budget {sfit['budget']}, recent_window {sfit['recent_window']}: "
                 f"which policy still holds position {spike} at the end — H2O, Scissorhands, "
                 "both, or neither? Decide, then run the next cell.",
@@ -141,8 +144,8 @@ def chapter5(literal: Callable[..., str], titles: dict) -> list[Cell]:
             tie = age_bias.tie_at(reps["scissorhands"], spike) if not holds["Scissorhands"] else None
             kept, scores = reps["h2o"].kept_at(stale.steps - 1)
             held = scores[kept == spike]
-            why = part2.spike_why(float(held[0]) if held.size else None, tie)
-            say(f"The answer: **{part2.spike_answer(holds)}**. {why}")
+            why = chapters_4_6.spike_why(float(held[0]) if held.size else None, tie)
+            say(f"The answer: **{chapters_4_6.spike_answer(holds)}**. {why}")
             figures.kept_score_lines(
                 curves=[
                     (n, f"{r.label} — {r.score_label}", np.arange(r.steps), age_bias.score_history(r, spike))
@@ -178,7 +181,7 @@ def chapter5(literal: Callable[..., str], titles: dict) -> list[Cell]:
             o_mass = reps["scissorhands"].summary()["retained_mass"]
             rescued = age_bias.holds_at_end(wider, c.position)
             spike_too = age_bias.holds_at_end(wider, spike)
-            say(part2.price_lead(rescued and spike_too and w_mass >= o_mass - part2.TIE))
+            say(chapters_4_6.price_lead(rescued and spike_too and w_mass >= o_mass - chapters_4_6.TIE))
             figures.decision_bars(
                 positions=dc.positions,
                 scores=dc.scores,
@@ -220,8 +223,8 @@ def chapter5(literal: Callable[..., str], titles: dict) -> list[Cell]:
             say(
                 f"On the canonical trace (chapter 4's figure, budget {budget}): "
                 + age_bias.window_tie_sentence(windows, h2o_mass, sc_mass, 32),
-                part2.CARD_ON_SCISSORHANDS,
-                part2.SCISSORHANDS_SOURCES,
+                chapters_4_6.CARD_ON_SCISSORHANDS,
+                chapters_4_6.SCISSORHANDS_SOURCES,
             )
             """
         ),
@@ -247,12 +250,14 @@ def chapter6(literal: Callable[..., str], titles: dict) -> list[Cell]:
         md(
             heading(titles, "family")
             + "\n\n"
-            + literal("part2", "family", "Every policy of this lesson on the canonical trace")
+            + literal(
+                "chapters_4_6", "family", "Every policy of this lesson on the canonical trace"
+            )
         ),
         code(
             """
-            budget6 = 256  # try another: part2.BUDGETS
-            lineup = analysis.standard_lineup(budget6, windows=part2.WINDOWS)
+            budget6 = 256  # try another: chapters_4_6.BUDGETS
+            lineup = analysis.standard_lineup(budget6, windows=chapters_4_6.WINDOWS)
             rows = analysis.bench(trace, budget6, 32, lineup=lineup)
             figures.policy_bars(
                 policies=[r["policy"] for r in rows],
@@ -268,9 +273,10 @@ def chapter6(literal: Callable[..., str], titles: dict) -> list[Cell]:
         ),
         code(
             """
+            said = chapters_4_6.family_sentences(rows, budget6, band, chapters_4_6.WINDOWS)
             say(
-                "\\n".join(f"- {s}" for s in part2.family_sentences(rows, budget6, band, part2.WINDOWS)),
-                "\\n".join(f"- {text}" for _, text in part2.FAMILY),
+                "\\n".join(f"- {s}" for s in said),
+                "\\n".join(f"- {text}" for _, text in chapters_4_6.FAMILY),
             )
             """
         ),

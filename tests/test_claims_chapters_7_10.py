@@ -23,7 +23,7 @@ from streamlit.testing.v1 import AppTest
 import h2o
 from app.budget_split import claims as budget_claims
 from app.budget_split import data as bd
-from app.lesson import part3
+from app.lesson import chapters_7_10
 from app.real_model import claims
 from h2o import analysis
 from h2o.alloc import ALLOCATORS, make_allocator
@@ -43,7 +43,7 @@ def load(name: str):
 
 
 def shipped_runs() -> dict[int, list[dict]]:
-    return {b: load(f"lighthouse-generate-{b}.json") for b in part3.ANSWER_BUDGETS}
+    return {b: load(f"lighthouse-generate-{b}.json") for b in chapters_7_10.ANSWER_BUDGETS}
 
 
 def truth(runs: dict[int, list[dict]]) -> dict[int, dict[str, bool]]:
@@ -65,7 +65,7 @@ def fresh_row(budget: int, right: set[str], prompt: bool = False) -> list[dict]:
     ``right`` too, the others "door" (``prompt``: with the prompt's length, as a real run)."""
     extra = {"prompt_tokens": 2110} if prompt else {}
     rows = [{"label": "full cache", "text": " brass owl. She knew", **extra}]
-    for p in part3.ANSWER_POLICIES:
+    for p in chapters_7_10.ANSWER_POLICIES:
         text = " brass owl. She looked" if p in right else " door. She had to"
         rows.append({"label": f"{p}@{budget}", "text": text, **extra})
     return rows
@@ -168,9 +168,9 @@ def test_the_answers_sentence_says_who_is_right_on_the_shipped_rows():
     check_recall(claims.recall_note(claims.grade(runs), "H2O"), runs)
 
 
-@pytest.mark.parametrize("budget", part3.ANSWER_BUDGETS)
+@pytest.mark.parametrize("budget", chapters_7_10.ANSWER_BUDGETS)
 @pytest.mark.parametrize(
-    "right", [{"h2o"}, set(), set(part3.ANSWER_POLICIES), {"h2o", "streaming-llm"}]
+    "right", [{"h2o"}, set(), set(chapters_7_10.ANSWER_POLICIES), {"h2o", "streaming-llm"}]
 )
 @pytest.mark.parametrize("prompt", [False, True])
 def test_a_recomputed_row_changes_the_sentences(budget, right, prompt):
@@ -186,10 +186,12 @@ def test_a_recomputed_row_changes_the_sentences(budget, right, prompt):
 
 def test_h2o_right_at_256_changes_chapter_8s_link():
     runs = shipped_runs() | {256: fresh_row(256, {"h2o"})}
-    note = part3.fact_note(runs)
+    note = chapters_7_10.fact_note(runs)
     assert note.startswith("on the real model H2O recalls the fact only at budget 256 and 1,024")
     assert note.endswith("not at 512")
-    assert part3.fact_note(shipped_runs()).endswith("(49% of the prompt), not at 256 or 512")
+    assert chapters_7_10.fact_note(shipped_runs()).endswith(
+        "(49% of the prompt), not at 256 or 512"
+    )
 
 
 @needs_model
@@ -237,8 +239,10 @@ def check_perplexity(text: str, curves, full: float) -> None:
 def test_the_perplexity_sentence_reads_the_curves():
     q = load("lighthouse-quality.json")
     curves = curves_of(q)
-    assert part3.ppl_group(part3.perplexity_curves(q)) == GROUP
-    text = part3.ppl_text(part3.perplexity_curves(q), q["full_cache"], claims.grade(shipped_runs()))
+    assert chapters_7_10.ppl_group(chapters_7_10.perplexity_curves(q)) == GROUP
+    text = chapters_7_10.ppl_text(
+        chapters_7_10.perplexity_curves(q), q["full_cache"], claims.grade(shipped_runs())
+    )
     check_perplexity(text, curves, q["full_cache"])
     check_parting(text, shipped_runs())
     assert "close" not in text  # the old unmeasured word is gone
@@ -420,7 +424,9 @@ def test_chapter_7_renders_the_sentences_of_its_data():
     assert text in shown
     check_answers_sentence(text, runs)
     q = load("lighthouse-quality.json")
-    ppl = part3.ppl_text(part3.perplexity_curves(q), q["full_cache"], claims.grade(runs))
+    ppl = chapters_7_10.ppl_text(
+        chapters_7_10.perplexity_curves(q), q["full_cache"], claims.grade(runs)
+    )
     assert ppl in shown
     # Presenter mode: before the first figure, one short paragraph (~2 lines at 1280 px).
     assert len(shown[0]) < 250
@@ -430,7 +436,7 @@ def test_a_recomputed_row_changes_chapters_7_and_8_as_rendered():
     fresh = {256: fresh_row(256, {"h2o"})}
     at = AppTest.from_file(MAIN, default_timeout=300)
     at.query_params["presenter"], at.query_params["chapter"] = "1", "7"
-    at.session_state[part3.FRESH_ANSWERS] = fresh
+    at.session_state[chapters_7_10.FRESH_ANSWERS] = fresh
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     runs = shipped_runs() | fresh
@@ -442,8 +448,10 @@ def test_a_recomputed_row_changes_chapters_7_and_8_as_rendered():
         at.button(key="lesson_next").click().run()
         assert not at.exception, [e.value for e in at.exception]
     (line,) = [m for m in markdown(at) if "A fact stated once" in m]
-    assert line.endswith(f"[chapter 7, A real model](#a-real-model): {part3.fact_note(runs)}")
-    check_recall(part3.fact_note(runs), runs)
+    assert line.endswith(
+        f"[chapter 7, A real model](#a-real-model): {chapters_7_10.fact_note(runs)}"
+    )
+    check_recall(chapters_7_10.fact_note(runs), runs)
 
 
 def test_the_budget_page_renders_the_sentences_of_its_data_at_every_budget():
