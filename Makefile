@@ -40,7 +40,7 @@ setup: $(VENV)/.setup
 setup-test: $(VENV)/.setup-test
 
 run: setup
-	$(VENV)/bin/streamlit run app/main.py
+	$(PY) -m app.serve
 
 # The lesson as a notebook, in JupyterLab (the player is an anywidget: works offline).
 notebook: $(VENV)/.setup-notebook

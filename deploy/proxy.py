@@ -159,9 +159,7 @@ def deployment(
             cmd = [
                 sys.executable,
                 "-m",
-                "streamlit",
-                "run",
-                str(ROOT / "app" / "main.py"),
+                "app.serve",  # `streamlit run app/main.py`, its libraries loaded at start
                 "--server.headless=true",
                 f"--server.port={p}",
                 "--server.address=127.0.0.1",

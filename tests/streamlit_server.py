@@ -52,12 +52,12 @@ def serve_process(
     """:func:`serve`, also yielding the server's process (for its CPU time and memory);
     ``script``: another Streamlit script than the app (a benchmark's floor page)."""
     port = free_port()
+    # The app starts as `make run` starts it (app/serve.py); another script as `streamlit run`.
+    start = ["app.serve"] if script is None else ["streamlit", "run", str(script)]
     cmd = [
         sys.executable,
         "-m",
-        "streamlit",
-        "run",
-        str(script or ROOT / "app" / "main.py"),
+        *start,
         "--server.headless=true",
         f"--server.port={port}",
         "--server.address=127.0.0.1",

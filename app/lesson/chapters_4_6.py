@@ -197,7 +197,7 @@ CARD_ON_SCISSORHANDS = (
     "slot forever. scissorhands counts how often a position mattered instead, which decays "
     "that advantage.* — the H2O policy card"
 )
-#: What the card's "decays" stands for, in this library and in the paper (issue 15, error 5).
+#: What the card's "decays" stands for, in this library and in the paper (Liu et al., 2023).
 SCISSORHANDS_SOURCES = (
     "The library's Scissorhands (`h2o/policies/scissorhands.py`) decays nothing: its score is "
     "a lifetime count, one vote for every step a position receives more than its fair share "
