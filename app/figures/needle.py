@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from app.needle.frontier import TOLERANCE
+from app.needle.frontier import TOLERANCE, FigureLine
 
 from .base import (
     FONT,
@@ -32,29 +32,28 @@ BITS_COLOURS = {2: "#E15759", 4: "#C9A227", 8: "#59A14F", 16: "#76B7B2"}
 ALLOC_DASH = {None: "solid", "uniform": "solid", "pyramid": "dot", "adaptive": "dashdot"}
 ALLOC_DASH["duo"] = "longdash"
 
-#: A line of the frontier: (family, group, policy, bits, xs, ys, hover text per point).
-FrontierLine = tuple[
-    str, str, str | None, int | None, Sequence[float], Sequence[float], Sequence[str]
-]
+#: A line of the frontier (``app.needle.frontier.figure_lines`` builds them from the rows' labels).
+FrontierLine = FigureLine
 
 
 def _e(text: object) -> str:
     return html.escape(str(text), quote=False)
 
 
-def family_style(group: str, policy: str | None, bits: int | None, family: str) -> dict:
-    """Colour, dash and marker of a family's line: eviction in its policy's colour (an
-    allocation dashed its own way), KIVI-style in its bit width's colour, combinations dashed."""
+def family_style(
+    group: str, method: str | None, bits: int | None, allocation: str | None, sinks: int
+) -> dict:
+    """Colour, dash and marker of a family's line: eviction in its method's colour (an
+    allocation dashed its own way), KIVI-style in its bit width's colour (the variant keeping
+    fp16 sinks with an open marker), combinations dashed."""
     if group == "compress":
         colour = BITS_COLOURS.get(bits or 16, NEUTRAL_LINE)
-        sinks = "sinks" in family.lower()  # the variant keeping the sinks in fp16: open marker
         return {"color": colour, "dash": "solid", "symbol": "diamond-open" if sinks else "diamond"}
-    name = policy or ("snapkv" if "snap" in family.lower() else "")
+    name = method or ""
     colour = POLICY_COLOURS.get(name) or policy_colour(name)
-    alloc = next((a for a in ("pyramid", "adaptive", "duo") if a in family.lower()), None)
     if group == "both":
         return {"color": colour, "dash": "dash", "symbol": "star"}
-    return {"color": colour, "dash": ALLOC_DASH[alloc], "symbol": "circle"}
+    return {"color": colour, "dash": ALLOC_DASH.get(allocation, "solid"), "symbol": "circle"}
 
 
 def frontier(
@@ -76,8 +75,8 @@ def frontier(
     ``tolerance`` either side (the rows counted as at that memory); ``share``: y is a share,
     drawn from 0 to 100 %."""
     data: list[dict] = []
-    for family, group, policy, bits, xs, ys, hover in lines:
-        style = family_style(group, policy, bits, family)
+    for family, group, method, bits, allocation, sinks, xs, ys, hover in lines:
+        style = family_style(group, method, bits, allocation, sinks)
         data.append(
             {
                 "type": "scatter",
@@ -95,7 +94,7 @@ def frontier(
                 "hovertemplate": f"%{{text}}<br>%{{x:,.0f}} bytes/token: {yformat}<extra></extra>",
             }
         )
-    xs_all = [x for ln in lines for x in ln[4]]
+    xs_all = [x for ln in lines for x in ln.xs]
     shapes = []
     if full is not None:
         fx, fy = full

@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from h2o.model import rows
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "traces" / "results"
 GRID_FILE = "needle-grid.jsonl"
@@ -31,7 +33,8 @@ MAX_LINES = 200_000
 MAX_LINE = 64 * 2**10
 #: Problems listed by name; past this many, only their count.
 MAX_PROBLEMS = 20
-KINDS = ("full", "policy", "snapkv", "kivi")
+#: The kinds of row a file may name: the library's (``h2o.model.rows``), not a copy.
+KINDS = rows.KINDS
 
 
 @dataclass(frozen=True)

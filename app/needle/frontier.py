@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from app.needle.data import Cell, FrontierRow
 from app.needle.grid import family_name, row_order
+from h2o.model.rows import Row
 
 GROUPS = {
     "evict": "eviction",
@@ -125,21 +127,44 @@ def lines(points: Iterable[Point]) -> dict[str, list[Point]]:
     return {f: sorted(ps, key=lambda p: (p.x, p.row)) for f, ps in by.items()}
 
 
-def figure_lines(points: Iterable[Point], value: Callable[[Point], str]) -> list[tuple]:
-    """:func:`lines` as the frontier figure takes them: (family, group, policy, bits, xs, ys,
-    hover) per family, each point's hover ``"<row>: <value(point)>"``."""
-    return [
-        (
-            fam,
-            ps[0].group,
-            ps[0].policy,
-            ps[0].bits,
-            [p.x for p in ps],
-            [p.y for p in ps],
-            [f"{p.row}: {value(p)}" for p in ps],
+def cache_facts(point: Point) -> tuple[str | None, str | None, int]:
+    """What the frontier's line style shows of a row, read from its label in the library's row
+    grammar (never from the family's display name): the method that chooses what the cache
+    keeps (a policy, ``"snapkv"``; None for a quantized cache alone), its allocation and its
+    fp16 sinks."""
+    try:
+        row = Row.parse(point.row)
+    except ValueError:  # a policy this server does not know: what the file says of it
+        return point.policy, None, point.sinks
+    return row.policy, row.allocation, row.sinks
+
+
+class FigureLine(NamedTuple):
+    """One family's points as the frontier figure draws them, with what its style shows."""
+
+    family: str
+    group: str
+    method: str | None
+    bits: int | None
+    allocation: str | None
+    sinks: int
+    xs: list[float]
+    ys: list[float]
+    hover: list[str]
+
+
+def figure_lines(points: Iterable[Point], value: Callable[[Point], str]) -> list[FigureLine]:
+    """:func:`lines` as the frontier figure takes them, one :class:`FigureLine` per family
+    (:func:`cache_facts` of its first row), each point's hover ``"<row>: <value(point)>"``."""
+    out = []
+    for fam, ps in lines(points).items():
+        method, allocation, sinks = cache_facts(ps[0])
+        xs, ys = [p.x for p in ps], [p.y for p in ps]
+        hover = [f"{p.row}: {value(p)}" for p in ps]
+        out.append(
+            FigureLine(fam, ps[0].group, method, ps[0].bits, allocation, sinks, xs, ys, hover)
         )
-        for fam, ps in lines(points).items()
-    ]
+    return out
 
 
 def memory_choices(points: Sequence[Point]) -> list[int]:

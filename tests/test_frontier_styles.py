@@ -1,0 +1,45 @@
+"""The frontier's line styles come from each row's label in the library's row grammar, never
+from the family's display name (a family renamed for the page keeps its style)."""
+
+from __future__ import annotations
+
+from app.figures import needle as figures
+from app.figures.base import POLICY_COLOURS, policy_colour
+from app.needle import frontier
+
+
+def point(row: str, group: str, family: str = "a family named for people", **kw) -> frontier.Point:
+    base = {"policy": None, "bits": None, "sinks": 0, "x": 1000.0, "y": 0.5}
+    return frontier.Point(row=row, family=family, group=group, **{**base, **kw})
+
+
+def style(p: frontier.Point) -> dict:
+    (line,) = frontier.figure_lines([p], str)
+    return figures.family_style(line.group, line.method, line.bits, line.allocation, line.sinks)
+
+
+def test_the_facts_are_the_rows():
+    assert frontier.cache_facts(point("snapkv@256:avg5", "evict")) == ("snapkv", None, 0)
+    assert frontier.cache_facts(point("h2o@128/pyramid", "evict")) == ("h2o", "pyramid", 0)
+    assert frontier.cache_facts(point("kivi2+sinks", "compress", bits=2)) == (None, None, 4)
+    assert frontier.cache_facts(point("tova@64+kivi4", "both", bits=4)) == ("tova", None, 0)
+
+
+def test_styles_follow_the_row_not_the_family_name():
+    snap = style(point("snapkv@256", "evict"))  # its policy field empty, as in older files
+    assert snap["color"] == (POLICY_COLOURS.get("snapkv") or policy_colour("snapkv"))
+    assert snap["color"] != style(point("h2o@256", "evict"))["color"]
+    assert style(point("h2o@128/pyramid", "evict"))["dash"] == figures.ALLOC_DASH["pyramid"]
+    assert style(point("h2o@128/duo", "evict"))["dash"] == figures.ALLOC_DASH["duo"]
+    assert style(point("h2o@128", "evict"))["dash"] == "solid"
+    assert style(point("kivi4+sinks", "compress", bits=4))["symbol"] == "diamond-open"
+    assert style(point("kivi4", "compress", bits=4))["symbol"] == "diamond"
+    # The display name says "sinks" and "pyramid"; the rows say neither: no effect.
+    misleading = "pyramid sinks snapkv"
+    assert style(point("kivi4", "compress", misleading, bits=4))["symbol"] == "diamond"
+    assert style(point("h2o@128", "evict", misleading))["dash"] == "solid"
+
+
+def test_a_row_of_a_policy_this_server_does_not_know_keeps_what_the_file_says():
+    p = point("mine@128", "evict", policy="mine", sinks=0)
+    assert frontier.cache_facts(p) == ("mine", None, 0)
