@@ -247,7 +247,10 @@ def test_prefill_is_a_token_by_token_kivi_decoder(model, bits, sinks, policy, re
     pols = None if f is None else make_policies(model, f)
     steps = [model.forward([i], cache=cache, policies=pols, quant=ref)[0] for i in ids]
     slow = np.stack(steps)
-    tol = 1e-4 if residual == 32 else 1e-3  # float32 rounding over 300 tokens, not 110
+    # float32 rounding over 300 tokens, not 110: the two paths round a key differently in the
+    # last bit, which can move one code across a level (seen: 2.7e-3 from token 275 on, numpy
+    # 2.4.6); a wrong quantizer is off by the quantization itself (checked below: > 100x)
+    tol = 1e-4 if residual == 32 else 1e-2
     assert np.allclose(pre, slow, rtol=tol, atol=tol), np.abs(pre - slow).max()
     # and quantization shows: the full-precision run is far from both
     full = model.forward(ids, policies=None if f is None else make_banks(model, f))

@@ -143,8 +143,8 @@ def _float(d: dict, key: str, *, lo: float = -math.inf, hi: float = math.inf) ->
 
 def _common(d: dict) -> dict:
     kind = _str(d, "kind")
-    if kind not in KINDS:
-        raise BadField(f"'kind' must be one of {', '.join(KINDS)}")
+    if kind not in rows.kinds():
+        raise BadField(f"'kind' must be one of {', '.join(rows.kinds())}")
     return {
         "row": _str(d, "row", limit=80),
         "family": _str(d, "family", limit=80),

@@ -25,9 +25,14 @@ GROUPS = {
 PPL_TEXT, PPL_TOKENS = "lighthouse.txt", 2048
 
 
-def group(kind: str, bits: int | None) -> str:
-    """``"full"``, ``"evict"``, ``"compress"`` or ``"both"`` (a 16-bit KIVI-style cache is the
-    full cache: the library names its family so too)."""
+def group(row: str, kind: str, bits: int | None) -> str:
+    """``"full"``, ``"evict"``, ``"compress"`` or ``"both"``: the row's kind of cache says
+    (:attr:`h2o.model.rows.Row.group`; a 16-bit KIVI-style cache is the full cache). A row this
+    server cannot read (a policy it does not know) is grouped by the file's kind and bits."""
+    try:
+        return Row.parse(row).group
+    except ValueError:
+        pass
     if kind == "full" or (kind == "kivi" and bits == 16):
         return "full"
     if kind == "kivi":
@@ -63,7 +68,7 @@ def ppl_points(
         Point(
             row=r.row,
             family=family_name(r.family, r.allocation),
-            group=group(r.kind, r.bits),
+            group=group(r.row, r.kind, r.bits),
             policy=r.policy,
             bits=r.bits,
             sinks=r.sinks,
@@ -91,7 +96,7 @@ def accuracy_points(cells: Iterable[Cell], length: int) -> list[Point]:
             Point(
                 row=row,
                 family=family_name(c0.family, c0.allocation),
-                group=group(c0.kind, c0.bits),
+                group=group(row, c0.kind, c0.bits),
                 policy=c0.policy,
                 bits=c0.bits,
                 sinks=c0.sinks,

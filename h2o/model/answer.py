@@ -27,16 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from h2o.alloc import Allocation
-from h2o.model.allocation import N_RECENT, N_SINKS, allocated_factory, head_shares, make_allocation
+from h2o.model.caches import Budgeted
 from h2o.model.forward import PROMPT_BLOCK, KVCache, SmolLM
 from h2o.model.generate import decode_greedy
-from h2o.model.prefill import prefill_policies, prompt_attention
-from h2o.model.quality import make_banks, policy_factory
 from h2o.model.quant import QuantState
 from h2o.model.rows import Row
-from h2o.model.snapkv import check_snapkv, snapkv_kept, snapkv_window_attention
-from h2o.policies.snapkv import DEFAULT_WINDOW, FixedKeep
 
 
 @dataclass
@@ -53,48 +48,21 @@ class AnswerScore:
 
 
 # -- building a row ------------------------------------------------------------------------------
-_SHARES: dict[tuple[int, int, int], np.ndarray] = {}
-
-
-def calibration_shares(model: SmolLM, calibration_ids: Sequence[int] | None) -> np.ndarray:
-    """Duo's head classes are read from ``calibration_ids`` (one full prefill, remembered per
-    model and text: a grid reuses it): :meth:`HeadShares.kv_rest` with the sinks and window
-    duo keeps."""
-    if calibration_ids is None:
-        raise ValueError(
-            "a duo row needs calibration_ids: the text on which duo classifies heads "
-            "(the app uses traces/texts/library.txt)"
-        )
-    ids = [int(i) for i in calibration_ids]
-    key = (id(model), len(ids), hash(tuple(ids)))
-    if key not in _SHARES:
-        if len(_SHARES) >= 4:
-            _SHARES.pop(next(iter(_SHARES)))
-        _SHARES[key] = head_shares(model, ids, N_SINKS, N_RECENT).kv_rest()
-    return _SHARES[key]
-
-
-def row_allocation(
-    model: SmolLM, row: Row, calibration_ids: Sequence[int] | None = None
-) -> Allocation:
-    """The allocation of an evicting row (uniform when it names none)."""
-    if not row.evicts:
-        raise ValueError(f"row {row.label!r} evicts nothing: it has no allocation")
-    name = row.allocation or "uniform"
-    shares = calibration_shares(model, calibration_ids) if name == "duo" else None
-    return make_allocation(model, name, int(row.budget), shares)  # type: ignore[arg-type]
-
-
 def row_policies(model: SmolLM, row: Row, calibration_ids: Sequence[int] | None = None):
-    """``policies[layer]`` of a decode-time policy row (each layer its fastest exact form)."""
-    if row.kind != "policy":
+    """``policies[layer]`` of a row that evicts as it reads (each layer its fastest exact
+    form): its kind's :meth:`~h2o.model.caches.CacheKind.decode_policies`."""
+    policies = row.cache.decode_policies(model, calibration_ids)
+    if policies is None:
         raise ValueError(f"row {row.label!r} runs no decode-time policy")
-    if row.allocation is None:
-        factory = policy_factory(row.policy, int(row.budget), **row.policy_params())  # type: ignore[arg-type]
-    else:
-        alloc = row_allocation(model, row, calibration_ids)
-        factory, _ = allocated_factory(row.policy, alloc)  # type: ignore[arg-type]
-    return make_banks(model, factory)
+    return policies
+
+
+def row_allocation(model: SmolLM, row: Row, calibration_ids: Sequence[int] | None = None):
+    """The allocation of a row that keeps a budget of slots (uniform when it names none)."""
+    cache = row.cache
+    if not isinstance(cache, Budgeted):
+        raise ValueError(f"row {row.label!r} evicts nothing: it has no allocation")
+    return cache.allocation(model, calibration_ids)
 
 
 def row_quant(row: Row) -> QuantState | None:
@@ -183,32 +151,12 @@ def read_prompt(
     ``start``: the cache and ``quant`` hold the state a reading of the prompt's first
     ``start.length`` tokens left (:func:`begin`); the reading goes on from there, and the
     result is the same, bit for bit, as reading the whole prompt (:meth:`SmolLM.read`)."""
-    T = len(prompt)
     pq = quant if row.quantized_prompt else None
-    policies: list | None = None
     if start is not None and cache.length != start.length:
         raise ValueError(f"the cache holds {cache.length} tokens, the start {start.length}")
-    if row.kind == "snapkv":
-        alloc = row_allocation(model, row, calibration_ids)
-        check_snapkv(alloc, T, DEFAULT_WINDOW)
-        hidden, acc = snapkv_window_attention(model, prompt, cache, DEFAULT_WINDOW, quant=pq)
-        mode, kernel = row.snapkv_pooling  # type: ignore[misc]
-        kept = snapkv_kept(acc, alloc, DEFAULT_WINDOW, kernel, mode)
-        policies = [[FixedKeep(k, T - 1) for k in heads] for heads in kept]
-    elif row.mode == "prefill":
-        acc0 = np.zeros((model.config.n_layers, model.config.n_kv_heads, T))
-        if start is not None and start.acc is not None:
-            acc0[:, :, : start.length] = start.acc
-        hidden, acc = prompt_attention(model, prompt, cache, acc0)
-        policies = prefill_policies(acc, int(row.budget), int(row.recent_window))  # type: ignore[arg-type]
-    else:
-        if row.kind == "policy":
-            if start is not None:
-                policies = copy.deepcopy(start.policies)
-            else:
-                policies = row_policies(model, row, calibration_ids)
-        hidden = model.read(prompt, cache, policies=policies, quant=pq)
-    return hidden, policies
+    kind = row.cache
+    reading = kind.begin(model, calibration_ids, len(prompt), start)
+    return kind.read_prompt(model, prompt, cache, pq, reading, calibration_ids)
 
 
 def prefix_states(
@@ -228,24 +176,18 @@ def prefix_states(
         raise ValueError(f"a stop ({stops[-1]}) must leave a token of the {len(ids)} to read")
     if not stops:
         return
-    cfg = model.config
     cache, quant = begin(model, row, stops[-1])
     pq = quant if row.quantized_prompt else None
-    prefill = row.kind == "policy" and row.mode == "prefill"
-    evicts = row.kind == "policy" and not prefill
-    policies = row_policies(model, row, calibration_ids) if evicts else None
-    acc = np.zeros((cfg.n_layers, cfg.n_kv_heads, stops[-1])) if prefill else None
+    kind = row.cache
+    reading = kind.begin(model, calibration_ids, stops[-1])
     for stop in stops:
-        part = list(ids[:stop])
-        if prefill:
-            prompt_attention(model, part, cache, acc)
-        else:
-            model.read(part, cache, policies=policies, quant=pq)
+        kind.read_prefix(model, list(ids[:stop]), cache, pq, reading)
+        acc = reading.acc
         yield PromptState(
             length=stop,
             k=cache.k[:, :, :stop].copy(),
             v=cache.v[:, :, :stop].copy(),
-            policies=copy.deepcopy(policies),
+            policies=copy.deepcopy(reading.policies),
             quant=copy.deepcopy(pq),
             acc=None if acc is None else acc[:, :, :stop].copy(),
         )
@@ -259,9 +201,7 @@ def shared_stop(ids: Sequence[int], other: Sequence[int], row: Row) -> int:
     b = np.asarray(other[: len(a)], dtype=np.int64)
     diff = np.flatnonzero(a != b)
     common = int(diff[0]) if diff.size else len(a)
-    limit = min(common, len(ids) - 1)
-    if row.kind == "snapkv":
-        limit = min(limit, len(ids) - DEFAULT_WINDOW)
+    limit = min(common, len(ids) - 1, row.cache.prompt_limit(len(ids)))
     return max(0, limit) // PROMPT_BLOCK * PROMPT_BLOCK
 
 
@@ -420,13 +360,13 @@ def row_perplexity(
         raise ValueError("need at least 2 tokens")
     if not isinstance(row, Row):
         raise ValueError(f"row must be a Row (Row.parse(label)), got {type(row).__name__}")
-    if row.kind == "snapkv" or row.mode == "prefill":
+    if not row.cache.closed_loop:
         raise ValueError(
             f"{row.label}: this row compresses a prompt once, after reading it; it has no "
             "closed-loop perplexity over a text (score it with score_answer)"
         )
     cfg = model.config
-    policies = row_policies(model, row, calibration_ids) if row.kind == "policy" else None
+    policies = row.cache.decode_policies(model, calibration_ids)
     quant = row_quant(row)
     if policies is None or quant is None:
         hidden = model.forward(ids[:-1], policies=policies, quant=quant)

@@ -17,6 +17,8 @@ Label syntax (:meth:`Row.parse`, :attr:`Row.label` round-trips)::
     snapkv@256:avg5           SnapKV with its pooling named: avg5 (its released default),
                               max7 (its LongBench configs), max5 (plain ``snapkv@256``)
     snapkv@256                SnapKV (one compression after the prompt)
+    knorm@256                 K-norm: one compression after the prompt by the keys' L2
+                              norms, no attention read (:mod:`h2o.model.caches.knorm`)
     kivi4, kivi2+sinks        KIVI-style 2/4/8 bits (16 = full precision), +sinks: 4 fp16 sinks;
                               as the paper runs it: group 32, residual 128, the prompt attended
                               at full precision and quantized when stored
@@ -30,6 +32,12 @@ Bytes (:meth:`Row.kv_bytes`) are counted honestly: fp16 keys and values of every
 (:func:`h2o.model.quant.kivi_bytes`), and a policy's own bookkeeping per slot (the scored
 policies' ``nbytes_per_slot``: 13 bytes; a ring of positions (StreamingLLM, sliding window) and
 SnapKV's one-shot selection keep no per-slot state beyond the cache).
+
+Each kind of cache is one class (:mod:`h2o.model.caches`: :class:`~h2o.model.caches.Full`,
+:class:`~h2o.model.caches.Evicting`, :class:`~h2o.model.caches.SnapKV`,
+:class:`~h2o.model.caches.Kivi`): its part of the grammar, its name, what it holds and how the
+model attends through it. A row asks its kind (:attr:`Row.cache`); what is shared — the
+quantization a ``+kiviN`` adds, the sinks, the bytes — lives here.
 """
 
 from __future__ import annotations
@@ -39,34 +47,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from h2o.alloc import make_allocator, slot_bytes
+from h2o.alloc import slot_bytes
+from h2o.model.caches import CACHE_KINDS, CacheKind, parse_order
+from h2o.model.caches.base import ALLOCATIONS, MODES
+from h2o.model.caches.kivi import parse_kivi
+from h2o.model.caches.snapkv import DEFAULT_POOLING
 from h2o.model.quant import BITS, GROUP, RESIDUAL, KiviSpec, kivi_bytes, kivi_bytes_kept
-from h2o.policies.snapkv import SNAPKV
 
-KINDS = ("full", "policy", "snapkv", "kivi")
-ALLOCATIONS = ("pyramid", "adaptive", "duo")
+#: The built-in kinds of cache (:data:`h2o.model.caches.CACHE_KINDS` holds any added since).
+KINDS = ("full", "policy", "snapkv", "knorm", "kivi")
+__all__ = ["ALLOCATIONS", "DEFAULT_POOLING", "DEFAULT_SINKS", "KINDS", "MODES", "Row", "kinds"]
 #: Sinks kept in fp16 by "+sinks" (KVQuant's observation; StreamingLLM's 4).
 DEFAULT_SINKS = 4
-
-_EVICT = re.compile(
-    r"^(?P<policy>[A-Za-z0-9_\-]+)@(?P<budget>\d+)(?:/(?P<alloc>[a-z]+))?(?P<opts>(?::[^:]+)*)$"
-)
-_WINDOW = re.compile(r"^w(?P<n>\d+)(?P<pct>%?)$")
-_POOL = re.compile(r"^(?P<mode>avg|max)(?P<kernel>\d+)$")
-#: H2O's two ways of reading a prompt: evicting while it reads (the card's decode-time rule at
-#: every prompt token) or the authors' prefill mode (:mod:`h2o.model.prefill`).
-MODES = ("decode", "prefill")
-#: SnapKV's pooling when a row names none (``snapkv@256``): max pooling, kernel 5.
-DEFAULT_POOLING = "max5"
-_KIVI = re.compile(r"^kivi(?P<bits>\d+)(?P<opts>(?::[^:]+)*)$")
-_RESIDUAL = re.compile(r"^r(?P<n>\d+)$")
 _SINKS = re.compile(r"^sinks(?P<n>\d*)$")
+#: The fields only some kinds read, with their unset values (a kind lists those it reads).
+_OPTIONS = {"window": None, "window_pct": None, "mode": "decode", "pooling": None}
 
 
-def _policies() -> dict:
-    from h2o.policies import POLICIES
-
-    return POLICIES
+def kinds() -> tuple[str, ...]:
+    """Every kind of cache a row can name now (the built-in ones and any registered)."""
+    return tuple(CACHE_KINDS)
 
 
 @dataclass(frozen=True)
@@ -93,43 +93,22 @@ class Row:
     quantized_prompt: bool = False
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown row kind {self.kind!r}; choose from {', '.join(KINDS)}")
+        if self.kind not in CACHE_KINDS:
+            raise ValueError(f"unknown row kind {self.kind!r}; choose from {', '.join(kinds())}")
         if self.allocation == "uniform":
             object.__setattr__(self, "allocation", None)
-        evicts = self.kind in ("policy", "snapkv")
-        if evicts:
-            if self.kind == "snapkv" and self.policy not in (None, SNAPKV):
-                raise ValueError(f"a snapkv row has no policy other than snapkv: {self.policy!r}")
-            if self.kind == "snapkv":
-                object.__setattr__(self, "policy", SNAPKV)
-            elif self.policy not in _policies():
-                raise ValueError(
-                    f"unknown policy {self.policy!r}; choose from "
-                    f"{', '.join(_policies())} or snapkv"
-                )
-            b = self.budget
-            if isinstance(b, bool) or not isinstance(b, int | np.integer) or b < 1:
-                raise ValueError(f"budget must be a positive integer, got {b!r}")
-            if self.allocation is not None and self.allocation not in ALLOCATIONS:
-                raise ValueError(
-                    f"unknown allocation {self.allocation!r}; choose from uniform, "
-                    + ", ".join(ALLOCATIONS)
-                )
-        else:
+        cache = self.cache
+        if not cache.evicts:
             for name in ("policy", "budget", "allocation"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"a {self.kind} row takes no {name}")
-        if self.kind == "kivi" and self.bits is None:
-            raise ValueError("a kivi row needs bits (2, 4, 8 or 16)")
-        if self.kind == "full" and self.bits is not None:
-            raise ValueError("the full row takes no bits (use kivi16)")
+        cache.check()
         if self.bits is not None:
+            if not cache.quantizable:
+                raise ValueError(f"a {self.kind} row takes no bits")
             if self.bits not in BITS:
                 raise ValueError(f"bits must be one of {', '.join(map(str, BITS))}")
-            if evicts and self.bits == 16:
-                raise ValueError("a combination needs 2, 4 or 8 bits (16 is the policy alone)")
-        self._check_options()
+        self._refuse_options(cache)
         if self.residual is not None or self.quantized_prompt:
             if self.bits is None or self.bits == 16:
                 raise ValueError("a residual or qprompt applies to a quantized cache (kivi2/4/8)")
@@ -150,88 +129,44 @@ class Row:
         if s and self.bits == 16:
             raise ValueError("kivi16 is the full-precision cache: sinks change nothing")
 
-    def _check_options(self) -> None:
-        windowed = self.kind == "policy" and hasattr(
-            _policies()[self.policy], "default_recent_window"
-        )
-        if self.window is not None or self.window_pct is not None:
-            if not windowed:
+    def _refuse_options(self, cache: CacheKind) -> None:
+        """An option set on a kind that does not read it, refused by what it is."""
+        who = self.policy or self.kind
+        for name, unset in _OPTIONS.items():
+            if getattr(self, name) == unset or name in cache.options:
+                continue
+            if name in ("window", "window_pct"):
                 raise ValueError(
-                    f"{self.policy or self.kind} has no recent window to set (:wN applies to "
-                    "the scored policies: h2o, scissorhands, tova, random)"
+                    f"{who} has no recent window to set (:wN applies to the scored policies: "
+                    "h2o, scissorhands, tova, random)"
                 )
-            if self.window is not None and self.window_pct is not None:
-                raise ValueError("give the recent window in slots or as a share, not both")
-            if self.allocation is not None:
+            if name == "mode":
                 raise ValueError(
-                    "a recent window with an allocation is not offered: each head's budget "
-                    "differs there (use the uniform budget)"
+                    f"{who} has no prefill mode (only h2o: the authors' generation code "
+                    "chooses its heavy hitters from the prompt's attention)"
                 )
-            w, pct = self.window, self.window_pct
-            if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 0):
-                raise ValueError(f"the recent window must be an integer >= 0, got {w!r}")
-            if pct is not None and (
-                isinstance(pct, bool) or not isinstance(pct, int) or not 0 <= pct < 100
-            ):
-                raise ValueError(f"a window share must be 0% to 99% of the budget, got {pct!r}")
-            if self.recent_window >= int(self.budget):  # type: ignore[arg-type]
-                raise ValueError(
-                    f"recent window {self.recent_window} must be smaller than the budget "
-                    f"{self.budget}: it would leave the score nothing to choose between"
-                )
-        if self.mode not in MODES:
-            raise ValueError(f"unknown mode {self.mode!r}; choose from {', '.join(MODES)}")
-        if self.mode == "prefill":
-            if self.kind != "policy" or not getattr(
-                _policies()[self.policy], "prefill_selection", False
-            ):
-                raise ValueError(
-                    f"{self.policy or self.kind} has no prefill mode (only h2o: the authors' "
-                    "generation code chooses its heavy hitters from the prompt's attention)"
-                )
-            if self.allocation is not None or self.bits is not None:
-                raise ValueError(
-                    "h2o's prefill mode runs at a uniform budget in full precision (no "
-                    "allocation, no quantization)"
-                )
-        if self.pooling is not None:
-            if self.kind != "snapkv":
-                raise ValueError(f"only snapkv pools its scores, not {self.policy or self.kind}")
-            m = _POOL.match(str(self.pooling))
-            if not m or int(m["kernel"]) % 2 == 0 or int(m["kernel"]) < 1:
-                raise ValueError(
-                    f"snapkv pooling must be avgK or maxK with an odd kernel K, got "
-                    f"{self.pooling!r}"
-                )
-            if self.pooling == DEFAULT_POOLING:
-                object.__setattr__(self, "pooling", None)  # one row, one label
+            raise ValueError(f"only snapkv pools its scores, not {who}")
+
+    @property
+    def cache(self) -> CacheKind:
+        """The row's kind of cache (:mod:`h2o.model.caches`), asked about this row."""
+        return CACHE_KINDS[self.kind](self)
 
     @property
     def recent_window(self) -> int | None:
         """The scored policy's recent window in slots (its class's default when the row sets
         none; None for a row that has none): a share is ``floor(budget * pct / 100)``."""
-        if self.kind != "policy" or not hasattr(_policies()[self.policy], "default_recent_window"):
-            return None
-        if self.window is not None:
-            return self.window
-        if self.window_pct is not None:
-            return int(self.budget) * self.window_pct // 100  # type: ignore[arg-type]
-        return int(_policies()[self.policy].default_recent_window)
+        return getattr(self.cache, "recent_window", None)
 
     @property
     def snapkv_pooling(self) -> tuple[str, int] | None:
         """SnapKV's ``(mode, kernel)``: ``("max", 5)`` unless the row names another."""
-        if self.kind != "snapkv":
-            return None
-        m = _POOL.match(self.pooling or DEFAULT_POOLING)
-        assert m is not None
-        return m["mode"], int(m["kernel"])
+        return getattr(self.cache, "pooling", None) if self.kind == "snapkv" else None
 
     def policy_params(self) -> dict[str, int]:
         """The parameters the row sets on its policy's constructor (the recent window)."""
-        if self.window is None and self.window_pct is None:
-            return {}
-        return {"recent_window": int(self.recent_window)}  # type: ignore[arg-type]
+        params = getattr(self.cache, "policy_params", None)
+        return params() if params is not None else {}
 
     # -- text ----------------------------------------------------------------------------------
     @classmethod
@@ -242,59 +177,33 @@ class Row:
         s = text.strip()
         if not s:
             raise ValueError("empty row label")
-        if s == "full":
-            return cls("full")
         parts = s.split("+")
         head, extras = parts[0], parts[1:]
-        bits = None
-        sinks = 0
-        m = _KIVI.match(head)
-        opts: dict = {}
-        qopts: dict = {}
-        if m:
-            kind, policy, budget, alloc = "kivi", None, None, None
-            bits = int(m["bits"])
-            qopts = _kivi_options(s, m["opts"])
+        for kind in parse_order():
+            fields = kind.parse_head(head, s)
+            if fields is not None:
+                break
         else:
-            m = _EVICT.match(head)
-            if not m:
-                raise ValueError(
-                    f"cannot read row {s!r}: expected full, NAME@BUDGET[/ALLOCATION], kiviBITS, "
-                    "or a combination such as h2o@256+kivi4"
-                )
-            policy, budget, alloc = m["policy"], int(m["budget"]), m["alloc"]
-            kind = "snapkv" if policy == SNAPKV else "policy"
-            opts = _options(s, m["opts"])
+            raise ValueError(
+                f"cannot read row {s!r}: expected full, NAME@BUDGET[/ALLOCATION], kiviBITS, "
+                "or a combination such as h2o@256+kivi4"
+            )
+        sinks = 0
         for ex in extras:
-            mk, ms = _KIVI.match(ex), _SINKS.match(ex)
-            if mk and bits is None:
-                bits = int(mk["bits"])
-                qopts = _kivi_options(s, mk["opts"])
-            elif ms and bits is not None and not sinks:
+            quant, ms = parse_kivi(ex, s), _SINKS.match(ex)
+            if quant is not None and "bits" not in fields:
+                fields.update(quant)
+            elif ms and "bits" in fields and not sinks:
                 sinks = int(ms["n"]) if ms["n"] else DEFAULT_SINKS
                 if sinks == 0:
                     raise ValueError(f"row {s!r}: sinks0 keeps no sink")
             else:
                 raise ValueError(f"row {s!r}: cannot read {'+' + ex!r} here")
-        return cls(kind, policy, budget, alloc, bits, sinks, **opts, **qopts)
+        return cls(kind.kind, sinks=sinks, **fields)
 
     @property
     def label(self) -> str:
-        if self.kind == "full":
-            return "full"
-        out = ""
-        if self.kind in ("policy", "snapkv"):
-            out = f"{self.policy}@{self.budget}"
-            if self.allocation:
-                out += f"/{self.allocation}"
-            if self.window is not None:
-                out += f":w{self.window}"
-            if self.window_pct is not None:
-                out += f":w{self.window_pct}%"
-            if self.mode != "decode":
-                out += f":{self.mode}"
-            if self.pooling:
-                out += f":{self.pooling}"
+        out = self.cache.head()
         if self.bits is not None:
             out += ("+" if out else "") + f"kivi{self.bits}"
             if self.residual is not None:
@@ -309,26 +218,19 @@ class Row:
         return self.label
 
     @property
+    def group(self) -> str:
+        """The frontier's group: ``"full"``, ``"evict"``, ``"compress"``, or ``"both"`` (an
+        evicting kind whose kept slots are quantized)."""
+        g = self.cache.group
+        return "both" if g == "evict" and self.bits is not None else g
+
+    @property
     def family(self) -> str:
         """The line this row sits on across budgets: "full cache", "H2O", "H2O (pyramid)",
         "SnapKV", "KIVI-style 4-bit", "KIVI-style 2-bit + sinks", "H2O + KIVI-style 4-bit"."""
-        if self.kind == "full" or (self.kind == "kivi" and self.bits == 16):
+        if self.group == "full":
             return "full cache"
-        name = ""
-        if self.kind == "policy":
-            name = str(_policies()[self.policy].label)
-        elif self.kind == "snapkv":
-            name = "SnapKV"
-        if name and self.allocation:
-            name += f" ({self.allocation})"
-        if self.mode == "prefill":
-            name += " (prefill mode)"
-        if self.window is not None:
-            name += f", window {self.window}"
-        if self.window_pct is not None:
-            name += f", window {self.window_pct}% of the budget"
-        if self.pooling:
-            name += f" ({self.pooling})"
+        name = self.cache.name()
         if self.bits is not None:
             q = f"KIVI-style {self.bits}-bit"
             if self.sinks:
@@ -343,7 +245,7 @@ class Row:
     # -- what it holds -------------------------------------------------------------------------
     @property
     def evicts(self) -> bool:
-        return self.kind in ("policy", "snapkv")
+        return self.cache.evicts
 
     @property
     def kivi(self) -> KiviSpec | None:
@@ -355,27 +257,11 @@ class Row:
     def bookkeeping_per_slot(self) -> int:
         """A policy's own bytes per slot (its class's ``nbytes_per_slot``; 0 if it keeps no
         per-slot state beyond the cache: a ring of positions, or SnapKV's one-shot choice)."""
-        if self.kind != "policy":
-            return 0
-        return int(getattr(_policies()[self.policy], "nbytes_per_slot", 0))
+        return self.cache.bookkeeping_per_slot()
 
     def slots(self, cfg, n_tokens: int) -> np.ndarray:
         """Slots held per (layer, KV head) after ``n_tokens``: ``(n_layers, n_kv_heads)``."""
-        L, G = cfg.n_layers, cfg.n_kv_heads
-        n = max(0, int(n_tokens))
-        if not self.evicts:
-            return np.full((L, G), n, dtype=np.int64)
-        if self.allocation is None:
-            budgets = np.full((L, G), int(self.budget), dtype=np.int64)
-        else:
-            # duo's budgets depend on which heads are retrieval heads, not on how many slots
-            # each class gets: any shares give the same multiset, hence the same bytes
-            budgets = (
-                make_allocator(self.allocation)
-                .allocate(L, G, int(self.budget), head_dim=cfg.head_dim, shares=np.zeros((L, G)))
-                .budgets
-            )
-        return np.minimum(budgets, n)
+        return self.cache.slots(cfg, n_tokens)
 
     def kv_bytes(self, cfg, n_tokens: int, kept=None) -> int:
         """Bytes held after ``n_tokens`` tokens (for SnapKV: after compressing a prompt of
@@ -412,43 +298,6 @@ class Row:
                 for b, c in zip(vals, counts, strict=True)
             )
         return int(cache + int(slots.sum()) * self.bookkeeping_per_slot())
-
-
-def _kivi_options(label: str, text: str) -> dict:
-    """The ``:opt`` items after ``kiviBITS``: ``rN`` (the residual), ``qprompt``."""
-    out: dict = {}
-    for item in [t for t in text.split(":") if t] if text else []:
-        mr = _RESIDUAL.match(item)
-        if mr and "residual" not in out:
-            out["residual"] = int(mr["n"])
-        elif item == "qprompt" and "quantized_prompt" not in out:
-            out["quantized_prompt"] = True
-        else:
-            raise ValueError(
-                f"row {label!r}: cannot read option {':' + item!r} after kiviBITS (rN for the "
-                "full-precision residual, qprompt to read the prompt through the quantized "
-                "cache)"
-            )
-    return out
-
-
-def _options(label: str, text: str) -> dict:
-    """The ``:opt`` items after ``NAME@BUDGET[/ALLOCATION]`` as Row fields."""
-    out: dict = {}
-    for item in [t for t in text.split(":") if t] if text else []:
-        mw, mp = _WINDOW.match(item), _POOL.match(item)
-        if mw and "window" not in out and "window_pct" not in out:
-            out["window_pct" if mw["pct"] else "window"] = int(mw["n"])
-        elif item in MODES and "mode" not in out:
-            out["mode"] = item
-        elif mp and "pooling" not in out:
-            out["pooling"] = item
-        else:
-            raise ValueError(
-                f"row {label!r}: cannot read option {':' + item!r} (wN or wN% for a recent "
-                "window, prefill for h2o's prefill mode, avgK/maxK for snapkv's pooling)"
-            )
-    return out
 
 
 def parse_rows(text: str) -> list[Row]:

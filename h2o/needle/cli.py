@@ -412,16 +412,18 @@ def cmd_frontier(args: argparse.Namespace) -> int:
     except UnicodeDecodeError as e:
         raise ValueError(f"--text: {args.text!r} is not UTF-8 text ({e.reason})") from None
     args.out = _out(args.out)
-    snap = [r for r in rows if Row.parse(r).kind == "snapkv"]
-    rows = [r for r in rows if r not in snap]
-    if snap and not args.quiet:
+    once = [r for r in rows if not Row.parse(r).cache.closed_loop]
+    rows = [r for r in rows if r not in once]
+    if once and not args.quiet:
         print(
-            f"note: {', '.join(snap)} left out: SnapKV compresses a prompt once, after "
-            "reading it, and has no perplexity over a text",
+            f"note: {', '.join(once)} left out: these rows compress a prompt once, after "
+            "reading it, and have no perplexity over a text",
             file=sys.stderr,
         )
     if not rows:
-        raise ValueError("--rows: no row left that has a perplexity (SnapKV rows have none)")
+        raise ValueError(
+            "--rows: no row left that has a perplexity (SnapKV and prefill-mode rows have none)"
+        )
     make, in_flight, where, close = _where(args)
     specs = [
         {

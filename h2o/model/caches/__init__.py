@@ -1,0 +1,69 @@
+"""The kinds of cache a row can name, one class each (:mod:`h2o.model.caches.base`).
+
+A new kind is one file with a :class:`~h2o.model.caches.base.CacheKind` subclass and one line
+here (or :func:`register` from the outside); the row grammar, the bytes, the frontier's groups
+and the model's runs then take it from its class."""
+
+from __future__ import annotations
+
+from h2o.model.caches.base import GROUPS, Budgeted, CacheKind, Reading
+from h2o.model.caches.evicting import Evicting
+from h2o.model.caches.full import Full
+from h2o.model.caches.kivi import Kivi
+from h2o.model.caches.knorm import Knorm
+from h2o.model.caches.snapkv import SnapKV
+
+#: kind → class, in the order labels are tried (a ``fallback`` kind after every other).
+CACHE_KINDS: dict[str, type[CacheKind]] = {
+    cls.kind: cls
+    for cls in (
+        Full,
+        Kivi,
+        SnapKV,
+        Knorm,
+        Evicting,
+    )
+}
+
+
+def register(cls: type[CacheKind]) -> type[CacheKind]:
+    """Add a kind of cache (usable as a class decorator); ``ValueError`` if its ``kind`` is
+    taken or it is not a :class:`CacheKind`."""
+    if not (isinstance(cls, type) and issubclass(cls, CacheKind)):
+        raise ValueError(f"a kind of cache subclasses CacheKind, got {cls!r}")
+    kind = getattr(cls, "kind", None)
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f"{cls.__name__} names no kind")
+    if kind in CACHE_KINDS:
+        raise ValueError(f"a kind of cache {kind!r} exists already")
+    CACHE_KINDS[kind] = cls
+    return cls
+
+
+def unregister(kind: str) -> None:
+    """Remove a kind added with :func:`register` (the built-in kinds stay)."""
+    if kind in ("full", "kivi", "snapkv", "knorm", "policy"):
+        raise ValueError(f"{kind!r} is a built-in kind of cache")
+    CACHE_KINDS.pop(kind, None)
+
+
+def parse_order() -> list[type[CacheKind]]:
+    """The kinds in the order a label's head is tried."""
+    return sorted(CACHE_KINDS.values(), key=lambda c: c.fallback)
+
+
+__all__ = [
+    "CACHE_KINDS",
+    "GROUPS",
+    "Budgeted",
+    "CacheKind",
+    "Evicting",
+    "Full",
+    "Kivi",
+    "Knorm",
+    "Reading",
+    "SnapKV",
+    "parse_order",
+    "register",
+    "unregister",
+]

@@ -1,0 +1,248 @@
+"""A kind of cache: what holds the KV cache during one run of a :class:`~h2o.model.rows.Row`.
+
+The row grammar (:mod:`h2o.model.rows`) is shared; each kind of cache is one subclass of
+:class:`CacheKind` that says, for the rows of its kind,
+
+* its part of the grammar: :meth:`CacheKind.parse_head` reads the head of a label
+  (``full``, ``h2o@128:w64``, ``kivi4``), :meth:`CacheKind.head` writes it back, and
+  :meth:`CacheKind.check` refuses what the kind does not take;
+* what it is called and where it sits: :meth:`CacheKind.name` (the family on the memory
+  frontier), :attr:`CacheKind.group` (the full cache, eviction or quantization);
+* what it holds: :meth:`CacheKind.slots` per (layer, KV head), its bookkeeping per slot;
+* how the model attends through it: the policies it steps during decoding
+  (:meth:`CacheKind.decode_policies`), and how it reads a prompt (:meth:`CacheKind.begin`,
+  :meth:`CacheKind.read_prefix`, :meth:`CacheKind.read_prompt`).
+
+A row with ``+kiviN`` holds its slots as KIVI-style codes (:mod:`h2o.model.quant`): that is the
+same for every kind that allows it (:attr:`CacheKind.quantizable`) and lives in the row.
+The model asks the row's kind (``row.cache``), once per question; a new kind is one file and
+one line in :data:`h2o.model.caches.CACHE_KINDS` (or :func:`h2o.model.caches.register`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from h2o.alloc import Allocation, make_allocator
+
+if TYPE_CHECKING:
+    from h2o.model.forward import KVCache, SmolLM
+    from h2o.model.quant import QuantState
+    from h2o.model.rows import Row
+
+ALLOCATIONS = ("pyramid", "adaptive", "duo")
+#: The frontier's groups of rows: the reference, eviction, quantization (and the two combined,
+#: an evicting kind with ``+kiviN``: ``"both"``).
+GROUPS = ("full", "evict", "compress", "both")
+
+#: ``NAME@BUDGET[/ALLOCATION][:opt...]``: the head of every kind that keeps a budget of slots.
+BUDGETED = re.compile(
+    r"^(?P<name>[A-Za-z0-9_\-]+)@(?P<budget>\d+)(?:/(?P<alloc>[a-z]+))?(?P<opts>(?::[^:]+)*)$"
+)
+_WINDOW = re.compile(r"^w(?P<n>\d+)(?P<pct>%?)$")
+POOL = re.compile(r"^(?P<mode>avg|max)(?P<kernel>\d+)$")
+#: H2O's two ways of reading a prompt: evicting while it reads (the card's decode-time rule at
+#: every prompt token) or the authors' prefill mode (:mod:`h2o.model.prefill`).
+MODES = ("decode", "prefill")
+
+
+def budgeted_options(label: str, text: str) -> dict[str, Any]:
+    """The ``:opt`` items after ``NAME@BUDGET[/ALLOCATION]`` as Row fields: ``wN``/``wN%``
+    (a recent window), ``prefill`` (a mode), ``avgK``/``maxK`` (a pooling)."""
+    out: dict[str, Any] = {}
+    for item in [t for t in text.split(":") if t] if text else []:
+        mw, mp = _WINDOW.match(item), POOL.match(item)
+        if mw and "window" not in out and "window_pct" not in out:
+            out["window_pct" if mw["pct"] else "window"] = int(mw["n"])
+        elif item in MODES and "mode" not in out:
+            out["mode"] = item
+        elif mp and "pooling" not in out:
+            out["pooling"] = item
+        else:
+            raise ValueError(
+                f"row {label!r}: cannot read option {':' + item!r} (wN or wN% for a recent "
+                "window, prefill for h2o's prefill mode, avgK/maxK for snapkv's pooling)"
+            )
+    return out
+
+
+@dataclass
+class Reading:
+    """What a row carries while it reads a prompt: the policies it steps (a row evicting while
+    it reads) and the attention it accumulates (H2O's prefill mode)."""
+
+    policies: list | None = None
+    acc: np.ndarray | None = None
+
+
+class CacheKind:
+    """One kind of cache, asked about one row (``row.cache``). Subclasses set :attr:`kind` and
+    override what differs; the defaults are a cache that keeps every token and evicts none."""
+
+    #: the row's ``kind`` (stored in the result files)
+    kind: ClassVar[str]
+    #: frontier group at full precision ("full", "evict", "compress")
+    group: ClassVar[str] = "evict"
+    #: whether it keeps fewer slots than tokens (a budget)
+    evicts: ClassVar[bool] = False
+    #: whether its slots may be held as KIVI-style codes (``+kiviN``)
+    quantizable: ClassVar[bool] = False
+    #: whether it has a closed-loop perplexity over a text (False: it compresses a prompt once)
+    closed_loop: ClassVar[bool] = True
+    #: the optional fields of :class:`~h2o.model.rows.Row` it reads (others must stay unset)
+    options: ClassVar[tuple[str, ...]] = ()
+    #: tried after every other kind when a label is parsed (the grammar's catch-all)
+    fallback: ClassVar[bool] = False
+
+    def __init__(self, row: Row) -> None:
+        self.row = row
+
+    # -- the grammar -------------------------------------------------------------------------
+    @classmethod
+    def parse_head(cls, head: str, label: str) -> dict[str, Any] | None:
+        """The Row fields of a label's head (before any ``+``), or None if it is not this
+        kind's; ``ValueError`` if it is this kind's but malformed."""
+        return None
+
+    def check(self) -> None:
+        """Refuse, with ``ValueError``, a row of this kind with fields it does not take."""
+
+    def head(self) -> str:
+        """The label's head (:meth:`parse_head` reads it back)."""
+        return self.kind
+
+    def name(self) -> str:
+        """The family's name, before any quantization ("H2O (pyramid)", "SnapKV")."""
+        return self.kind
+
+    # -- what it holds -----------------------------------------------------------------------
+    def slots(self, cfg, n_tokens: int) -> np.ndarray:
+        """Slots held per (layer, KV head) after ``n_tokens``: ``(n_layers, n_kv_heads)``."""
+        return np.full((cfg.n_layers, cfg.n_kv_heads), max(0, int(n_tokens)), dtype=np.int64)
+
+    def bookkeeping_per_slot(self) -> int:
+        """Its own bytes per slot beyond the keys and values (0: none)."""
+        return 0
+
+    # -- how the model attends through it ----------------------------------------------------
+    def decode_policies(self, model: SmolLM, calibration_ids: Sequence[int] | None = None):
+        """``policies[layer]`` stepped at every token while it reads (None: it evicts
+        nothing as it goes)."""
+        return None
+
+    def begin(
+        self, model: SmolLM, calibration_ids: Sequence[int] | None, length: int, start=None
+    ) -> Reading:
+        """What it carries into reading a prompt of ``length`` tokens, from the start or from
+        ``start`` (a :class:`~h2o.model.answer.PromptState`, copied: one state starts many)."""
+        import copy
+
+        if start is not None and start.policies is not None:
+            return Reading(policies=copy.deepcopy(start.policies))
+        return Reading(policies=self.decode_policies(model, calibration_ids))
+
+    def read_prefix(
+        self,
+        model: SmolLM,
+        part: list[int],
+        cache: KVCache,
+        quant: QuantState | None,
+        reading: Reading,
+    ) -> np.ndarray:
+        """Read ``part[cache.length:]`` (a prompt's beginning) into ``cache``: the final
+        hidden states of the tokens read."""
+        return model.read(part, cache, policies=reading.policies, quant=quant)
+
+    def read_prompt(
+        self,
+        model: SmolLM,
+        prompt: list[int],
+        cache: KVCache,
+        quant: QuantState | None,
+        reading: Reading,
+        calibration_ids: Sequence[int] | None = None,
+    ) -> tuple[np.ndarray, list | None]:
+        """Read the rest of the whole ``prompt``: its hidden states and ``policies[layer]
+        [kv_head]`` holding what each head kept (None: it evicts nothing)."""
+        return self.read_prefix(model, prompt, cache, quant, reading), reading.policies
+
+    def prompt_limit(self, n_tokens: int) -> int:
+        """How much of a prompt of ``n_tokens`` may be read before it is handed on to another
+        prompt that shares it (SnapKV: not its observation window)."""
+        return n_tokens
+
+
+# -- the kinds that keep a budget of slots -------------------------------------------------------
+_SHARES: dict[tuple[int, int, int], np.ndarray] = {}
+
+
+def calibration_shares(model: SmolLM, calibration_ids: Sequence[int] | None) -> np.ndarray:
+    """Duo's head classes are read from ``calibration_ids`` (one full prefill, remembered per
+    model and text: a grid reuses it): :meth:`HeadShares.kv_rest` with the sinks and window
+    duo keeps."""
+    from h2o.model.allocation import N_RECENT, N_SINKS, head_shares
+
+    if calibration_ids is None:
+        raise ValueError(
+            "a duo row needs calibration_ids: the text on which duo classifies heads "
+            "(the app uses traces/texts/library.txt)"
+        )
+    ids = [int(i) for i in calibration_ids]
+    key = (id(model), len(ids), hash(tuple(ids)))
+    if key not in _SHARES:
+        if len(_SHARES) >= 4:
+            _SHARES.pop(next(iter(_SHARES)))
+        _SHARES[key] = head_shares(model, ids, N_SINKS, N_RECENT).kv_rest()
+    return _SHARES[key]
+
+
+class Budgeted(CacheKind):
+    """A kind that keeps at most ``budget`` slots per KV head (``NAME@BUDGET``), spread over
+    the heads by an allocation (``/pyramid``, ``/adaptive``, ``/duo``; uniform without)."""
+
+    evicts = True
+    quantizable = True
+
+    def check(self) -> None:
+        r = self.row
+        b = r.budget
+        if isinstance(b, bool) or not isinstance(b, int | np.integer) or b < 1:
+            raise ValueError(f"budget must be a positive integer, got {b!r}")
+        if r.allocation is not None and r.allocation not in ALLOCATIONS:
+            raise ValueError(
+                f"unknown allocation {r.allocation!r}; choose from uniform, "
+                + ", ".join(ALLOCATIONS)
+            )
+
+    def head(self) -> str:
+        r = self.row
+        return f"{r.policy}@{r.budget}" + (f"/{r.allocation}" if r.allocation else "")
+
+    def allocation(self, model: SmolLM, calibration_ids: Sequence[int] | None = None) -> Allocation:
+        """Its budgets per (layer, KV head) on ``model`` (duo classifies heads on
+        ``calibration_ids``)."""
+        from h2o.model.allocation import make_allocation
+
+        name = self.row.allocation or "uniform"
+        shares = calibration_shares(model, calibration_ids) if name == "duo" else None
+        return make_allocation(model, name, int(self.row.budget), shares)  # type: ignore[arg-type]
+
+    def slots(self, cfg, n_tokens: int) -> np.ndarray:
+        L, G = cfg.n_layers, cfg.n_kv_heads
+        n, budget = max(0, int(n_tokens)), int(self.row.budget)  # type: ignore[arg-type]
+        if self.row.allocation is None:
+            budgets = np.full((L, G), budget, dtype=np.int64)
+        else:
+            # duo's budgets depend on which heads are retrieval heads, not on how many slots
+            # each class gets: any shares give the same multiset, hence the same bytes
+            budgets = (
+                make_allocator(self.row.allocation)
+                .allocate(L, G, budget, head_dim=cfg.head_dim, shares=np.zeros((L, G)))
+                .budgets
+            )
+        return np.minimum(budgets, n)

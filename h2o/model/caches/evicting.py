@@ -1,0 +1,191 @@
+"""A decode-time eviction policy of the registry at a budget (``h2o@128``, ``tova@256/pyramid``,
+``h2o@128:w50%``): the policy is stepped at every token, prompt tokens included, in every
+(layer, KV head) — each layer one lock-step bank (:mod:`h2o.model.quality`) or, under an
+allocation, its budgets per head (:mod:`h2o.model.allocation`).
+
+A scored policy's recent window can be set (``:w64``, or ``:w50%``, the authors' 1:1 split of
+heavy hitters and recent tokens). H2O also runs in the authors' prefill mode (``:prefill``,
+:mod:`h2o.model.prefill`): the prompt read with full attention, the heavy hitters chosen from
+its accumulated attention, the card's rule while decoding — the two differ on a fact read once
+in the middle of a prompt by *when* its attention is counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from h2o.model.caches.base import BUDGETED, MODES, Budgeted, Reading, budgeted_options
+
+
+def _policies() -> dict:
+    from h2o.policies import POLICIES
+
+    return POLICIES
+
+
+class Evicting(Budgeted):
+    """A policy of :data:`h2o.policies.POLICIES` evicting as it reads, at ``budget`` slots."""
+
+    kind = "policy"
+    options = ("window", "window_pct", "mode")
+    fallback = True  # NAME@BUDGET with any name: an unknown one is refused by name
+
+    @classmethod
+    def parse_head(cls, head: str, label: str) -> dict[str, Any] | None:
+        m = BUDGETED.match(head)
+        if not m:
+            return None
+        return {
+            "policy": m["name"],
+            "budget": int(m["budget"]),
+            "allocation": m["alloc"],
+            **budgeted_options(label, m["opts"]),
+        }
+
+    @property
+    def prefill(self) -> bool:
+        return self.row.mode == "prefill"
+
+    @property
+    def closed_loop(self) -> bool:  # type: ignore[override]
+        return not self.prefill  # the prefill mode chooses once, after a prompt
+
+    @property
+    def windowed(self) -> bool:
+        return hasattr(_policies().get(self.row.policy), "default_recent_window")
+
+    def check(self) -> None:
+        r = self.row
+        if r.policy not in _policies():
+            raise ValueError(
+                f"unknown policy {r.policy!r}; choose from {', '.join(_policies())} or snapkv"
+            )
+        super().check()
+        if r.bits == 16:
+            raise ValueError("a combination needs 2, 4 or 8 bits (16 is the policy alone)")
+        if r.window is not None or r.window_pct is not None:
+            if not self.windowed:
+                raise ValueError(
+                    f"{r.policy} has no recent window to set (:wN applies to the scored "
+                    "policies: h2o, scissorhands, tova, random)"
+                )
+            if r.window is not None and r.window_pct is not None:
+                raise ValueError("give the recent window in slots or as a share, not both")
+            if r.allocation is not None:
+                raise ValueError(
+                    "a recent window with an allocation is not offered: each head's budget "
+                    "differs there (use the uniform budget)"
+                )
+            w, pct = r.window, r.window_pct
+            if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 0):
+                raise ValueError(f"the recent window must be an integer >= 0, got {w!r}")
+            if pct is not None and (
+                isinstance(pct, bool) or not isinstance(pct, int) or not 0 <= pct < 100
+            ):
+                raise ValueError(f"a window share must be 0% to 99% of the budget, got {pct!r}")
+            if self.recent_window >= int(r.budget):  # type: ignore[operator, arg-type]
+                raise ValueError(
+                    f"recent window {self.recent_window} must be smaller than the budget "
+                    f"{r.budget}: it would leave the score nothing to choose between"
+                )
+        if r.mode not in MODES:
+            raise ValueError(f"unknown mode {r.mode!r}; choose from {', '.join(MODES)}")
+        if self.prefill:
+            if not getattr(_policies()[r.policy], "prefill_selection", False):
+                raise ValueError(
+                    f"{r.policy} has no prefill mode (only h2o: the authors' generation code "
+                    "chooses its heavy hitters from the prompt's attention)"
+                )
+            if r.allocation is not None or r.bits is not None:
+                raise ValueError(
+                    "h2o's prefill mode runs at a uniform budget in full precision (no "
+                    "allocation, no quantization)"
+                )
+
+    @property
+    def recent_window(self) -> int | None:
+        """The recent window in slots (the class's default when the row sets none; None for a
+        policy that has none): a share is ``floor(budget * pct / 100)``."""
+        r = self.row
+        if not self.windowed:
+            return None
+        if r.window is not None:
+            return r.window
+        if r.window_pct is not None:
+            return int(r.budget) * r.window_pct // 100  # type: ignore[arg-type]
+        return int(_policies()[r.policy].default_recent_window)
+
+    def policy_params(self) -> dict[str, int]:
+        """The parameters the row sets on its policy's constructor (the recent window)."""
+        if self.row.window is None and self.row.window_pct is None:
+            return {}
+        return {"recent_window": int(self.recent_window)}  # type: ignore[arg-type]
+
+    def head(self) -> str:
+        r = self.row
+        out = super().head()
+        if r.window is not None:
+            out += f":w{r.window}"
+        if r.window_pct is not None:
+            out += f":w{r.window_pct}%"
+        if self.prefill:
+            out += ":prefill"
+        return out
+
+    def name(self) -> str:
+        r = self.row
+        out = str(_policies()[r.policy].label)
+        if r.allocation:
+            out += f" ({r.allocation})"
+        if self.prefill:
+            out += " (prefill mode)"
+        if r.window is not None:
+            out += f", window {r.window}"
+        if r.window_pct is not None:
+            out += f", window {r.window_pct}% of the budget"
+        return out
+
+    def bookkeeping_per_slot(self) -> int:
+        return int(getattr(_policies()[self.row.policy], "nbytes_per_slot", 0))
+
+    # -- how the model attends through it ----------------------------------------------------
+    def decode_policies(self, model, calibration_ids: Sequence[int] | None = None):
+        from h2o.model.allocation import allocated_factory
+        from h2o.model.quality import make_banks, policy_factory
+
+        r = self.row
+        if self.prefill:
+            return None  # it chooses after the prompt (read_prompt)
+        if r.allocation is None:
+            factory = policy_factory(r.policy, int(r.budget), **self.policy_params())  # type: ignore[arg-type]
+        else:
+            factory, _ = allocated_factory(r.policy, self.allocation(model, calibration_ids))  # type: ignore[arg-type]
+        return make_banks(model, factory)
+
+    def begin(self, model, calibration_ids, length: int, start=None) -> Reading:
+        if not self.prefill:
+            return super().begin(model, calibration_ids, length, start)
+        cfg = model.config
+        acc = np.zeros((cfg.n_layers, cfg.n_kv_heads, int(length)))
+        if start is not None and start.acc is not None:
+            acc[:, :, : start.length] = start.acc
+        return Reading(acc=acc)
+
+    def read_prefix(self, model, part, cache, quant, reading: Reading) -> np.ndarray:
+        if not self.prefill:
+            return super().read_prefix(model, part, cache, quant, reading)
+        from h2o.model.prefill import prompt_attention
+
+        hidden, _ = prompt_attention(model, part, cache, reading.acc)
+        return hidden
+
+    def read_prompt(self, model, prompt, cache, quant, reading, calibration_ids=None):
+        hidden = self.read_prefix(model, prompt, cache, quant, reading)
+        if not self.prefill:
+            return hidden, reading.policies
+        from h2o.model.prefill import prefill_policies
+
+        return hidden, prefill_policies(reading.acc, int(self.row.budget), int(self.recent_window))  # type: ignore[arg-type]

@@ -1,0 +1,85 @@
+"""SnapKV (Li et al., 2024): one compression after the prompt, chosen by the attention of the
+prompt's last 32 queries (its observation window), pooled so that a hit keeps its neighbours;
+every decoded token is admitted after it (``snapkv@256``; pooling named: ``:avg5``, its
+released default, ``:max7``, its LongBench configs; plain ``snapkv@B`` is max pooling, kernel
+5). The rule on plain arrays is :mod:`h2o.policies.snapkv`; reading the window on the model is
+:mod:`h2o.model.snapkv`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from h2o.model.caches.base import BUDGETED, POOL, Budgeted, budgeted_options
+from h2o.policies.snapkv import DEFAULT_WINDOW, SNAPKV, FixedKeep
+
+#: SnapKV's pooling when a row names none (``snapkv@256``): max pooling, kernel 5.
+DEFAULT_POOLING = "max5"
+
+
+class SnapKV(Budgeted):
+    """The prompt compressed once to ``budget`` slots per KV head, then nothing evicted."""
+
+    kind = "snapkv"
+    options = ("pooling",)
+    closed_loop = False  # it compresses a prompt once: no perplexity over a text
+
+    @classmethod
+    def parse_head(cls, head: str, label: str) -> dict[str, Any] | None:
+        m = BUDGETED.match(head)
+        if not m or m["name"] != SNAPKV:
+            return None
+        return {
+            "policy": SNAPKV,
+            "budget": int(m["budget"]),
+            "allocation": m["alloc"],
+            **budgeted_options(label, m["opts"]),
+        }
+
+    def check(self) -> None:
+        r = self.row
+        if r.policy not in (None, SNAPKV):
+            raise ValueError(f"a snapkv row has no policy other than snapkv: {r.policy!r}")
+        object.__setattr__(r, "policy", SNAPKV)
+        super().check()
+        if r.bits == 16:
+            raise ValueError("a combination needs 2, 4 or 8 bits (16 is the policy alone)")
+        if r.pooling is not None:
+            m = POOL.match(str(r.pooling))
+            if not m or int(m["kernel"]) % 2 == 0 or int(m["kernel"]) < 1:
+                raise ValueError(
+                    f"snapkv pooling must be avgK or maxK with an odd kernel K, got {r.pooling!r}"
+                )
+            if r.pooling == DEFAULT_POOLING:
+                object.__setattr__(r, "pooling", None)  # one row, one label
+
+    @property
+    def pooling(self) -> tuple[str, int]:
+        """``(mode, kernel)``: ``("max", 5)`` unless the row names another."""
+        m = POOL.match(self.row.pooling or DEFAULT_POOLING)
+        assert m is not None
+        return m["mode"], int(m["kernel"])
+
+    def head(self) -> str:
+        return super().head() + (f":{self.row.pooling}" if self.row.pooling else "")
+
+    def name(self) -> str:
+        r = self.row
+        return (
+            "SnapKV"
+            + (f" ({r.allocation})" if r.allocation else "")
+            + (f" ({r.pooling})" if r.pooling else "")
+        )
+
+    def read_prompt(self, model, prompt, cache, quant, reading, calibration_ids=None):
+        from h2o.model.snapkv import check_snapkv, snapkv_kept, snapkv_window_attention
+
+        T = len(prompt)
+        alloc = self.allocation(model, calibration_ids)
+        check_snapkv(alloc, T, DEFAULT_WINDOW)
+        hidden, acc = snapkv_window_attention(model, prompt, cache, DEFAULT_WINDOW, quant=quant)
+        mode, kernel = self.pooling
+        kept = snapkv_kept(acc, alloc, DEFAULT_WINDOW, kernel, mode)
+        return hidden, [[FixedKeep(k, T - 1) for k in heads] for heads in kept]
+
+    def prompt_limit(self, n_tokens: int) -> int:
+        return n_tokens - DEFAULT_WINDOW  # its window is read by its own pass

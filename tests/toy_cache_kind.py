@@ -1,0 +1,39 @@
+"""A toy kind of cache, in one file, as a newcomer would add one: the prompt read in full, then
+only its first ``budget`` positions kept (StreamingLLM's sinks without its window), every decoded
+token admitted after. ``first@64`` in the row grammar."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from h2o.model.caches import Budgeted
+from h2o.policies.snapkv import FixedKeep
+
+_HEAD = re.compile(r"^first@(?P<budget>\d+)$")
+
+
+class FirstTokens(Budgeted):
+    """Keep a prompt's first ``budget`` positions per KV head once it has been read."""
+
+    kind = "first"
+    quantizable = False
+    closed_loop = False  # it chooses once, after a prompt
+
+    @classmethod
+    def parse_head(cls, head: str, label: str) -> dict[str, Any] | None:
+        m = _HEAD.match(head)
+        return None if m is None else {"policy": "first", "budget": int(m["budget"])}
+
+    def name(self) -> str:
+        return "First tokens"
+
+    def read_prompt(self, model, prompt, cache, quant, reading, calibration_ids=None):
+        hidden = model.read(prompt, cache, quant=quant)
+        T, cfg = len(prompt), model.config
+        keep = np.arange(min(int(self.row.budget), T))  # type: ignore[arg-type]
+        return hidden, [
+            [FixedKeep(keep, T - 1) for _ in range(cfg.n_kv_heads)] for _ in range(cfg.n_layers)
+        ]
