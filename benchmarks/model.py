@@ -115,7 +115,8 @@ def main() -> int:
     )
     ap.add_argument("--cell-tokens", type=int, default=2048)
     ap.add_argument(
-        "--cell-rows", default="full,h2o@256,tova@256,snapkv@256,kivi4,kivi2+sinks,h2o@256+kivi4"
+        "--cell-rows",
+        default="full,h2o@256,tova@256,snapkv@256,knorm@256,kivi4,kivi2+sinks,h2o@256+kivi4",
     )
     ap.add_argument("--cell-max-new", type=int, default=8)
     ap.add_argument("--cell-only", action="store_true", help="only the per-cell cost")

@@ -16,7 +16,7 @@ import streamlit as st
 
 from app import a11y, charts, figures, painted, state
 from app.lesson import needle as lesson_needle
-from app.needle import claims, grid, runs, shipped
+from app.needle import claims, family, grid, runs, shipped
 from app.needle.grid import METRIC_BUTTONS, METRICS
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control
@@ -151,6 +151,16 @@ st.dataframe(
 )
 
 shipped.provenance(loaded, "needle grid")
+
+family_text = family.family_sentences(cells)
+if family_text:
+    st.subheader("The family since H2O", divider="gray")
+    st.markdown(
+        "Methods since H2O, each answering one of its limits; choose their rows above to see "
+        "their heatmaps. Each is set beside SnapKV at the same budget, on the cells both have."
+    )
+    for sentence in family_text:
+        st.markdown(sentence)
 
 # -- one cell --------------------------------------------------------------------------------------
 st.subheader("One cell: the question, the answers, what the cache held", divider="gray")

@@ -98,6 +98,9 @@ class CacheKind:
     options: ClassVar[tuple[str, ...]] = ()
     #: tried after every other kind when a label is parsed (the grammar's catch-all)
     fallback: ClassVar[bool] = False
+    #: a method of the family since H2O: what it answers of H2O's limits, as a clause the app
+    #: writes after the method's name ("" for the others)
+    since_h2o: ClassVar[str] = ""
 
     def __init__(self, row: Row) -> None:
         self.row = row

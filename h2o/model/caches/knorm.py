@@ -55,6 +55,10 @@ class Knorm(Budgeted):
 
     kind = "knorm"
     closed_loop = False  # it compresses a prompt once: no perplexity over a text
+    since_h2o = (
+        "reads no attention weight, so it runs where a fused attention kernel never writes them "
+        "out (H2O, TOVA and SnapKV cannot)"
+    )
 
     @classmethod
     def parse_head(cls, head: str, label: str) -> dict[str, Any] | None:

@@ -1,0 +1,85 @@
+"""The family since H2O on the needle grid: what each newer method in the file answers, beside
+SnapKV at the same budget on the same cells (the one-shot method that reads the question's
+attention before it compresses).
+
+A method belongs here when its kind of cache says what it answers of H2O's limits
+(:attr:`h2o.model.caches.CacheKind.since_h2o`): the app keeps no list of them. No streamlit
+here: ``tests/test_claims_family.py`` checks every sentence against counts it makes itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from app.needle.data import Cell
+from app.needle.frontier import TOLERANCE
+from app.needle.grid import rows as ordered_rows
+from app.real_model.claims import esc, names
+from h2o.model.rows import Row
+from h2o.stats import p_text, paired, share
+
+
+def family_rows(cells: Sequence[Cell]) -> list[str]:
+    """The file's rows of methods since H2O (full precision), in the grid's row order."""
+    out = []
+    for r in ordered_rows(cells):
+        try:
+            row = Row.parse(r)
+        except ValueError:  # a row this server cannot read
+            continue
+        if row.cache.since_h2o and row.bits is None:
+            out.append(r)
+    return out
+
+
+def partner(row: str) -> str:
+    """The row it is compared with: SnapKV at the same budget."""
+    return f"snapkv@{Row.parse(row).budget}"
+
+
+def _bytes_per_token(cells: Sequence[Cell]) -> float:
+    return sum(c.kv_bytes / c.tokens for c in cells) / len(cells)
+
+
+def family_sentence(cells: Sequence[Cell], row: str) -> str:
+    """One method: what it fixes, how many needles it answers (with the 95 % interval) and,
+    on the cells SnapKV at its budget shares, SnapKV's count, both rows' bytes a token and the
+    exact paired test; a difference is said only at p < 0.05."""
+    r = Row.parse(row)
+    mine = [c for c in cells if c.row == row]
+    if not mine:
+        return ""
+    name = f"{r.family} at {r.budget} slots ({esc(row)})"
+    right = share(sum(c.correct for c in mine), len(mine))
+    lens = sorted({c.length for c in mine})
+    text = (
+        f"{name} {r.cache.since_h2o}. On prompts of {names([f'{n:,}' for n in lens])} tokens "
+        f"it answers {right.text()}"
+    )
+    other = partner(row)
+    theirs = {(c.length, c.depth, c.needle): c for c in cells if c.row == other}
+    ours = {(c.length, c.depth, c.needle): c for c in mine}
+    keys = [k for k in ours if k in theirs]
+    if not keys:
+        return text + f"; the file has no {esc(other)} cell to compare it with."
+    t = paired({k: ours[k].correct for k in keys}, {k: theirs[k].correct for k in keys})
+    a = _bytes_per_token([ours[k] for k in keys])
+    b = _bytes_per_token([theirs[k] for k in keys])
+    held = (
+        f"the same memory ({a:,.0f} bytes a token)"
+        if abs(a - b) <= TOLERANCE * b
+        else f"{a:,.0f} bytes a token against SnapKV's {b:,.0f}"
+    )
+    text += (
+        f". On the {t.n} cells SnapKV at the same budget ({esc(other)}) has too, at {held}, it "
+        f"answers {t.right_a} and SnapKV {t.right_b}"
+    )
+    if t.differs:
+        more = "SnapKV" if t.only_b > t.only_a else r.family
+        return text + f": {more} answers more (exact paired test {p_text(t.p)})."
+    return text + f": not distinguishable with n = {t.n} (exact paired test {p_text(t.p)})."
+
+
+def family_sentences(cells: Sequence[Cell]) -> list[str]:
+    """:func:`family_sentence` of every method since H2O the file has."""
+    return [s for r in family_rows(cells) if (s := family_sentence(cells, r))]

@@ -1,0 +1,88 @@
+"""The family since H2O (app/needle/family.py): which rows it speaks of comes from the kinds of
+cache, and every number in its sentences is recounted here from the cells — on made-up cells
+whose answer is known, and on the shipped grid for every row the page shows."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from app.needle import data, family
+from app.needle.frontier import TOLERANCE
+from h2o.model.rows import Row
+from h2o.needle.cells import row_fields
+from h2o.stats import paired
+
+
+def _cell(row: str, length: int, depth: int, needle: str, ok: bool, kv: int = 1000) -> data.Cell:
+    f = row_fields(row)
+    return data.Cell(
+        row=f["row"], family=f["family"], kind=f["kind"], policy=f["policy"],
+        budget=f["budget"], allocation=f["allocation"], bits=f["bits"], sinks=f["sinks"],
+        length=length, depth=depth, needle=needle, question="q", expected="1", produced="1",
+        correct=ok, logprob=-1.0, held=None, kv_bytes=kv, seconds=1.0, prompt_tokens=500,
+    )  # fmt: skip
+
+
+def test_rows_come_from_the_kinds_of_cache() -> None:
+    cells = [
+        _cell(r, 512, 0, "a", True)
+        for r in ("full", "knorm@128", "snapkv@128", "h2o@128", "knorm@256+kivi4", "knorm@256")
+    ]
+    assert family.family_rows(cells) == ["knorm@128", "knorm@256"]
+    assert family.partner("knorm@128") == "snapkv@128"
+
+
+def test_a_difference_is_said_only_when_the_paired_test_supports_it() -> None:
+    keys = [(512, d, n) for d in (0, 25, 50, 75, 100) for n in "abc"]  # 15 cells
+    snap = [_cell("snapkv@256", L, d, n, True) for L, d, n in keys]
+    knorm = [_cell("knorm@256", L, d, n, False) for L, d, n in keys]
+    said = family.family_sentence(snap + knorm, "knorm@256")
+    assert "answers 0 of 15" in said and "it answers 0 and SnapKV 15" in said
+    assert "SnapKV answers more (exact paired test p < 0.001)" in said
+    assert "the same memory (2 bytes a token)" in said
+    # two cells apart: not a difference
+    near = [_cell("knorm@256", L, d, n, i >= 2) for i, (L, d, n) in enumerate(keys)]
+    said = family.family_sentence(snap + near, "knorm@256")
+    assert "answers 13 and SnapKV 15: not distinguishable with n = 15" in said
+    # bytes that differ are both stated
+    fat = [_cell("knorm@256", L, d, n, False, kv=2000) for L, d, n in keys]
+    assert "4 bytes a token against SnapKV's 2" in family.family_sentence(snap + fat, "knorm@256")
+    # no partner in the file: said so
+    alone = family.family_sentence(knorm, "knorm@256")
+    assert alone.endswith("the file has no snapkv@256 cell to compare it with.")
+
+
+def _shipped() -> list[data.Cell]:
+    from app.needle import shipped
+
+    loaded, _ = shipped.grid()
+    if not loaded.records:
+        pytest.skip("no needle grid in this copy")
+    return loaded.records
+
+
+def test_every_sentence_on_the_shipped_grid() -> None:
+    cells = _shipped()
+    rows = family.family_rows(cells)
+    assert "knorm@128" in rows and "knorm@256" in rows
+    for row in rows:
+        said = family.family_sentence(cells, row)
+        mine = [c for c in cells if c.row == row]
+        assert Row.parse(row).cache.since_h2o in said
+        assert f"it answers {sum(c.correct for c in mine)} of {len(mine)} (" in said
+        other = {(c.length, c.depth, c.needle): c for c in cells if c.row == family.partner(row)}
+        ours = {(c.length, c.depth, c.needle): c for c in mine}
+        keys = [k for k in ours if k in other]
+        if not keys:
+            assert "has no" in said
+            continue
+        t = paired({k: ours[k].correct for k in keys}, {k: other[k].correct for k in keys})
+        assert f"On the {len(keys)} cells" in said
+        assert f"it answers {t.right_a} and SnapKV {t.right_b}" in said
+        assert ("answers more" in said) == (t.p < 0.05)
+        a = sum(ours[k].kv_bytes / ours[k].tokens for k in keys) / len(keys)
+        b = sum(other[k].kv_bytes / other[k].tokens for k in keys) / len(keys)
+        assert ("the same memory" in said) == (abs(a - b) <= TOLERANCE * b)
+        assert re.search(r"p (=|<) 0\.\d{3}", said)
