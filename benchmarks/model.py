@@ -135,7 +135,7 @@ def main() -> int:
     print(f"model load: {load_s:.2f} s, RSS after load {_rss_mb():.0f} MB", flush=True)
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     ids_all = [i for p in TEXTS for i in model.encode(p.read_text("utf-8"))]
-    if args.grid_rows:
+    if args.grid_rows and not args.cell_only:  # --cell-only: the cells alone
         _depths(model, args)
     if args.grid_only:
         return 0

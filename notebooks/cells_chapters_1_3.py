@@ -51,6 +51,7 @@ def setup() -> list[Cell]:
             from app.lesson import needle as part_needle
             from app.needle import claims as needle_claims
             from app.needle import data as needle_data
+            from app.needle import family as needle_family
             from app.needle import frontier as needle_frontier
             from app.needle import grid as needle_grid
             from app.real_model import claims

@@ -73,6 +73,8 @@ def grid_cells(literal: Callable[..., str]) -> list[Cell]:
                     {_pieces(modes, 20)},
                 )
                 print(needle_claims.shown_sentence(shown7, rows7, cells7))
+                # The family since H2O: each newer method at the lesson's budget beside SnapKV
+                say(*needle_family.family_sentences(cells7, part_needle.LESSON_BUDGET))
             """
         ),
     ]

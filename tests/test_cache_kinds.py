@@ -4,7 +4,6 @@ grammar, its bytes, the model's runs (prefix sharing included), the app's fronti
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -87,16 +86,8 @@ def test_without_registration_the_label_is_refused_by_name() -> None:
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory):
-    pytest.importorskip("gguf")
-    pytest.importorskip("tokenizers")
-    from tiny_model import write_tiny_gguf
-
-    from h2o.model import SmolLM
-
-    path: Path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    write_tiny_gguf(path)
-    return SmolLM.load(path)
+def model(tiny_smollm):
+    return tiny_smollm
 
 
 def test_the_model_runs_a_toy_kind(toy, model) -> None:

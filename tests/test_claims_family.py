@@ -28,9 +28,10 @@ def _cell(row: str, length: int, depth: int, needle: str, ok: bool, kv: int = 10
 def test_rows_come_from_the_kinds_of_cache() -> None:
     cells = [
         _cell(r, 512, 0, "a", True)
-        for r in ("full", "knorm@128", "snapkv@128", "h2o@128", "knorm@256+kivi4", "knorm@256")
+        for r in ("full", "knorm@128", "snapkv@128", "h2o@128", "snapkv@256+kivi4", "knorm@256")
     ]
     assert family.family_rows(cells) == ["knorm@128", "knorm@256"]
+    assert family.family_rows(cells, budget=256) == ["knorm@256"]
     assert family.partner("knorm@128") == "snapkv@128"
 
 
@@ -63,10 +64,20 @@ def _shipped() -> list[data.Cell]:
     return loaded.records
 
 
-def test_every_sentence_on_the_shipped_grid() -> None:
+@pytest.mark.parametrize("lesson", [False, True])
+def test_every_sentence_on_the_shipped_grid(lesson) -> None:
+    """The page's sentences (every length), and the lesson's (256 slots, up to 2,048 tokens)."""
+    from app.lesson.needle import LESSON_BUDGET, LESSON_MAX_LENGTH
+
     cells = _shipped()
-    rows = family.family_rows(cells)
-    assert "knorm@128" in rows and "knorm@256" in rows
+    budget = LESSON_BUDGET if lesson else None
+    if lesson:
+        cells = [c for c in cells if c.length <= LESSON_MAX_LENGTH]
+    rows = family.family_rows(cells, budget)
+    assert "knorm@256" in rows and ("knorm@128" in rows) != lesson
+    assert family.family_sentences(cells, budget) == [
+        family.family_sentence(cells, r) for r in rows
+    ]
     for row in rows:
         said = family.family_sentence(cells, row)
         mine = [c for c in cells if c.row == row]

@@ -5,51 +5,47 @@ then the top scores kept) — on random keys, and as a row on the tiny model."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from h2o.model.caches.knorm import WINDOW, Knorm, knorm_keep
+from h2o.model.caches.knorm import Knorm, knorm_keep
 from h2o.model.rows import Row
 
 
-def literal_knorm(keys: list[list[float]], budget: int, window: int) -> list[int]:
-    """One head, in plain Python: every position if the prompt fits; else the context's
-    ``budget - window`` lowest key norms (equal norms: the higher position) and the last
-    ``window`` prompt tokens (the question, which kvpress reads after compressing)."""
-    T = len(keys)
-    if budget >= T:
-        return list(range(T))
-    context = T - window
-    norms = [math.sqrt(sum(x * x for x in keys[j])) for j in range(context)]
-    ranked = sorted(range(context), key=lambda j: (norms[j], -j))
-    return sorted(ranked[: budget - window] + list(range(context, T)))
+def literal_knorm(keys: list[list[float]], n_keep: int) -> list[int]:
+    """One head's context, in plain Python: kvpress's ``scores = -keys.norm(dim=-1)`` and
+    ``scores.topk(n_kept)`` — the ``n_keep`` lowest key norms (equal norms: the higher position),
+    every position if there are no more."""
+    C = len(keys)
+    if n_keep >= C:
+        return list(range(C))
+    norms = [math.sqrt(sum(x * x for x in keys[j])) for j in range(C)]
+    ranked = sorted(range(C), key=lambda j: (norms[j], -j))
+    return sorted(ranked[:n_keep])
 
 
 @pytest.mark.parametrize("seed", range(12))
 def test_keep_is_the_literal_rule(seed) -> None:
     rng = np.random.default_rng(seed)
-    T = int(rng.integers(5, 120))
-    window = int(rng.integers(1, 8))
-    budget = int(rng.integers(window + 1, T + 10))
-    keys = rng.normal(size=(T, 8)).astype(np.float32)
+    C = int(rng.integers(5, 120))
+    n_keep = int(rng.integers(1, C + 10))
+    keys = rng.normal(size=(C, 8)).astype(np.float32)
     if seed % 3 == 0:  # ties: repeated keys
-        keys[rng.integers(0, T, size=T // 2)] = keys[0]
-    got = knorm_keep(keys, budget, window)
-    assert got.tolist() == literal_knorm(keys.astype(np.float64).tolist(), budget, window)
-    assert len(got) == min(budget, T)
+        keys[rng.integers(0, C, size=C // 2)] = keys[0]
+    got = knorm_keep(keys, n_keep)
+    assert got.tolist() == literal_knorm(keys.astype(np.float64).tolist(), n_keep)
+    assert len(got) == min(n_keep, C)
 
 
 def test_equal_norms_keep_the_higher_position() -> None:
-    keys = np.ones((10, 4))  # every norm equal
-    assert knorm_keep(keys, budget=5, window=2).tolist() == [5, 6, 7, 8, 9]
+    assert knorm_keep(np.ones((10, 4)), 3).tolist() == [7, 8, 9]  # every norm equal
 
 
 def test_a_small_norm_is_kept_however_old() -> None:
     keys = np.full((50, 4), 3.0)
     keys[3] = 0.1  # the smallest norm, far from the end
-    assert 3 in knorm_keep(keys, budget=WINDOW + 1, window=WINDOW).tolist()
+    assert knorm_keep(keys, 1).tolist() == [3]
 
 
 @pytest.mark.parametrize(
@@ -59,6 +55,7 @@ def test_a_small_norm_is_kept_however_old() -> None:
         ("knorm@128/pyramid", "no allocation"),
         ("knorm@128:w8", "knorm takes no options"),
         ("knorm@0", "positive integer"),
+        ("knorm@128+kivi4", "takes no bits"),
     ],
 )
 def test_refusals(label, match) -> None:
@@ -70,23 +67,15 @@ def test_the_row() -> None:
     row = Row.parse("knorm@128")
     assert type(row.cache) is Knorm and row.label == "knorm@128"
     assert row.family == "K-norm" and row.group == "evict" and not row.cache.closed_loop
-    assert Row.parse("knorm@128+kivi4").group == "both"
+    assert row.cache.window == 32
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory):
-    pytest.importorskip("gguf")
-    pytest.importorskip("tokenizers")
-    from tiny_model import write_tiny_gguf
-
-    from h2o.model import SmolLM
-
-    path: Path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    write_tiny_gguf(path)
-    return SmolLM.load(path)
+def model(tiny_smollm):
+    return tiny_smollm
 
 
-def test_on_the_model_each_head_keeps_the_literal_choice(model) -> None:
+def test_on_the_model_the_context_is_compressed_then_the_question_read(model) -> None:
     from tiny_model import token_ids
 
     from h2o.model import KVCache
@@ -94,18 +83,21 @@ def test_on_the_model_each_head_keeps_the_literal_choice(model) -> None:
 
     ids = token_ids(150, seed=4)
     prompt, answer = ids[:140], ids[140:145]
+    T, C = len(prompt), len(prompt) - 32
     row = Row.parse("knorm@60")
-    cache = KVCache(model.config, len(prompt))
-    _, policies = read_prompt(model, prompt, row, cache, None)
+    cache = KVCache(model.config, T)
+    hidden, policies = read_prompt(model, prompt, row, cache, None)
     kept = kept_sets(policies)
-    full = KVCache(model.config, len(prompt))
-    model.read(prompt, full)  # the prompt's keys under full attention, as kvpress reads them
+    full = KVCache(model.config, T)
+    model.read(prompt[:C], full)  # the context under full attention, as kvpress prefills it
     for li in range(model.config.n_layers):
         for g in range(model.config.n_kv_heads):
-            keys = full.k[li, g, : len(prompt)].astype(np.float64).tolist()
-            assert kept[li][g].tolist() == literal_knorm(keys, 60, WINDOW)
-    # the last 32 prompt tokens (the question) are kept by every head
-    assert all(set(range(108, 140)) <= set(k.tolist()) for heads in kept for k in heads)
+            keys = full.k[li, g, :C].astype(np.float64).tolist()
+            assert kept[li][g].tolist() == literal_knorm(keys, 60 - 32) + list(range(C, T))
+    # the question was read through the compressed cache: its states differ from full attention
+    model.read(prompt, full)
+    assert not np.allclose(full.k[:, :, C:T], cache.k[:, :, C:T])
+    assert hidden.shape[0] == 32
     # a budget the prompt fits in is the full cache, to the last digit
     whole = score_answer(model, prompt, answer, Row.parse("knorm@200"), max_new=2)
     ref = score_answer(model, prompt, answer, Row("full"), max_new=2)

@@ -176,7 +176,7 @@ def shown_markdown(cell) -> list[str]:
 
 def test_the_needle_cells_compute_from_a_partial_file_and_say_what_is_missing(tmp_path):
     from app.lesson import needle
-    from app.needle import claims, data, frontier, grid
+    from app.needle import claims, data, family, frontier, grid
     from h2o.needle import findings
 
     grid_lines = (data.RESULTS_DIR / data.GRID_FILE).read_text(encoding="utf-8").splitlines()
@@ -214,7 +214,10 @@ def test_the_needle_cells_compute_from_a_partial_file_and_say_what_is_missing(tm
     *_, grid_cell, frontier_cell = ran_partial.cells
     cells7 = [c for c in cells if c.length <= needle.LESSON_MAX_LENGTH]  # the chapter's lengths
     said = shown_markdown(grid_cell)[1:]
-    assert len(said) == 1
+    since = family.family_sentences(cells7, needle.LESSON_BUDGET)
+    assert len(said) == (2 if since else 1)
+    if since:  # the family since H2O, the app's own sentences too
+        assert said[1] == "\n\n".join(since)
     assert said[0].startswith(
         f"{claims.full_note(cells7)}\n\n"
         f"{claims.scores_sentence(grid.scores(cells7, shown), cells7)}\n\n"

@@ -15,7 +15,7 @@ import streamlit as st
 
 from app import charts, figures, pages
 from app.lesson import open_in
-from app.needle import claims, frontier, grid, shipped
+from app.needle import claims, family, frontier, grid, shipped
 from h2o.needle import findings
 
 #: Chapter 7's rows: the full cache, then H2O at one budget as its authors split it (half the
@@ -94,6 +94,14 @@ def grid_section() -> None:
         "every later prompt token paid — the question's included — before anything is evicted."
     )
     st.caption(claims.shown_sentence(shown, rows, cells))
+    since = family.family_sentences(cells, LESSON_BUDGET)
+    if since:
+        st.markdown(
+            "**The family since H2O.** Newer methods each answer one of H2O's limits; here each "
+            f"at {LESSON_BUDGET} slots beside SnapKV, on the cells both have:"
+        )
+        for sentence in since:
+            st.markdown(sentence)
     followup_section("lesson_followup")
     open_in("Open the needle grid", pages.NEEDLE_GRID, {}, key="lesson_open_7_needle")
 

@@ -19,15 +19,16 @@ from h2o.model.rows import Row
 from h2o.stats import p_text, paired, share
 
 
-def family_rows(cells: Sequence[Cell]) -> list[str]:
-    """The file's rows of methods since H2O (full precision), in the grid's row order."""
+def family_rows(cells: Sequence[Cell], budget: int | None = None) -> list[str]:
+    """The file's rows of methods since H2O (full precision; at ``budget`` slots if given), in
+    the grid's row order."""
     out = []
     for r in ordered_rows(cells):
         try:
             row = Row.parse(r)
         except ValueError:  # a row this server cannot read
             continue
-        if row.cache.since_h2o and row.bits is None:
+        if row.cache.since_h2o and row.bits is None and budget in (None, row.budget):
             out.append(r)
     return out
 
@@ -80,6 +81,6 @@ def family_sentence(cells: Sequence[Cell], row: str) -> str:
     return text + f": not distinguishable with n = {t.n} (exact paired test {p_text(t.p)})."
 
 
-def family_sentences(cells: Sequence[Cell]) -> list[str]:
-    """:func:`family_sentence` of every method since H2O the file has."""
-    return [s for r in family_rows(cells) if (s := family_sentence(cells, r))]
+def family_sentences(cells: Sequence[Cell], budget: int | None = None) -> list[str]:
+    """:func:`family_sentence` of every method since H2O the file has (at ``budget``)."""
+    return [s for r in family_rows(cells, budget) if (s := family_sentence(cells, r))]

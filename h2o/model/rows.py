@@ -19,6 +19,8 @@ Label syntax (:meth:`Row.parse`, :attr:`Row.label` round-trips)::
     snapkv@256                SnapKV (one compression after the prompt)
     knorm@256                 K-norm: one compression after the prompt by the keys' L2
                               norms, no attention read (:mod:`h2o.model.caches.knorm`)
+    kvzip@256                 KVzip: one compression after the prompt by what the model reads
+                              while it repeats it (:mod:`h2o.model.caches.kvzip`)
     kivi4, kivi2+sinks        KIVI-style 2/4/8 bits (16 = full precision), +sinks: 4 fp16 sinks;
                               as the paper runs it: group 32, residual 128, the prompt attended
                               at full precision and quantized when stored
@@ -55,7 +57,7 @@ from h2o.model.caches.snapkv import DEFAULT_POOLING
 from h2o.model.quant import BITS, GROUP, RESIDUAL, KiviSpec, kivi_bytes, kivi_bytes_kept
 
 #: The built-in kinds of cache (:data:`h2o.model.caches.CACHE_KINDS` holds any added since).
-KINDS = ("full", "policy", "snapkv", "knorm", "kivi")
+KINDS = ("full", "policy", "snapkv", "knorm", "kvzip", "kivi")
 __all__ = ["ALLOCATIONS", "DEFAULT_POOLING", "DEFAULT_SINKS", "KINDS", "MODES", "Row", "kinds"]
 #: Sinks kept in fp16 by "+sinks" (KVQuant's observation; StreamingLLM's 4).
 DEFAULT_SINKS = 4

@@ -11,6 +11,7 @@ from h2o.model.caches.evicting import Evicting
 from h2o.model.caches.full import Full
 from h2o.model.caches.kivi import Kivi
 from h2o.model.caches.knorm import Knorm
+from h2o.model.caches.kvzip import Kvzip
 from h2o.model.caches.snapkv import SnapKV
 
 #: kind → class, in the order labels are tried (a ``fallback`` kind after every other).
@@ -21,6 +22,7 @@ CACHE_KINDS: dict[str, type[CacheKind]] = {
         Kivi,
         SnapKV,
         Knorm,
+        Kvzip,
         Evicting,
     )
 }
@@ -42,7 +44,7 @@ def register(cls: type[CacheKind]) -> type[CacheKind]:
 
 def unregister(kind: str) -> None:
     """Remove a kind added with :func:`register` (the built-in kinds stay)."""
-    if kind in ("full", "kivi", "snapkv", "knorm", "policy"):
+    if kind in ("full", "kivi", "snapkv", "knorm", "kvzip", "policy"):
         raise ValueError(f"{kind!r} is a built-in kind of cache")
     CACHE_KINDS.pop(kind, None)
 
@@ -61,6 +63,7 @@ __all__ = [
     "Full",
     "Kivi",
     "Knorm",
+    "Kvzip",
     "Reading",
     "SnapKV",
     "parse_order",

@@ -249,3 +249,68 @@ class Budgeted(CacheKind):
                 .budgets
             )
         return np.minimum(budgets, n)
+
+
+class ContextCompression(Budgeted):
+    """Compress the context once, then read the question through the compressed cache — the
+    pipeline kvpress runs its presses in (``pipe(context, question=question, press=press)``).
+
+    The needle prompts end with their question: a prompt's last :attr:`window` tokens are read
+    after the compression (each admitted, as every later token), the tokens before them are the
+    context. A subclass says which context positions each head keeps (:meth:`choose`), at most
+    ``budget - window`` a head on average, so that a row holds ``budget`` slots a head once the
+    question is read. A prompt that fits the budget is read whole, nothing compressed."""
+
+    closed_loop = False  # it compresses a prompt once: no perplexity over a text
+    quantizable = False
+    #: the prompt's last tokens, read after the compression (the question and the chat turn)
+    window: ClassVar[int] = 32
+
+    @classmethod
+    def parse_head(cls, head: str, label: str) -> dict[str, Any] | None:
+        """``KIND@BUDGET``, no options."""
+        m = BUDGETED.match(head)
+        if not m or m["name"] != cls.kind:
+            return None
+        if m["opts"]:
+            raise ValueError(f"row {label!r}: {cls.kind} takes no options")
+        return {"policy": cls.kind, "budget": int(m["budget"]), "allocation": m["alloc"]}
+
+    def check(self) -> None:
+        super().check()
+        r = self.row
+        if r.policy != self.kind:
+            raise ValueError(
+                f"a {self.kind} row has no policy other than {self.kind}: {r.policy!r}"
+            )
+        if r.allocation is not None:
+            raise ValueError(f"{self.kind} spreads its own slots (no allocation)")
+        if int(r.budget) <= self.window:  # type: ignore[arg-type]
+            raise ValueError(
+                f"{self.kind}'s budget must exceed the {self.window} prompt tokens read after "
+                f"the compression, got {r.budget}"
+            )
+
+    def choose(self, model: SmolLM, prompt: list[int], cache: KVCache, context: int) -> list:
+        """``kept[layer][kv_head]``: the context positions (``< context``) each head keeps."""
+        raise NotImplementedError
+
+    def read_prompt(self, model, prompt, cache, quant, reading, calibration_ids=None):
+        from h2o.policies.snapkv import FixedKeep
+
+        T, budget = len(prompt), int(self.row.budget)  # type: ignore[arg-type]
+        if budget >= T:
+            hidden = model.read(prompt, cache, quant=quant)
+            every = np.arange(T, dtype=np.int64)
+            heads = range(model.config.n_kv_heads)
+            return hidden, [[FixedKeep(every, T - 1) for _ in heads] for _ in cache.k]
+        context = T - self.window
+        if cache.length < context:
+            model.read(prompt[:context], cache, quant=quant)  # the context, full attention
+        kept = self.choose(model, prompt, cache, context)
+        policies = [[FixedKeep(k, context - 1) for k in heads] for heads in kept]
+        # the question, through the compressed cache
+        return model.read(prompt, cache, policies=policies, quant=quant), policies
+
+    def prompt_limit(self, n_tokens: int) -> int:
+        return n_tokens - self.window  # a shared beginning ends inside the context
