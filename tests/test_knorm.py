@@ -1,6 +1,7 @@
-"""K-norm (h2o/model/caches/knorm.py) against a literal transcription of its rule — the paper's
-"keep the keys with the lowest L2 norm" as kvpress's KnormPress scores it (``-keys.norm(dim=-1)``,
-then the top scores kept) — on random keys, and as a row on the tiny model."""
+"""K-norm (h2o/model/caches/knorm_cache.py) against a literal transcription of its rule — the
+paper's "keep the keys with the lowest L2 norm" as kvpress's KnormPress scores it
+(``-keys.norm(dim=-1)``, then the top scores kept) — on random keys, and as a row on the tiny
+model."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from h2o.model.caches.knorm import Knorm, knorm_keep
+from h2o.model.caches.knorm_cache import Knorm, knorm_keep
 from h2o.model.rows import Row
 
 

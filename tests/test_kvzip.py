@@ -1,4 +1,4 @@
-"""KVzip (h2o/model/caches/kvzip.py) against a literal transcription of kvpress's KVzipPress:
+"""KVzip (h2o/model/caches/kvzip_cache.py) against a literal transcription of kvpress's KVzipPress:
 the score (``score_kvzip``: a softmax over the sinks, the chunk and the repeat, its max over the
 repeat's queries and the KV head's query heads) and the choice (``compress_post``: the lowest
 scores pruned over every layer and head at once), on random inputs and on the tiny model."""
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from h2o.model.caches.kvzip import (
+from h2o.model.caches.kvzip_cache import (
     N_SINK,
     REPEAT,
     SUFFIX,

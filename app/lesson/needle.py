@@ -98,7 +98,9 @@ def grid_section() -> None:
     if since:
         st.markdown(
             "**The family since H2O.** Newer methods each answer one of H2O's limits; here each "
-            f"at {LESSON_BUDGET} slots beside SnapKV, on the cells both have:"
+            f"at {LESSON_BUDGET} slots beside SnapKV, on the cells both have. K-norm and KVzip "
+            "compress the context and then read the question, as kvpress runs them; SnapKV "
+            "reads the question first and chooses by it:"
         )
         for sentence in since:
             st.markdown(sentence)

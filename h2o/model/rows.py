@@ -18,9 +18,9 @@ Label syntax (:meth:`Row.parse`, :attr:`Row.label` round-trips)::
                               max7 (its LongBench configs), max5 (plain ``snapkv@256``)
     snapkv@256                SnapKV (one compression after the prompt)
     knorm@256                 K-norm: one compression after the prompt by the keys' L2
-                              norms, no attention read (:mod:`h2o.model.caches.knorm`)
+                              norms, no attention read (:mod:`h2o.model.caches.knorm_cache`)
     kvzip@256                 KVzip: one compression after the prompt by what the model reads
-                              while it repeats it (:mod:`h2o.model.caches.kvzip`)
+                              while it repeats it (:mod:`h2o.model.caches.kvzip_cache`)
     kivi4, kivi2+sinks        KIVI-style 2/4/8 bits (16 = full precision), +sinks: 4 fp16 sinks;
                               as the paper runs it: group 32, residual 128, the prompt attended
                               at full precision and quantized when stored
@@ -52,8 +52,8 @@ import numpy as np
 from h2o.alloc import slot_bytes
 from h2o.model.caches import CACHE_KINDS, CacheKind, parse_order
 from h2o.model.caches.base import ALLOCATIONS, MODES
-from h2o.model.caches.kivi import parse_kivi
-from h2o.model.caches.snapkv import DEFAULT_POOLING
+from h2o.model.caches.kivi_cache import parse_kivi
+from h2o.model.caches.snapkv_cache import DEFAULT_POOLING
 from h2o.model.quant import BITS, GROUP, RESIDUAL, KiviSpec, kivi_bytes, kivi_bytes_kept
 
 #: The built-in kinds of cache (:data:`h2o.model.caches.CACHE_KINDS` holds any added since).

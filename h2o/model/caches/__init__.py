@@ -7,12 +7,12 @@ and the model's runs then take it from its class."""
 from __future__ import annotations
 
 from h2o.model.caches.base import GROUPS, Budgeted, CacheKind, Reading
-from h2o.model.caches.evicting import Evicting
-from h2o.model.caches.full import Full
-from h2o.model.caches.kivi import Kivi
-from h2o.model.caches.knorm import Knorm
-from h2o.model.caches.kvzip import Kvzip
-from h2o.model.caches.snapkv import SnapKV
+from h2o.model.caches.evicting_cache import Evicting
+from h2o.model.caches.full_cache import Full
+from h2o.model.caches.kivi_cache import Kivi
+from h2o.model.caches.knorm_cache import Knorm
+from h2o.model.caches.kvzip_cache import Kvzip
+from h2o.model.caches.snapkv_cache import SnapKV
 
 #: kind → class, in the order labels are tried (a ``fallback`` kind after every other).
 CACHE_KINDS: dict[str, type[CacheKind]] = {
