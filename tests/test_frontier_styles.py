@@ -43,3 +43,16 @@ def test_styles_follow_the_row_not_the_family_name():
 def test_a_row_of_a_policy_this_server_does_not_know_keeps_what_the_file_says():
     p = point("mine@128", "evict", policy="mine", sinks=0)
     assert frontier.cache_facts(p) == ("mine", None, 0)
+
+
+def test_the_methods_that_choose_once_are_told_apart():
+    """SnapKV, K-norm and KVzip are not policies of the registry (no colour of their own there):
+    each still has its own colour and marker on the frontier, and a combination stays dashed."""
+    styles = {
+        m: figures.family_style("evict", m, None, None, 0) for m in ("snapkv", "knorm", "kvzip")
+    }
+    marks = {(s["color"], s["symbol"]) for s in styles.values()}
+    assert len(marks) == 3
+    assert len({s["color"] for s in styles.values()}) == 3
+    assert not {s["color"] for s in styles.values()} & set(POLICY_COLOURS.values())
+    assert figures.family_style("both", "snapkv", 4, None, 0)["dash"] == "dash"

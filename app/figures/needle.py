@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from app.needle.frontier import TOLERANCE, FigureLine
 
 from .base import (
+    EXTRA_COLOURS,
     FONT,
     NEUTRAL_LINE,
     POLICY_COLOURS,
@@ -31,6 +32,15 @@ from .budget import GRID_SCALE
 BITS_COLOURS = {2: "#E15759", 4: "#C9A227", 8: "#59A14F", 16: "#76B7B2"}
 ALLOC_DASH = {None: "solid", "uniform": "solid", "pyramid": "dot", "adaptive": "dashdot"}
 ALLOC_DASH["duo"] = "longdash"
+
+#: The methods that choose once, after a prompt (kinds of cache, not policies of the registry): a
+#: colour and a marker each, so that their lines stay apart on the frontier (SnapKV keeps the
+#: first spare colour it always had).
+METHOD_MARKS = {
+    "snapkv": (EXTRA_COLOURS[0], "circle"),
+    "knorm": ("#FF9DA7", "square"),
+    "kvzip": ("#EDC948", "triangle-up"),
+}
 
 #: A line of the frontier (``app.needle.frontier.figure_lines`` builds them from the rows' labels).
 FrontierLine = FigureLine
@@ -50,10 +60,11 @@ def family_style(
         colour = BITS_COLOURS.get(bits or 16, NEUTRAL_LINE)
         return {"color": colour, "dash": "solid", "symbol": "diamond-open" if sinks else "diamond"}
     name = method or ""
-    colour = POLICY_COLOURS.get(name) or policy_colour(name)
+    colour, symbol = METHOD_MARKS.get(name, (POLICY_COLOURS.get(name), "circle"))
+    colour = colour or policy_colour(name)
     if group == "both":
         return {"color": colour, "dash": "dash", "symbol": "star"}
-    return {"color": colour, "dash": ALLOC_DASH.get(allocation, "solid"), "symbol": "circle"}
+    return {"color": colour, "dash": ALLOC_DASH.get(allocation, "solid"), "symbol": symbol}
 
 
 def frontier(
