@@ -301,9 +301,11 @@ class ContextCompression(Budgeted):
         T, budget = len(prompt), int(self.row.budget)  # type: ignore[arg-type]
         if budget >= T:
             hidden = model.read(prompt, cache, quant=quant)
-            every = np.arange(T, dtype=np.int64)
-            heads = range(model.config.n_kv_heads)
-            return hidden, [[FixedKeep(every, T - 1) for _ in heads] for _ in cache.k]
+            every, cfg = np.arange(T, dtype=np.int64), model.config
+            return hidden, [
+                [FixedKeep(every, T - 1) for _ in range(cfg.n_kv_heads)]
+                for _ in range(cfg.n_layers)
+            ]
         context = T - self.window
         if cache.length < context:
             model.read(prompt[:context], cache, quant=quant)  # the context, full attention
