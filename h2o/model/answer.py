@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from h2o.model.caches import Budgeted
 from h2o.model.forward import PROMPT_BLOCK, KVCache, SmolLM
 from h2o.model.generate import decode_greedy
 from h2o.model.quant import QuantState
@@ -55,14 +54,6 @@ def row_policies(model: SmolLM, row: Row, calibration_ids: Sequence[int] | None 
     if policies is None:
         raise ValueError(f"row {row.label!r} runs no decode-time policy")
     return policies
-
-
-def row_allocation(model: SmolLM, row: Row, calibration_ids: Sequence[int] | None = None):
-    """The allocation of a row that keeps a budget of slots (uniform when it names none)."""
-    cache = row.cache
-    if not isinstance(cache, Budgeted):
-        raise ValueError(f"row {row.label!r} evicts nothing: it has no allocation")
-    return cache.allocation(model, calibration_ids)
 
 
 def row_quant(row: Row) -> QuantState | None:

@@ -221,6 +221,8 @@ class Budgeted(CacheKind):
                 f"unknown allocation {r.allocation!r}; choose from uniform, "
                 + ", ".join(ALLOCATIONS)
             )
+        if self.quantizable and r.bits == 16:
+            raise ValueError("a combination needs 2, 4 or 8 bits (16 is the policy alone)")
 
     def head(self) -> str:
         r = self.row

@@ -64,8 +64,6 @@ class Evicting(Budgeted):
                 f"unknown policy {r.policy!r}; choose from {', '.join(_policies())} or snapkv"
             )
         super().check()
-        if r.bits == 16:
-            raise ValueError("a combination needs 2, 4 or 8 bits (16 is the policy alone)")
         if r.window is not None or r.window_pct is not None:
             if not self.windowed:
                 raise ValueError(

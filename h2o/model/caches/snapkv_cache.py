@@ -41,8 +41,6 @@ class SnapKV(Budgeted):
             raise ValueError(f"a snapkv row has no policy other than snapkv: {r.policy!r}")
         object.__setattr__(r, "policy", SNAPKV)
         super().check()
-        if r.bits == 16:
-            raise ValueError("a combination needs 2, 4 or 8 bits (16 is the policy alone)")
         if r.pooling is not None:
             m = POOL.match(str(r.pooling))
             if not m or int(m["kernel"]) % 2 == 0 or int(m["kernel"]) < 1:
