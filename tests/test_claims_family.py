@@ -15,13 +15,16 @@ from h2o.needle.cells import row_fields
 from h2o.stats import paired
 
 
-def _cell(row: str, length: int, depth: int, needle: str, ok: bool, kv: int = 1000) -> data.Cell:
+def _cell(
+    row: str, length: int, depth: int, needle: str, ok: bool, kv: int = 1000, read=None
+) -> data.Cell:
     f = row_fields(row)
     return data.Cell(
         row=f["row"], family=f["family"], kind=f["kind"], policy=f["policy"],
         budget=f["budget"], allocation=f["allocation"], bits=f["bits"], sinks=f["sinks"],
         length=length, depth=depth, needle=needle, question="q", expected="1", produced="1",
         correct=ok, logprob=-1.0, held=None, kv_bytes=kv, seconds=1.0, prompt_tokens=500,
+        read_bytes=read,
     )  # fmt: skip
 
 
@@ -97,3 +100,31 @@ def test_every_sentence_on_the_shipped_grid(lesson) -> None:
         b = sum(other[k].kv_bytes / other[k].tokens for k in keys) / len(keys)
         assert ("the same memory" in said) == (abs(a - b) <= TOLERANCE * b)
         assert re.search(r"p (=|<) 0\.\d{3}", said)
+    for row in rows:  # what a step reads, where a row reads a part of what it holds
+        said, mine = family.family_sentence(cells, row), [c for c in cells if c.row == row]
+        partial = any(c.read_bytes is not None and c.read_bytes != c.kv_bytes for c in mine)
+        assert ("a decoding step reads" in said) == partial == (Row.parse(row).group == "select")
+        if partial:
+            held = sum(c.kv_bytes / c.tokens for c in mine) / len(mine)
+            read = sum(c.read_bytes / c.tokens for c in mine) / len(mine)
+            assert f"it holds {held:,.0f} bytes a token" in said
+            assert f"reads {read:,.0f} of them ({read / held:.0%})" in said
+            other = {(c.length, c.depth, c.needle) for c in cells if c.row == family.partner(row)}
+            shared = [c for c in mine if (c.length, c.depth, c.needle) in other]
+            if shared:
+                ra = sum(c.read_bytes / c.tokens for c in shared) / len(shared)
+                assert f"(a step reads {ra:,.0f} of them, SnapKV all it holds)" in said
+
+
+def test_a_row_that_reads_a_part_says_what_it_reads() -> None:
+    keys = [(512, d, n) for d in (0, 50) for n in "ab"]
+    quest = [_cell("quest@128", L, d, n, True, kv=4000, read=1000) for L, d, n in keys]
+    said = family.family_sentence(quest, "quest@128")
+    # 4,000 / 500 and 1,000 / 500 bytes a token of the prompt
+    assert "it holds 8 bytes a token (every key and its page summaries)" in said
+    assert "a decoding step reads 2 of them (25%)" in said
+    knorm = [_cell("knorm@128", L, d, n, True, kv=4000, read=4000) for L, d, n in keys]
+    assert "a decoding step reads" not in family.family_sentence(knorm + quest, "knorm@128")
+    # a line without the field reads all it holds
+    old = [_cell("quest@128", L, d, n, True, kv=4000) for L, d, n in keys]
+    assert "a decoding step reads" not in family.family_sentence(old, "quest@128")

@@ -427,7 +427,10 @@ GROUP_OF = {"full": "full"}
 
 
 def group_of(kind: str, bits) -> str:
-    """Written from the issue: quantized only → compress; a budget and bits → both."""
+    """Written from the issue: quantized only → compress; a budget and bits → both; Quest
+    (every key held, a part read each step) → select."""
+    if kind == "quest":
+        return "select"
     if kind == "full" or (kind == "kivi" and bits == 16):
         return "full"
     if kind == "kivi":
@@ -463,6 +466,7 @@ def check_verdict(text: str, frame: pd.DataFrame, memory: int, lower: bool, outc
         "evict": "eviction",
         "compress": "KIVI-style quantization",
         "both": "eviction + KIVI-style",
+        "select": "selection (every key held, a part read)",
     }
     for g, b in bests.items():
         assert f"the best {names[g]} row is " in text and f"({claims.esc(b.row)})" in text, g

@@ -105,3 +105,17 @@ def test_every_row_and_pair_the_findings_list_is_in_the_shipped_file():
             continue  # the band's window only where it is well inside the budget
         at = {x for x in by_row.get(row, ()) if x[0] == findings.SWEEP_LENGTH}
         assert len(at) == 15, (row, len(at))
+
+
+def test_followup_rows_with_the_same_counts_share_a_line():
+    def cell(row, i, a, b):
+        return {"row": row, "length": 1024, "correct_first": a, "correct_second": b, "i": i}
+
+    lines = [cell("full", i, True, i != 0) for i in range(6)]
+    lines += [cell("kivi4", i, True, i != 5) for i in range(6)]  # other cells, same counts
+    lines += [cell("snapkv@256", i, i < 2, i < 1) for i in range(6)]
+    out = findings.followup(lines)
+    assert len(out) == 2
+    assert out[0].startswith("- `full`, `kivi4` (1,024 tokens): the first question 6 of 6")
+    assert "the second 5 of 6" in out[0] and "(1 cell lost only the second, 0 only" in out[0]
+    assert out[1].startswith("- `snapkv@256` (1,024 tokens): the first question 2 of 6")

@@ -46,13 +46,22 @@ def test_a_row_of_a_policy_this_server_does_not_know_keeps_what_the_file_says():
 
 
 def test_the_methods_that_choose_once_are_told_apart():
-    """SnapKV, K-norm and KVzip are not policies of the registry (no colour of their own there):
-    each still has its own colour and marker on the frontier, and a combination stays dashed."""
-    styles = {
-        m: figures.family_style("evict", m, None, None, 0) for m in ("snapkv", "knorm", "kvzip")
-    }
+    """SnapKV, K-norm, KVzip, Expected Attention and Quest are not policies of the registry (no
+    colour of their own there): each still has its own colour and marker on the frontier, and a
+    combination stays dashed."""
+    methods = ("snapkv", "knorm", "kvzip", "expected-attention", "quest")
+    styles = {m: figures.family_style("evict", m, None, None, 0) for m in methods}
     marks = {(s["color"], s["symbol"]) for s in styles.values()}
-    assert len(marks) == 3
-    assert len({s["color"] for s in styles.values()}) == 3
+    assert len(marks) == len(methods)
+    assert len({s["color"] for s in styles.values()}) == len(methods)
+    assert not {s["color"] for s in styles.values()} & set(figures.BITS_COLOURS.values())
     assert not {s["color"] for s in styles.values()} & set(POLICY_COLOURS.values())
     assert figures.family_style("both", "snapkv", 4, None, 0)["dash"] == "dash"
+
+
+def test_a_selection_row_is_styled_by_its_kind():
+    """Quest has no policy: its style still comes from its row (its kind), not its name."""
+    p = point("quest@128", "select", policy=None)
+    assert frontier.cache_facts(p) == ("quest", None, 0)
+    assert style(p)["color"] == figures.METHOD_MARKS["quest"][0]
+    assert frontier.cache_facts(point("kivi4", "compress", bits=4))[0] is None

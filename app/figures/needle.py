@@ -40,6 +40,8 @@ METHOD_MARKS = {
     "snapkv": (EXTRA_COLOURS[0], "circle"),
     "knorm": ("#FF9DA7", "square"),
     "kvzip": ("#EDC948", "triangle-up"),
+    "expected-attention": ("#604848", "diamond-tall"),
+    "quest": ("#4830C0", "hexagon"),  # selection: it holds every key
 }
 
 #: A line of the frontier (``app.needle.frontier.figure_lines`` builds them from the rows' labels).

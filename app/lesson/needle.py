@@ -98,9 +98,8 @@ def grid_section() -> None:
     if since:
         st.markdown(
             "**The family since H2O.** Newer methods each answer one of H2O's limits; here each "
-            f"at {LESSON_BUDGET} slots beside SnapKV, on the cells both have. K-norm and KVzip "
-            "compress the context and then read the question, as kvpress runs them; SnapKV "
-            "reads the question first and chooses by it:"
+            f"at {LESSON_BUDGET} slots beside SnapKV, on the cells both have. "
+            + family.how_they_run(cells, LESSON_BUDGET)
         )
         for sentence in since:
             st.markdown(sentence)

@@ -62,6 +62,14 @@ class Cell:
     seconds: float
     prompt_tokens: int | None = None  # the prompt's own length (at most ``length``), if recorded
     needle_span: tuple[int, int] | None = None  # [start, stop) of the needle's tokens, if recorded
+    #: what one decoding step reads of the cache, where the line records it: a row that reads a
+    #: part of what it holds (Quest); absent, a step reads every byte it holds
+    read_bytes: int | None = None
+
+    @property
+    def bytes_read(self) -> int:
+        """What one decoding step reads: :attr:`read_bytes`, else every byte held."""
+        return self.kv_bytes if self.read_bytes is None else self.read_bytes
 
     @property
     def tokens(self) -> int:
@@ -198,6 +206,7 @@ def parse_cell(d: object) -> Cell:
         seconds=_float(d, "seconds", lo=0.0),
         prompt_tokens=_int(d, "prompt_tokens", optional=True, lo=1),
         needle_span=span,
+        read_bytes=_int(d, "read_bytes", optional=True),
     )
 
 

@@ -15,6 +15,7 @@ from app.needle.data import Cell
 from app.needle.frontier import TOLERANCE
 from app.needle.grid import rows as ordered_rows
 from app.real_model.claims import esc, names
+from h2o.model.caches.base import ContextCompression
 from h2o.model.rows import Row
 from h2o.stats import p_text, paired, share
 
@@ -33,6 +34,37 @@ def family_rows(cells: Sequence[Cell], budget: int | None = None) -> list[str]:
     return out
 
 
+def how_they_run(cells: Sequence[Cell], budget: int | None = None) -> str:
+    """How the file's methods since H2O (at ``budget``) are run, from their kinds of cache: the
+    presses compress the context before the question, SnapKV reads the question first, a
+    selection reads a part of a whole cache ("" if the file has none of them)."""
+    press: list[str] = []
+    select: list[str] = []
+    for r in family_rows(cells, budget):
+        row = Row.parse(r)
+        if isinstance(row.cache, ContextCompression) and row.family not in press:
+            press.append(row.family)
+        elif row.group == "select" and row.family not in select:
+            select.append(row.family)
+    if not press and not select:
+        return ""
+    parts = []
+    if press:
+        verb = "compresses" if len(press) == 1 else "compress"
+        parts.append(
+            f"{names(press)} {verb} the context and then read the question through the "
+            "compressed cache (kvpress's pipeline)"
+        )
+    parts.append("SnapKV reads the question first and chooses by it")
+    if select:
+        parts.append(
+            f"{names(select)} {'evicts' if len(select) == 1 else 'evict'} nothing: the prompt "
+            "is read in full and each step after it reads only the pages of keys its query "
+            "can attend to"
+        )
+    return "Each runs as its authors run it: " + "; ".join(parts) + "."
+
+
 def partner(row: str) -> str:
     """The row it is compared with: SnapKV at the same budget."""
     return f"snapkv@{Row.parse(row).budget}"
@@ -40,6 +72,22 @@ def partner(row: str) -> str:
 
 def _bytes_per_token(cells: Sequence[Cell]) -> float:
     return sum(c.kv_bytes / c.tokens for c in cells) / len(cells)
+
+
+def _read_per_token(cells: Sequence[Cell]) -> float:
+    return sum(c.bytes_read / c.tokens for c in cells) / len(cells)
+
+
+def read_clause(cells: Sequence[Cell]) -> str:
+    """For a row that reads a part of what it holds (Quest): what it holds and what one
+    decoding step reads, in bytes a token of the prompt ("" for a row that reads it all)."""
+    if all(c.read_bytes is None or c.read_bytes == c.kv_bytes for c in cells):
+        return ""
+    held, read = _bytes_per_token(cells), _read_per_token(cells)
+    return (
+        f"; it holds {held:,.0f} bytes a token (every key and its page summaries) and a "
+        f"decoding step reads {read:,.0f} of them ({read / held:.0%})"
+    )
 
 
 def family_sentence(cells: Sequence[Cell], row: str) -> str:
@@ -55,7 +103,7 @@ def family_sentence(cells: Sequence[Cell], row: str) -> str:
     lens = sorted({c.length for c in mine})
     text = (
         f"{name} {r.cache.since_h2o}. On prompts of {names([f'{n:,}' for n in lens])} tokens "
-        f"it answers {right.text()}"
+        f"it answers {right.text()}{read_clause(mine)}"
     )
     other = partner(row)
     theirs = {(c.length, c.depth, c.needle): c for c in cells if c.row == other}
@@ -71,6 +119,9 @@ def family_sentence(cells: Sequence[Cell], row: str) -> str:
         if abs(a - b) <= TOLERANCE * b
         else f"{a:,.0f} bytes a token against SnapKV's {b:,.0f}"
     )
+    ra = _read_per_token([ours[k] for k in keys])
+    if read_clause([ours[k] for k in keys]):
+        held += f" (a step reads {ra:,.0f} of them, SnapKV all it holds)"
     text += (
         f". On the {t.n} cells SnapKV at the same budget ({esc(other)}) has too, at {held}, it "
         f"answers {t.right_a} and SnapKV {t.right_b}"

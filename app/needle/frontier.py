@@ -1,9 +1,10 @@
 """The frontier's points: each row's KV bytes per token against its perplexity (from
 ``frontier.jsonl``) or its needle accuracy (from ``needle-grid.jsonl``), grouped into families.
 
-A row belongs to one of four groups: the full cache (the reference), eviction (a policy or
-SnapKV at a budget, full precision), KIVI-style quantization (every token kept, at fewer bits)
-and the two combined (eviction at a budget, the kept tokens quantized).
+A row belongs to one of five groups: the full cache (the reference), eviction (a policy or
+SnapKV at a budget, full precision), KIVI-style quantization (every token kept, at fewer bits),
+the two combined (eviction at a budget, the kept tokens quantized) and selection (every token
+kept, a part of them read at each step: Quest).
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ GROUPS = {
     "evict": "eviction",
     "compress": "KIVI-style quantization",
     "both": "eviction + KIVI-style",
+    "select": "selection (every key held, a part read)",
 }
 #: The perplexity the page shows: ``python -m h2o frontier``'s text and length (the shipped run's).
 PPL_TEXT, PPL_TOKENS = "lighthouse.txt", 2048
 
 
 def group(row: str, kind: str, bits: int | None) -> str:
-    """``"full"``, ``"evict"``, ``"compress"`` or ``"both"``: the row's kind of cache says
+    """``"full"``, ``"evict"``, ``"compress"``, ``"both"`` or ``"select"``: the row's kind says
     (:attr:`h2o.model.rows.Row.group`; a 16-bit KIVI-style cache is the full cache). A row this
     server cannot read (a policy it does not know) is grouped by the file's kind and bits."""
     try:
@@ -135,13 +137,14 @@ def lines(points: Iterable[Point]) -> dict[str, list[Point]]:
 def cache_facts(point: Point) -> tuple[str | None, str | None, int]:
     """What the frontier's line style shows of a row, read from its label in the library's row
     grammar (never from the family's display name): the method that chooses what the cache
-    keeps (a policy, ``"snapkv"``; None for a quantized cache alone), its allocation and its
-    fp16 sinks."""
+    keeps or reads (a policy, ``"snapkv"``, ``"quest"``; None for a quantized cache alone), its
+    allocation and its fp16 sinks."""
     try:
         row = Row.parse(point.row)
     except ValueError:  # a policy this server does not know: what the file says of it
         return point.policy, None, point.sinks
-    return row.policy, row.allocation, row.sinks
+    method = row.policy if row.policy is not None or row.group != "select" else row.kind
+    return method, row.allocation, row.sinks
 
 
 class FigureLine(NamedTuple):

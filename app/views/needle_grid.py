@@ -158,9 +158,7 @@ if family_text:
     st.markdown(
         "Methods since H2O, each answering one of its limits; choose their rows above to see "
         "their heatmaps. Each is set beside SnapKV at the same budget, on the cells both have. "
-        "Each runs as its authors run it: K-norm and KVzip compress the context and then read "
-        "the question through the compressed cache (kvpress's pipeline); SnapKV reads the "
-        "question first and chooses by it."
+        + family.how_they_run(cells)
     )
     for sentence in family_text:
         st.markdown(sentence)

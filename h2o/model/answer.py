@@ -43,6 +43,7 @@ class AnswerScore:
     produced: str
     held: list[float] | None  # per layer: share of KV heads holding every needle token
     kv_bytes: int
+    read_bytes: int  # what one decoding step reads of that cache (Quest: a part of it)
     seconds: float
 
 
@@ -250,11 +251,15 @@ def score_answer(
     if policies is not None:
         held = held_shares(policies, span) if span is not None else None
     after_prompt = copy.deepcopy(policies) if max_new else None
-    kv_bytes = row.kv_bytes(cfg, T, kept=None if policies is None else kept_sets(policies))
+    kept = None if policies is None else kept_sets(policies)
+    kv_bytes = row.kv_bytes(cfg, T, kept=kept)
 
+    select = row.cache.selector(model)  # what each step after the prompt reads (Quest)
     lps = model.token_logprobs(hidden[-1:], answer[:1])
     if len(answer) > 1:
-        h_ans = model.forward(answer[:-1], cache=cache, policies=policies, quant=quant)
+        h_ans = model.forward(
+            answer[:-1], cache=cache, policies=policies, quant=quant, select=select
+        )
         lps = np.concatenate([lps, model.token_logprobs(h_ans, answer[1:])])
 
     new_ids: list[int] = []
@@ -263,8 +268,17 @@ def score_answer(
         if quant is not None:
             quant.truncate(T)
         new_ids, _ = decode_greedy(
-            model, hidden, cache, after_prompt, max_new, stop_at_eos=stop_at_eos, quant=quant
+            model,
+            hidden,
+            cache,
+            after_prompt,
+            max_new,
+            stop_at_eos=stop_at_eos,
+            quant=quant,
+            select=select,
         )
+    # what a step read: counted by the selector over the answer's steps, where it has one
+    read_bytes = row.read_bytes(cfg, T, kept=kept, reads=select)
     return AnswerScore(
         logprob=float(lps.sum()),
         token_logprobs=[float(x) for x in lps],
@@ -272,6 +286,7 @@ def score_answer(
         produced=model.decode(new_ids),
         held=held,
         kv_bytes=kv_bytes,
+        read_bytes=read_bytes,
         seconds=time.perf_counter() - t_start,
     )
 
@@ -360,7 +375,8 @@ def row_perplexity(
     policies = row.cache.decode_policies(model, calibration_ids)
     quant = row_quant(row)
     if policies is None or quant is None:
-        hidden = model.forward(ids[:-1], policies=policies, quant=quant)
+        select = row.cache.selector(model)  # every token a decoding step (Quest's PG19 runs)
+        hidden = model.forward(ids[:-1], policies=policies, quant=quant, select=select)
         nll = -model.token_logprobs(hidden, ids[1:])
         return float(np.exp(nll.mean())), row.kv_bytes(cfg, len(ids))
     # a combination: its bytes depend on which groups its kept tokens fall in, so the run

@@ -42,11 +42,13 @@ class FollowUpScore:
     seconds: float
 
 
-def _teacher_forced(model: SmolLM, hidden: np.ndarray, ids: list[int], cache, pols, quant):
+def _teacher_forced(
+    model: SmolLM, hidden: np.ndarray, ids: list[int], cache, pols, quant, select=None
+):
     """Log-probs of ``ids`` after states ``hidden``, reading them into the cache: the sum and
     the final hidden state."""
     lps = model.token_logprobs(hidden[-1:], ids[:1])
-    h = model.forward(ids, cache=cache, policies=pols, quant=quant)
+    h = model.forward(ids, cache=cache, policies=pols, quant=quant, select=select)
     if len(ids) > 1:
         lps = np.concatenate([lps, model.token_logprobs(h[:-1], ids[1:])])
     return float(lps.sum()), h
@@ -84,24 +86,27 @@ def score_followup(
     hidden, pols = read_prompt(model, prompt, row, cache, quant, calibration_ids)
     kv_bytes = row.kv_bytes(model.config, T, kept=None if pols is None else kept_sets(pols))
     after_prompt = copy.deepcopy(pols)
+    select = row.cache.selector(model)  # every token after the prompt is a decoding step
 
     # the second question, on the cache the first one left
-    lp1, h = _teacher_forced(model, hidden, a1, cache, pols, quant)
-    h = model.forward(turn, cache=cache, policies=pols, quant=quant)
+    lp1, h = _teacher_forced(model, hidden, a1, cache, pols, quant, select)
+    h = model.forward(turn, cache=cache, policies=pols, quant=quant, select=select)
     held = None if pols is None or second_span is None else held_shares(pols, second_span)
     at_question = cache.length
     before_answer = copy.deepcopy(pols)
-    lp2, _ = _teacher_forced(model, h, a2, cache, pols, quant)
+    lp2, _ = _teacher_forced(model, h, a2, cache, pols, quant, select)
     cache.length = at_question  # rewind: the greedy second answer from the question
     if quant is not None:
         quant.truncate(at_question)
-    second, _ = decode_greedy(model, h, cache, before_answer, max_new, quant=quant)
+    second, _ = decode_greedy(model, h, cache, before_answer, max_new, quant=quant, select=select)
 
     # the first answer, greedy from the prompt (the cache rewound to it)
     cache.length = T
     if quant is not None:
         quant.truncate(T)
-    first, _ = decode_greedy(model, hidden, cache, after_prompt, max_new, quant=quant)
+    first, _ = decode_greedy(
+        model, hidden, cache, after_prompt, max_new, quant=quant, select=select
+    )
     return FollowUpScore(
         logprob=lp1,
         produced=first,

@@ -54,12 +54,15 @@ class AttnChunk:
     ``scores`` are the scaled logits ``q·k/sqrt(d)`` with the causal mask applied (``-inf``
     above the diagonal); ``probs`` the causal softmax the model actually uses. Both are
     ``(n_heads, rows, keys)`` float32 and only valid during the hook call (buffers are reused).
+    ``queries`` are the rows' queries ``(n_heads, rows, head_dim)`` as they score the keys:
+    rotated at their positions and scaled by ``1/sqrt(d)``.
     """
 
     layer: int
     start: int
     scores: np.ndarray
     probs: np.ndarray
+    queries: np.ndarray | None = None
 
     @property
     def rows(self) -> int:
@@ -87,6 +90,11 @@ class AttnChunk:
 
 
 AttnHook = Callable[[AttnChunk], None]
+#: ``select(layer, queries, keys, start)``: which keys each query row may read — a bool mask
+#: ``(n_heads, rows, keys)`` for the rows' ``queries`` ``(n_heads, rows, head_dim)`` (as they
+#: score) at positions ``start ..`` over ``keys`` ``(n_kv_heads, keys, head_dim)``, or None (the
+#: layer reads every key). A cache that holds every key but reads a part (Quest).
+Selector = Callable[[int, np.ndarray, np.ndarray, int], "np.ndarray | None"]
 
 
 class KVCache:
@@ -188,6 +196,7 @@ class SmolLM:
         progress: Progress | None = None,
         stop_after_layer: int | None = None,
         quant: QuantState | None = None,
+        select: Selector | None = None,
     ) -> np.ndarray:
         """Run the new tokens ``ids`` through all layers; return final-normed hidden ``(n, d)``.
 
@@ -210,8 +219,13 @@ class SmolLM:
         ``quant`` (a :class:`h2o.model.quant.QuantState`) makes every query attend to the keys
         and values a KIVI-style quantized cache holds at its step (see :mod:`h2o.model.quant`);
         with a cache it must be the same state for every call of one run.
+
+        ``select`` (a :data:`Selector`) masks, before the softmax, the causal keys each query
+        does not read; it takes neither policies nor ``quant``.
         """
         cfg = self.config
+        if select is not None and (policies is not None or quant is not None):
+            raise ValueError("a selection reads a full cache: no policies, no quantization")
         ids = np.asarray(ids, dtype=np.int64)
         if ids.ndim != 1 or ids.shape[0] == 0:
             raise ValueError("ids must be a non-empty 1-D sequence of token ids")
@@ -234,7 +248,7 @@ class SmolLM:
                 k, v = cache.k[li, :, : t0 + n], cache.v[li, :, : t0 + n]
             heads = None if policies is None else as_heads(policies[li])
             qz = None if quant is None else (quant, *quant.layer(li, k, v, t0))
-            att = self._attention(li, q, k, v, t0, chunk, heads, attn_hook, qz)
+            att = self._attention(li, q, k, v, t0, chunk, heads, attn_hook, qz, select)
             # (heads, n, hd) -> (n, heads*hd), the layout attn_output expects
             x += att.transpose(1, 0, 2).reshape(n, cfg.n_heads * cfg.head_dim) @ lw.wo.T
             x += self._mlp(lw, x)
@@ -330,6 +344,7 @@ class SmolLM:
         heads: LayerHeads | None,
         hook: AttnHook | None,
         qz: tuple[QuantState, np.ndarray, np.ndarray] | None = None,
+        select: Selector | None = None,
     ) -> np.ndarray:
         """Attention of new queries ``q (H, n, hd)`` over keys/values ``(G, t0 + n, hd)``.
 
@@ -374,9 +389,14 @@ class SmolLM:
                 s = mixed_scores(qg[:, :, cs:ce], kT, kqT, kv, qz[0].key_cut(rows_t))
                 vcut = qz[0].value_cut(rows_t)
             s[..., t0 + cs : kv] += _causal_bias(c)
+            if select is not None:
+                m = select(layer, q[:, cs:ce], k[:, :kv], t0 + cs)
+                if m is not None:
+                    s[~m.reshape(G, gs, c, kv)] = -np.inf
             p = _softmax_rows(s)
             if hook is not None:
-                hook(AttnChunk(layer, t0 + cs, s.reshape(H, c, kv), p.reshape(H, c, kv)))
+                sc, pr = s.reshape(H, c, kv), p.reshape(H, c, kv)
+                hook(AttnChunk(layer, t0 + cs, sc, pr, q[:, cs:ce]))
             first = c  # first row of the chunk whose cache had lost something
             if heads is not None:
                 mask = np.zeros((G, c, kv), dtype=bool)

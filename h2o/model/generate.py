@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from h2o.model.forward import KVCache, PolicyFactory, SmolLM
+from h2o.model.forward import KVCache, PolicyFactory, Selector, SmolLM
 from h2o.model.quality import FULL_CACHE, make_banks
 from h2o.progress import Progress
 
@@ -108,11 +108,12 @@ def decode_greedy(
     stop_strings: Sequence[str] = (),
     stop_at_eos: bool = True,
     quant: QuantState | None = None,
+    select: Selector | None = None,
 ) -> tuple[list[int], str]:
     """Greedy decoding after a prefill (``hidden``: its final states) from ``cache`` under
     ``policies``: the new ids and why it stopped. ``progress(n_layers + done, n_layers +
     max_new)`` after each token. ``quant``: the quantized cache's state of the prefill
-    (:mod:`h2o.model.quant`), if any."""
+    (:mod:`h2o.model.quant`), if any; ``select``: what each step reads of the cache (Quest)."""
     n_layers = model.config.n_layers
     total = n_layers + max_new
     eos = model.tokenizer.end_ids
@@ -131,5 +132,5 @@ def decode_greedy(
             break
         if len(new_ids) >= max_new:
             break
-        hidden = model.forward([nxt], cache=cache, policies=policies, quant=quant)
+        hidden = model.forward([nxt], cache=cache, policies=policies, quant=quant, select=select)
     return new_ids, stopped

@@ -21,6 +21,12 @@ Label syntax (:meth:`Row.parse`, :attr:`Row.label` round-trips)::
                               norms, no attention read (:mod:`h2o.model.caches.knorm_cache`)
     kvzip@256                 KVzip: one compression after the prompt by what the model reads
                               while it repeats it (:mod:`h2o.model.caches.kvzip_cache`)
+    expected-attention@256    Expected Attention: one compression after the prompt by the
+                              attention the next queries are expected to pay
+                              (:mod:`h2o.model.caches.expected_attention_cache`)
+    quest@256                 Quest: every key held, each step reading the pages of 16 keys
+                              whose bound on q·k ranks highest, 256 tokens' worth
+                              (:mod:`h2o.model.caches.quest_cache`)
     kivi4, kivi2+sinks        KIVI-style 2/4/8 bits (16 = full precision), +sinks: 4 fp16 sinks;
                               as the paper runs it: group 32, residual 128, the prompt attended
                               at full precision and quantized when stored
@@ -57,7 +63,7 @@ from h2o.model.caches.snapkv_cache import DEFAULT_POOLING
 from h2o.model.quant import BITS, GROUP, RESIDUAL, KiviSpec, kivi_bytes, kivi_bytes_kept
 
 #: The built-in kinds of cache (:data:`h2o.model.caches.CACHE_KINDS` holds any added since).
-KINDS = ("full", "policy", "snapkv", "knorm", "kvzip", "kivi")
+KINDS = ("full", "policy", "snapkv", "knorm", "kvzip", "expected-attention", "quest", "kivi")
 __all__ = ["ALLOCATIONS", "DEFAULT_POOLING", "DEFAULT_SINKS", "KINDS", "MODES", "Row", "kinds"]
 #: Sinks kept in fp16 by "+sinks" (KVQuant's observation; StreamingLLM's 4).
 DEFAULT_SINKS = 4
@@ -100,10 +106,9 @@ class Row:
         if self.allocation == "uniform":
             object.__setattr__(self, "allocation", None)
         cache = self.cache
-        if not cache.evicts:
-            for name in ("policy", "budget", "allocation"):
-                if getattr(self, name) is not None:
-                    raise ValueError(f"a {self.kind} row takes no {name}")
+        for name in ("policy", "budget", "allocation"):
+            if name not in cache.takes and getattr(self, name) is not None:
+                raise ValueError(f"a {self.kind} row takes no {name}")
         cache.check()
         if self.bits is not None:
             if not cache.quantizable:
@@ -299,7 +304,14 @@ class Row:
                 int(c) * kivi_bytes_kept(spec, [np.arange(n - int(b), n)], n, hd)
                 for b, c in zip(vals, counts, strict=True)
             )
-        return int(cache + int(slots.sum()) * self.bookkeeping_per_slot())
+        extra = self.cache.summary_bytes(cfg, n_tokens)
+        return int(cache + int(slots.sum()) * self.bookkeeping_per_slot() + extra)
+
+    def read_bytes(self, cfg, n_tokens: int, kept=None, reads=None) -> int:
+        """Bytes one decoding step reads with ``n_tokens`` in the cache: everything the row
+        holds (:meth:`kv_bytes`), but for a kind that reads a part of it (Quest: the page
+        summaries and the pages read; ``reads``, the run's selector, counts what it read)."""
+        return self.cache.read_bytes(cfg, n_tokens, self.kv_bytes(cfg, n_tokens, kept), reads)
 
 
 def parse_rows(text: str) -> list[Row]:

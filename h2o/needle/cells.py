@@ -142,6 +142,8 @@ def run_cells(specs: list[dict], load: Callable[[], Any] | None = None) -> list[
             "logprob": round(score.logprob, 4),
             "held": None if score.held is None else [round(h, 4) for h in score.held],
             "kv_bytes": int(score.kv_bytes),
+            # a row that reads a part of what it holds (Quest) says what a step reads
+            **({} if score.read_bytes == score.kv_bytes else {"read_bytes": score.read_bytes}),
             "prompt_tokens": len(prompt.ids),
             "needle_span": list(prompt.needle_span),
             "seconds": round(setup + score.seconds, 3),

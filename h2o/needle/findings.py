@@ -190,20 +190,24 @@ def comparisons(cells: Sequence[dict]) -> list[str]:
 
 
 def followup(lines: Sequence[dict]) -> list[str]:
-    rows = list(dict.fromkeys(x["row"] for x in lines))
-    out = []
-    for r in rows:
+    """The second-question file: per row, both questions' counts and the paired test between
+    them; rows whose counts are all the same share one line (in the file's order)."""
+    said: dict[tuple, list[str]] = {}
+    for r in dict.fromkeys(x["row"] for x in lines):
         cs = [x for x in lines if x["row"] == r]
         first = {i: bool(x["correct_first"]) for i, x in enumerate(cs)}
         second = {i: bool(x["correct_second"]) for i, x in enumerate(cs)}
         t = paired(first, second)
-        lens = sorted({x["length"] for x in cs})
-        cells_ = "cell" if t.only_a == 1 else "cells"
+        lens = tuple(sorted({x["length"] for x in cs}))
+        said.setdefault((lens, t.n, t.right_a, t.right_b, t.only_a, t.only_b, t.p), []).append(r)
+    out = []
+    for (lens, n, right_a, right_b, only_a, only_b, p), rows in said.items():
+        cells_ = "cell" if only_a == 1 else "cells"
         out.append(
-            f"- `{r}` ({', '.join(f'{n:,}' for n in lens)} tokens): the first question "
-            f"{share(t.right_a, t.n).text()}, the second {share(t.right_b, t.n).text()} "
-            f"({t.only_a} {cells_} lost only the second, {t.only_b} only the first; "
-            f"{p_text(t.p)})."
+            f"- {', '.join(f'`{r}`' for r in rows)} ({', '.join(f'{x:,}' for x in lens)} "
+            f"tokens): the first question {share(right_a, n).text()}, the second "
+            f"{share(right_b, n).text()} ({only_a} {cells_} lost only the second, {only_b} "
+            f"only the first; {p_text(p)})."
         )
     return out
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from h2o.model.caches.base import GROUPS, Budgeted, CacheKind, Reading
 from h2o.model.caches.evicting_cache import Evicting
+from h2o.model.caches.expected_attention_cache import ExpectedAttention
 from h2o.model.caches.full_cache import Full
 from h2o.model.caches.kivi_cache import Kivi
 from h2o.model.caches.knorm_cache import Knorm
 from h2o.model.caches.kvzip_cache import Kvzip
+from h2o.model.caches.quest_cache import Quest
 from h2o.model.caches.snapkv_cache import SnapKV
 
 #: kind → class, in the order labels are tried (a ``fallback`` kind after every other).
@@ -23,9 +25,13 @@ CACHE_KINDS: dict[str, type[CacheKind]] = {
         SnapKV,
         Knorm,
         Kvzip,
+        ExpectedAttention,
+        Quest,
         Evicting,
     )
 }
+
+BUILT_IN = frozenset(CACHE_KINDS)
 
 
 def register(cls: type[CacheKind]) -> type[CacheKind]:
@@ -44,7 +50,7 @@ def register(cls: type[CacheKind]) -> type[CacheKind]:
 
 def unregister(kind: str) -> None:
     """Remove a kind added with :func:`register` (the built-in kinds stay)."""
-    if kind in ("full", "kivi", "snapkv", "knorm", "kvzip", "policy"):
+    if kind in BUILT_IN:
         raise ValueError(f"{kind!r} is a built-in kind of cache")
     CACHE_KINDS.pop(kind, None)
 
@@ -60,10 +66,12 @@ __all__ = [
     "Budgeted",
     "CacheKind",
     "Evicting",
+    "ExpectedAttention",
     "Full",
     "Kivi",
     "Knorm",
     "Kvzip",
+    "Quest",
     "Reading",
     "SnapKV",
     "parse_order",

@@ -37,8 +37,9 @@ if TYPE_CHECKING:
 
 ALLOCATIONS = ("pyramid", "adaptive", "duo")
 #: The frontier's groups of rows: the reference, eviction, quantization (and the two combined,
-#: an evicting kind with ``+kiviN``: ``"both"``).
-GROUPS = ("full", "evict", "compress", "both")
+#: an evicting kind with ``+kiviN``: ``"both"``), and a selection that holds every key but
+#: reads a part of them each step (``"select"``).
+GROUPS = ("full", "evict", "compress", "both", "select")
 
 #: ``NAME@BUDGET[/ALLOCATION][:opt...]``: the head of every kind that keeps a budget of slots.
 BUDGETED = re.compile(
@@ -90,6 +91,8 @@ class CacheKind:
     group: ClassVar[str] = "evict"
     #: whether it keeps fewer slots than tokens (a budget)
     evicts: ClassVar[bool] = False
+    #: which of a row's ``policy``, ``budget``, ``allocation`` it takes (others must be unset)
+    takes: ClassVar[tuple[str, ...]] = ()
     #: whether its slots may be held as KIVI-style codes (``+kiviN``)
     quantizable: ClassVar[bool] = False
     #: whether it has a closed-loop perplexity over a text (False: it compresses a prompt once)
@@ -132,6 +135,18 @@ class CacheKind:
         """Its own bytes per slot beyond the keys and values (0: none)."""
         return 0
 
+    def summary_bytes(self, cfg, n_tokens: int) -> int:
+        """Its bytes beyond the slots and their bookkeeping after ``n_tokens`` (0: none;
+        Quest's page summaries)."""
+        return 0
+
+    def read_bytes(self, cfg, n_tokens: int, held: int, reads: Any = None) -> int:
+        """The bytes one decoding step reads with ``n_tokens`` in the cache, given the
+        ``held`` bytes (:meth:`~h2o.model.rows.Row.kv_bytes`): all of them, but for a kind that
+        reads a part of what it holds (Quest; ``reads``: its run's :meth:`selector`, which
+        counts what the run read)."""
+        return int(held)
+
     # -- how the model attends through it ----------------------------------------------------
     def decode_policies(self, model: SmolLM, calibration_ids: Sequence[int] | None = None):
         """``policies[layer]`` stepped at every token while it reads (None: it evicts
@@ -148,6 +163,11 @@ class CacheKind:
         if start is not None and start.policies is not None:
             return Reading(policies=copy.deepcopy(start.policies))
         return Reading(policies=self.decode_policies(model, calibration_ids))
+
+    def selector(self, model: SmolLM):
+        """A :data:`~h2o.model.forward.Selector` applied at every step after the prompt
+        (None: each query reads every key the cache holds)."""
+        return None
 
     def read_prefix(
         self,
@@ -209,6 +229,7 @@ class Budgeted(CacheKind):
     the heads by an allocation (``/pyramid``, ``/adaptive``, ``/duo``; uniform without)."""
 
     evicts = True
+    takes = ("policy", "budget", "allocation")
     quantizable = True
 
     def check(self) -> None:
@@ -293,9 +314,20 @@ class ContextCompression(Budgeted):
                 f"the compression, got {r.budget}"
             )
 
-    def choose(self, model: SmolLM, prompt: list[int], cache: KVCache, context: int) -> list:
-        """``kept[layer][kv_head]``: the context positions (``< context``) each head keeps."""
+    def choose(
+        self, model: SmolLM, prompt: list[int], cache: KVCache, context: int, seen: Any = None
+    ) -> list:
+        """``kept[layer][kv_head]``: the context positions (``< context``) each head keeps;
+        ``seen`` is what :meth:`read_context` returned (None if the context was read before)."""
         raise NotImplementedError
+
+    def read_context(
+        self, model: SmolLM, part: list[int], cache: KVCache, quant: QuantState | None
+    ) -> Any:
+        """Read the context ``part[cache.length:]`` under full attention (the prefill); a kind
+        that scores from what the prefill computes returns it here, for :meth:`choose`."""
+        model.read(part, cache, quant=quant)
+        return None
 
     def read_prompt(self, model, prompt, cache, quant, reading, calibration_ids=None):
         from h2o.policies.snapkv import FixedKeep
@@ -309,9 +341,10 @@ class ContextCompression(Budgeted):
                 for _ in range(cfg.n_layers)
             ]
         context = T - self.window
+        seen = None
         if cache.length < context:
-            model.read(prompt[:context], cache, quant=quant)  # the context, full attention
-        kept = self.choose(model, prompt, cache, context)
+            seen = self.read_context(model, prompt[:context], cache, quant)
+        kept = self.choose(model, prompt, cache, context, seen)
         policies = [[FixedKeep(k, context - 1) for k in heads] for heads in kept]
         # the question, through the compressed cache
         return model.read(prompt, cache, policies=policies, quant=quant), policies

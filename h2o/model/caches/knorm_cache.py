@@ -54,7 +54,7 @@ class Knorm(ContextCompression):
     def name(self) -> str:
         return "K-norm"
 
-    def choose(self, model, prompt, cache, context):
+    def choose(self, model, prompt, cache, context, seen=None):
         n_keep = int(self.row.budget) - self.window  # type: ignore[arg-type]
         return [
             [knorm_keep(heads[g, :context], n_keep) for g in range(heads.shape[0])]

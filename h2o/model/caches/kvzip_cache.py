@@ -110,6 +110,6 @@ class Kvzip(ContextCompression):
     def name(self) -> str:
         return "KVzip"
 
-    def choose(self, model, prompt, cache, context):
+    def choose(self, model, prompt, cache, context, seen=None):
         score = reconstruction_scores(model, prompt, cache, context)
         return kvzip_keep(score, int(self.row.budget) - self.window)  # type: ignore[arg-type]

@@ -1,0 +1,174 @@
+"""Quest (Tang, Zhao, Zhu, Xiao, Kasikci and Han, ICML 2024, "Quest: Query-Aware Sparsity for
+Efficient Long-Context LLM Inference", https://arxiv.org/abs/2406.10774; mit-han-lab/Quest,
+``evaluation/quest_attention.py``, the code behind its accuracy results).
+
+Every other method here decides what the cache *holds*. Quest evicts nothing: it decides what
+each step *reads*. The cache is cut into pages of 16 tokens and each page keeps, per channel,
+the largest and the smallest key it holds. A query's dot product with any key of a page is at
+most ``sum_i max(q_i * max_i, q_i * min_i)``, so the pages with the highest bound are the ones
+that can hold the keys it attends to::
+
+    prefill the prompt with full attention (the reference: ``q_len > 1`` runs dense)
+    at each decoding step, in every layer from the third on (``layer_id < 2`` runs dense),
+    for each query head:
+        u[p]  = sum_i max(q_i * maxK[p, i], q_i * minK[p, i])   over the pages so far (the
+                last one partial, the current token in it)
+        read  = the top min(max(3, B // 16), n_pages) pages by u, B = min(budget, tokens so far)
+        attend over the keys of those pages only
+
+Quest holds the whole cache and its page summaries (two fp16 keys a page and KV head: 16 bytes
+a token at head size 64), so it saves no memory: it saves what a step reads, the bandwidth that
+bounds decoding. :meth:`Quest.read_bytes` counts it the same way as every row's.
+
+The defaults are the authors' (pages of 16, the first two layers dense); the budgets their
+scripts run are 512 to 4,096 tokens at 32k to 100k contexts, ours are smaller to scale with
+our prompts. As the reference, the current token's page is read only if its bound ranks it (the
+paper's kernels always read it), and a cache shorter than the budget reads ``n // 16`` of its
+``ceil(n / 16)`` pages: the one with the lowest bound is left out unless ``n`` fills its
+pages. Equal bounds read the later page (``torch.topk`` leaves ties unspecified).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from h2o.alloc import slot_bytes
+from h2o.model.caches.base import BUDGETED, CacheKind
+
+PAGE, DENSE_LAYERS, MIN_PAGES = 16, 2, 3
+
+
+def n_pages_read(budget: int, n_keys: int) -> int:
+    """How many pages a step with ``n_keys`` keys reads: the reference's
+    ``min(max(3, min(n_keys, budget) // 16), n_pages)``."""
+    n_pages = -(-n_keys // PAGE)
+    return min(max(MIN_PAGES, min(n_keys, budget) // PAGE), n_pages)
+
+
+def page_mask(q: np.ndarray, keys: np.ndarray, start: int, budget: int, group_size: int):
+    """``(n_heads, rows, keys)``: the keys each query row reads — rows ``q`` ``(n_heads, rows,
+    d)`` at positions ``start ..``, ``keys`` ``(n_kv_heads, start + rows, d)`` (query head
+    ``h`` reads KV head ``h // group_size``); row ``t`` ranks the pages of keys ``0 .. t``."""
+    H, c, d = q.shape
+    G, kv = keys.shape[0], keys.shape[1]
+    P = -(-kv // PAGE)
+    pad = np.full((G, P * PAGE, d), -np.inf, dtype=np.float64)
+    pad[:, :kv] = keys
+    cmax = np.maximum.accumulate(pad.reshape(G, P, PAGE, d), axis=2)  # running max in a page
+    pad[:, kv:] = np.inf
+    cmin = np.minimum.accumulate(pad.reshape(G, P, PAGE, d), axis=2)
+    qq = np.asarray(q, dtype=np.float64).reshape(G, group_size, c, d)
+    qp, qn = np.maximum(qq, 0.0), np.minimum(qq, 0.0)
+    # the bound of every whole page: q+ . max + q- . min
+    full = np.einsum("gscd,gpd->gscp", qp, cmax[:, :, -1]) + np.einsum(
+        "gscd,gpd->gscp", qn, cmin[:, :, -1]
+    )
+    t = start + np.arange(c)
+    cur_page, cur_off = t // PAGE, t % PAGE
+    # the current page holds the keys up to t only
+    cur = np.einsum("gscd,gcd->gsc", qp, cmax[:, cur_page, cur_off]) + np.einsum(
+        "gscd,gcd->gsc", qn, cmin[:, cur_page, cur_off]
+    )
+    pages = np.arange(P)
+    u = np.where(pages < cur_page[:, None], full, -np.inf)
+    u[..., np.arange(c), cur_page] = cur
+    # rank the pages, the highest bound first, equal bounds the later page first
+    order = P - 1 - np.argsort(-u[..., ::-1], axis=-1, kind="stable")
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(pages, order.shape), axis=-1)
+    k = np.array([n_pages_read(budget, int(x) + 1) for x in t])
+    chosen = rank < k[:, None]  # (G, gs, c, P)
+    mask = chosen[..., np.arange(kv) // PAGE] & (np.arange(kv) <= t[:, None])
+    return mask.reshape(H, c, kv)
+
+
+class PageReads:
+    """Quest's :data:`~h2o.model.forward.Selector`: :func:`page_mask` in every layer from the
+    third, counting as it goes the keys each KV head reads (the union of its query heads'
+    pages), so that a run's bytes read are the ones it read."""
+
+    def __init__(self, budget: int, group_size: int) -> None:
+        self.budget, self.group_size = budget, group_size
+        self.keys_read = 0  # over every step, sparse layer and KV head
+        self.steps = 0  # query rows seen by the first sparse layer
+
+    def __call__(self, layer: int, q: np.ndarray, keys: np.ndarray, start: int):
+        if layer < DENSE_LAYERS:
+            return None
+        mask = page_mask(q, keys, start, self.budget, self.group_size)
+        H, c, kv = mask.shape
+        self.keys_read += int(
+            mask.reshape(H // self.group_size, self.group_size, c, kv).any(1).sum()
+        )
+        if layer == DENSE_LAYERS:
+            self.steps += c
+        return mask
+
+    def keys_per_step(self) -> float:
+        """Keys read in one step, summed over the sparse layers and the KV heads (mean)."""
+        return self.keys_read / self.steps if self.steps else 0.0
+
+
+class Quest(CacheKind):
+    """Every key held; each decoding step reads, per query head, the pages of 16 keys whose
+    bound on ``q . k`` is highest, up to ``budget`` tokens (``quest@BUDGET``)."""
+
+    kind = "quest"
+    group = "select"
+    takes = ("budget",)
+    since_h2o = (
+        "evicts nothing: it holds the whole cache and reads only the pages a query can attend "
+        "to, so it saves what a step reads, not what the cache holds"
+    )
+
+    @classmethod
+    def parse_head(cls, head: str, label: str) -> dict[str, Any] | None:
+        """``quest@BUDGET``, no options."""
+        m = BUDGETED.match(head)
+        if not m or m["name"] != cls.kind:
+            return None
+        if m["opts"] or m["alloc"]:
+            raise ValueError(f"row {label!r}: quest takes no allocation and no options")
+        return {"budget": int(m["budget"])}
+
+    def check(self) -> None:
+        b = self.row.budget
+        if isinstance(b, bool) or not isinstance(b, int | np.integer) or b < 1:
+            raise ValueError(f"budget must be a positive integer, got {b!r}")
+
+    def head(self) -> str:
+        return f"quest@{self.row.budget}"
+
+    def name(self) -> str:
+        return "Quest"
+
+    # -- what it holds and reads -------------------------------------------------------------
+    def summary_bytes(self, cfg, n_tokens: int) -> int:
+        """Each page's smallest and largest key, fp16, per (layer, KV head)."""
+        pages = -(-max(0, int(n_tokens)) // PAGE)
+        return cfg.n_layers * cfg.n_kv_heads * pages * 2 * cfg.head_dim * 2
+
+    def read_bytes(self, cfg, n_tokens: int, held: int, reads: PageReads | None = None) -> int:
+        """A step's reads at ``n_tokens`` keys: the dense layers' keys and values, the other
+        layers' page summaries, and the keys and values of the pages read — a KV head's page
+        once however many of its query heads read it. ``reads`` (the run's selector) counts
+        those pages as the run read them, per step on average; without it each KV head reads
+        the pages of one query head (its query heads agree, as in a model with one a KV head)."""
+        n = max(0, int(n_tokens))
+        per_head = slot_bytes(cfg.head_dim)
+        dense = DENSE_LAYERS * cfg.n_kv_heads * n * per_head
+        sparse = cfg.n_layers - DENSE_LAYERS
+        summaries = self.summary_bytes(cfg, n) * sparse // cfg.n_layers
+        if reads is not None and reads.steps:
+            return int(dense + summaries + round(reads.keys_per_step() * per_head))
+        read = min(n, n_pages_read(int(self.row.budget), n) * PAGE)  # type: ignore[arg-type]
+        return int(dense + summaries + sparse * cfg.n_kv_heads * read * per_head)
+
+    # -- how the model attends through it ----------------------------------------------------
+    def selector(self, model) -> PageReads:
+        return PageReads(int(self.row.budget), model.config.group_size)  # type: ignore[arg-type]
+
+    def read_prompt(self, model, prompt, cache, quant, reading, calibration_ids=None):
+        return model.read(prompt, cache, quant=quant), None  # the prefill is dense
