@@ -181,11 +181,13 @@ class Walk:
         got, need = focus_seen(self.page, at)
         # A few more looks, a moment apart: a chart may have been re-laid out meanwhile, and a
         # table draws its cell's ring on its canvas a frame or more later on a loaded machine.
+        # Each look measures the focused box where it is now, not where it was at the Tab.
         for _ in range(5):
             if got >= need:
                 break
             self.page.wait_for_timeout(400)
-            got = max(got, focus_seen(self.page, at)[0])
+            now = self.focused() or at
+            got = max(got, focus_seen(self.page, now)[0])
         if got < need:
             self.unseen.append(f"{at}: {got} px at >= {MIN_FOCUS_CONTRAST}:1, needs {need}")
 
