@@ -14,8 +14,8 @@ and nothing else (no click, no programmatic focus to get somewhere).
   last; "← Previous" goes back.
 
 At every stop the focus must be seen: the focused control (or the one a visually hidden input
-drives: react-aria marks it ``data-focus-visible``; a table's cell: the table's canvas, which
-draws it) is screenshotted focused and then blurred, and
+drives: react-aria marks it ``data-focus-visible``; a table's cell: the table's box, which
+draws the ring while anything in it has the focus) is screenshotted focused and then blurred, and
 the pixels that change must reach a contrast of at least 3:1 between the two states (WCAG 2.2's
 focus-appearance measure) over at least the box's perimeter — a ring 1 px wide. Streamlit's own
 ring (its primary colour at half opacity: 2.3:1 on white) fails that; ``app/static/focus.css``
@@ -61,7 +61,7 @@ _FOCUSED = """() => {
   const e = document.activeElement;
   if (!e || e === document.body || e === document.documentElement) return null;
   window.__h2oFocused = e;
-  // A table's cell takes the focus in the grid's own hidden table: the canvas shows it.
+  // A table's cell takes the focus in the grid's own hidden table: the table's box shows it.
   const grid = e.matches("td, th, tr, table") ? e.closest('[data-testid="stDataFrameResizable"]')
     : null;
   // A text or number field: its box, which draws the ring (the field clips its own).
