@@ -107,14 +107,20 @@ def test_the_shipped_file(tmp_path):
     assert loaded.n_problems == 0 and loaded.records
     rows = list(dict.fromkeys(c.row for c in loaded.records))
     check(loaded.records, rows)
+    # a step reads a part of what it holds only where the row selects what it reads (Quest)
+    for c in loaded.records:
+        partial = c.kind == "quest"
+        assert (c.read_bytes is not None and 0 < c.read_bytes < c.kv_bytes) == partial, c
 
 
 def test_bad_lines_are_skipped_and_named(tmp_path):
     bad = [line("full", 0, True, True, correct_second="yes"), line("full", 1, True, True)]
+    bad.append(line("full", 2, True, True, read_bytes=-1))
     loaded = data.read_followup(write(tmp_path / "f.jsonl", bad, "{not json\n"))
     assert len(loaded.records) == 1
-    assert loaded.n_problems == 2
+    assert loaded.n_problems == 3
     assert "'correct_second' must be true or false" in loaded.problems[0]
+    assert "read_bytes" in loaded.problems[1]
     # a repeated cell keeps the later line
     again = [line("full", 1, True, True), line("full", 1, False, False)]
     loaded = data.read_followup(write(tmp_path / "g.jsonl", again))

@@ -73,6 +73,32 @@ def test_snapkv_meets_the_second_question_with_the_cache_it_chose(model):
     assert sc.second_logprob != full.second_logprob
 
 
+@pytest.mark.parametrize(
+    "label", ["full", "h2o@48", "snapkv@48", "knorm@48", "expected-attention@48", "kivi4"]
+)
+def test_a_row_that_reads_what_it_holds_reads_its_bytes_after_the_prompt(model, label):
+    """Every step reads what the row holds after the prompt: the bytes read are the bytes held
+    then, not what the conversation grew to."""
+    prompt, a1, turn, a2 = conversation(14)
+    sc = score_followup(model, prompt, a1, turn, a2, Row.parse(label), max_new=2)
+    assert sc.read_bytes == sc.kv_bytes
+
+
+def test_quest_reads_a_part_of_what_it_holds(model):
+    """Quest holds the whole cache and its pages' bounds; a step reads the first two layers
+    whole, the others' bounds, and only the pages it ranks first."""
+    from h2o.model.caches.quest_cache import DENSE_LAYERS
+
+    cfg = model.config
+    prompt, a1, turn, a2 = conversation(14)
+    row = Row.parse("quest@32")
+    sc = score_followup(model, prompt, a1, turn, a2, row, max_new=2)
+    T = len(prompt)
+    assert sc.kv_bytes == row.kv_bytes(cfg, T)
+    dense = DENSE_LAYERS * cfg.n_kv_heads * T * 4 * cfg.head_dim  # fp16 keys and values
+    assert dense < sc.read_bytes < sc.kv_bytes
+
+
 def test_bad_followups_are_refused(model):
     prompt, a1, turn, a2 = conversation()
     with pytest.raises(ValueError, match="non-empty"):

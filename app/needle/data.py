@@ -234,6 +234,8 @@ class FollowUpCell:
     logprob_second: float
     kv_bytes: int
     prompt_tokens: int
+    #: what one step after the prompt reads of the cache, where the line records it (Quest)
+    read_bytes: int | None = None
 
     @property
     def key(self) -> tuple[int, int, int, str, str]:
@@ -262,6 +264,7 @@ def parse_followup(d: object) -> FollowUpCell:
         logprob_second=_float(d, "logprob_second", hi=0.0),
         kv_bytes=_int(d, "kv_bytes"),
         prompt_tokens=_int(d, "prompt_tokens", lo=1),
+        read_bytes=_int(d, "read_bytes", optional=True),
     )
 
 

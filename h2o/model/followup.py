@@ -39,6 +39,7 @@ class FollowUpScore:
     second_produced: list[int]  # the second answer, greedy from the same point
     held: list[float] | None  # per layer: share of KV heads holding the second fact when asked
     kv_bytes: int  # what the row holds after the prompt
+    read_bytes: int  # what one step after the prompt reads of it (Quest: a part, as it read)
     seconds: float
 
 
@@ -84,7 +85,8 @@ def score_followup(
     cache = KVCache(model.config, max(n_conv, T + len(a1) + len(turn) + max_new))
     quant = row_quant(row)
     hidden, pols = read_prompt(model, prompt, row, cache, quant, calibration_ids)
-    kv_bytes = row.kv_bytes(model.config, T, kept=None if pols is None else kept_sets(pols))
+    kept = None if pols is None else kept_sets(pols)  # what the prompt left
+    kv_bytes = row.kv_bytes(model.config, T, kept=kept)
     after_prompt = copy.deepcopy(pols)
     select = row.cache.selector(model)  # every token after the prompt is a decoding step
 
@@ -107,6 +109,8 @@ def score_followup(
     first, _ = decode_greedy(
         model, hidden, cache, after_prompt, max_new, quant=quant, select=select
     )
+    # what a step read, counted by the selector over every step after the prompt
+    read_bytes = row.read_bytes(model.config, T, kept=kept, reads=select)
     return FollowUpScore(
         logprob=lp1,
         produced=first,
@@ -114,5 +118,6 @@ def score_followup(
         second_produced=second,
         held=held,
         kv_bytes=kv_bytes,
+        read_bytes=read_bytes,
         seconds=time.perf_counter() - t0,
     )

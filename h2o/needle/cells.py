@@ -211,6 +211,7 @@ def run_followup(spec: dict, load: Callable[[], Any] | None = None) -> dict:
         "logprob_second": round(sc.second_logprob, 4),
         "held_second": None if sc.held is None else [round(h, 4) for h in sc.held],
         "kv_bytes": int(sc.kv_bytes),
+        **({} if sc.read_bytes == sc.kv_bytes else {"read_bytes": int(sc.read_bytes)}),
         "prompt_tokens": len(f.ids),
         "seconds": round(time.perf_counter() - t0, 3),
     }

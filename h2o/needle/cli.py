@@ -32,8 +32,9 @@ def register(subparsers: Any) -> None:  # argparse's subparsers action (a privat
         "--rows",
         default="full",
         help="comma-separated rows: full, POLICY@BUDGET[/ALLOCATION][:wN|:wN%%][:prefill], "
-        "snapkv@BUDGET[:avg5|:max7], kiviBITS[:rN][:qprompt], kiviBITS+sinks, "
-        "POLICY@BUDGET+kiviBITS (default: %(default)s)",
+        "snapkv@BUDGET[:avg5|:max7], knorm@BUDGET, kvzip@BUDGET, expected-attention@BUDGET, "
+        "quest@BUDGET, kiviBITS[:rN][:qprompt], kiviBITS+sinks, POLICY@BUDGET+kiviBITS "
+        "(docs/reference/rows.md; default: %(default)s)",
     )
     common.add_argument(
         "--out", required=True, metavar="FILE", help="results, JSON Lines (required; resumed)"
