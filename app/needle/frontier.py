@@ -175,9 +175,15 @@ def figure_lines(points: Iterable[Point], value: Callable[[Point], str]) -> list
     return out
 
 
+#: The groups whose rows hold every key: no memory to ask about.
+WHOLE_CACHE = ("full", "select")
+
+
 def memory_choices(points: Sequence[Point]) -> list[int]:
-    """The memories a reader can ask about: every non-full row's bytes per token, rounded."""
-    return sorted({round(p.x) for p in points if p.group != "full"})
+    """The memories a reader can ask about: the bytes per token, rounded, of every row that
+    holds less than the whole cache (not the full cache, and not a selection such as Quest,
+    which holds all of it and its page bounds besides)."""
+    return sorted({round(p.x) for p in points if p.group not in WHOLE_CACHE})
 
 
 #: The row of the 4-bit KIVI-style cache as the paper runs it (group 32, residual 128).

@@ -67,7 +67,8 @@ if choices:
             choices,
             format_func=lambda m: f"{m:,}",
             **state.mirror(MEMORY, first),
-            help="Every row's bytes per token, rounded: the verdicts compare the best row of "
+            help="Every row's bytes per token, rounded, but those of rows that hold every key "
+            "(the full cache, a selection such as Quest): the verdicts compare the best row of "
             f"each kind within {frontier.TOLERANCE:.0%} of this memory (the shaded band); a "
             "kind with no row there says so and names its nearest.",
         )
