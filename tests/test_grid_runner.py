@@ -284,6 +284,22 @@ def test_real_cells_on_the_tiny_model_locally_and_on_dask(tmp_path, tiny_path, d
     assert by_row["kivi4"]["kv_bytes"] < by_row["full"]["kv_bytes"]
 
 
+def test_real_cells_batched_on_dask_give_the_cells_run_one_by_one(tmp_path, tiny_path, dask_client):
+    """The grid's own path on a cluster: the cells of a row and length go as one job to a
+    worker, which reads their shared haystack once; the lines are those of the cells run one
+    by one in local workers, to the digit (each with a one-thread BLAS, as the grid runs them:
+    a many-thread BLAS sums in another order, and a KIVI-style cell's last digits move)."""
+    from h2o.needle.cells import cell_batch, run_cell, run_cells
+
+    a, b = tmp_path / "one.jsonl", tmp_path / "batched.jsonl"
+    sp = tiny_specs(tiny_path)
+    assert run_grid(sp, run_cell, a, make_executor=local(2), in_flight=2).complete
+    executor = dask_client.get_executor()
+    run = run_grid(sp, run_cells, b, make_executor=lambda: executor, in_flight=4, batch=cell_batch)
+    assert run.complete and run.computed == len(sp) and not run.failed
+    assert normalised(a) == normalised(b)
+
+
 def test_an_interrupt_keeps_the_cells_done_in_order(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
