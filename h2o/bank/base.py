@@ -223,6 +223,15 @@ class PolicyBank(LockstepReplay):
         """:meth:`evict` to the lanes' budgets, victims unread."""
         self._evict(victims=False)
 
+    def step_rows(self, p: np.ndarray, t0: int, i0: int, mask: np.ndarray) -> int:
+        """The model's closed loop from row ``i0`` of a chunk (``p``: its causal probabilities
+        ``(G, gs, rows, keys)``, row ``i`` query ``t0 + i``; the lanes are the layer's KV heads)
+        as many rows at a time as the bank can take in one call; returns the first row it did
+        not step — ``i0`` when it takes none, and the caller steps that row itself. Each row
+        stepped is exactly the per-row step's (``closed_loop``'s ``_step_bank``): its mask,
+        its signal and its eviction. This bank steps none."""
+        return i0
+
     def step_trusted(self, pos: int, attn: np.ndarray | None) -> bool:
         """One step of lanes in lock-step (``attn``: ``(N, fill)`` or None), then the eviction
         down to the budgets, victims unread: the model's closed loop, once per token and layer.

@@ -212,6 +212,125 @@ def gather_kept(p, pos, n, i, mask, out):
                 out[g, h, j] = p[g, h, i, q]
 
 
+#: numpy's pairwise summation: blocks of up to 128 elements summed on eight accumulators.
+_PW_BLOCK = 128
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _block32(a, lo, n):
+    """numpy's pairwise sum of a block of at most 128 float32 elements, in float32."""
+    if n < 8:
+        res = np.float32(0.0)
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    m = n - n % 8
+    for i in range(lo + 8, lo + m, 8):
+        r0 += a[i]
+        r1 += a[i + 1]
+        r2 += a[i + 2]
+        r3 += a[i + 3]
+        r4 += a[i + 4]
+        r5 += a[i + 5]
+        r6 += a[i + 6]
+        r7 += a[i + 7]
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    for i in range(lo + m, lo + n):
+        res += a[i]
+    return res
+
+
+@njit(cache=True, nogil=True)
+def _sum32(a, lo, n, stack):
+    """``np.add.reduce`` of the float32 ``a[lo : lo + n]`` over a contiguous axis, bit for bit:
+    numpy's pairwise sum in float32 — blocks of up to 128 summed on eight accumulators, longer
+    runs split in two at a multiple of 8 and the halves' sums added. The recursion walked with
+    an explicit ``stack`` (``(64, 4)`` float64 rows: lo, n, state, the left half's sum; a
+    recursive function compiled to numba's disk cache crashes when it is loaded back)."""
+    if n <= _PW_BLOCK:
+        return _block32(a, lo, n)
+    top = 0
+    stack[0, 0], stack[0, 1], stack[0, 2] = lo, n, 0
+    res = np.float32(0.0)
+    while top >= 0:
+        at, m, state = int(stack[top, 0]), int(stack[top, 1]), int(stack[top, 2])
+        n2 = m // 2
+        n2 -= n2 % 8
+        if state == 0:  # the left half next
+            stack[top, 2] = 1
+            if n2 <= _PW_BLOCK:
+                stack[top, 3] = _block32(a, at, n2)
+                stack[top, 2] = 2
+            else:
+                top += 1
+                stack[top, 0], stack[top, 1], stack[top, 2] = at, n2, 0
+            continue
+        if state == 2:  # the left half summed: the right half next
+            stack[top, 2] = 3
+            if m - n2 <= _PW_BLOCK:
+                res = np.float32(stack[top, 3]) + _block32(a, at + n2, m - n2)
+            else:
+                top += 1
+                stack[top, 0], stack[top, 1], stack[top, 2] = at + n2, m - n2, 0
+                continue
+        # this run is summed (res): hand it to its parent
+        top -= 1
+        if top >= 0:
+            if stack[top, 2] == 1:  # it was the parent's left half
+                stack[top, 3] = res
+                stack[top, 2] = 2
+            else:  # its right half
+                res = np.float32(stack[top, 3]) + res
+                stack[top, 2] = 3  # the parent is summed too: the loop hands it up
+    return res
+
+
+@njit(cache=True, nogil=True)
+def steady_rows(p, pos, score, n, t0, i0, windows, rule, mask, pk, w, sig, stack):
+    """The model's closed loop in the steady state, rows ``i0..`` of a chunk in one call: for
+    each row ``i`` (query ``t0 + i``), every KV head ``g`` (a lane at its budget ``n``) marks
+    its kept positions in ``mask[g, i]``, takes the signal the per-row path computes — each
+    query head's probabilities ``p[g, h, i]`` at its kept positions, renormalised by their
+    float32 pairwise sum, then averaged over the ``gs`` query heads in order, as numpy's
+    ``matmul`` of ``(1, gs)`` weights by ``(gs, n)`` rows adds them — and steps as
+    :func:`step_lanes`. Stops before a row in which some head's kept mass is not positive
+    (the careful path's case) and returns the first row not stepped (``p.shape[2]``: all).
+    ``pk``, ``w``, ``sig``: scratch ``(G, gs, n)``, ``(G, gs)`` and ``(G, n)`` float32;
+    ``stack``: :func:`_sum32`'s."""
+    G, gs, c = p.shape[0], p.shape[1], p.shape[2]
+    inv = np.float32(1.0 / gs)
+    fair = 1.0 / n
+    for i in range(i0, c):
+        for g in range(G):
+            for j in range(n):
+                q = pos[g, j]
+                for h in range(gs):
+                    pk[g, h, j] = p[g, h, i, q]
+        for g in range(G):
+            for h in range(gs):
+                z = _sum32(pk[g, h], 0, n, stack)
+                if not z > 0:  # underflowed (or NaN): nothing of this row moved
+                    return i
+                w[g, h] = inv / z
+        for g in range(G):
+            for j in range(n):
+                acc = np.float32(0.0)
+                for h in range(gs):
+                    acc += w[g, h] * pk[g, h, j]
+                sig[g, j] = acc
+        for g in range(G):
+            ps, s = pos[g], score[g]
+            for j in range(n):
+                mask[g, i, ps[j]] = True
+            apply_rule(s, sig[g], n, rule, fair)
+            ps[n] = t0 + i
+            s[n] = 0.0
+            _evict_one(ps, s, n + 1, n + 1 - windows[g])
+    return c
+
+
 def warm() -> None:
     """Compile every loop (the first run after install: a second or two each) or load it from
     the disk cache, for the argument types the library passes — so the first sweep a server
@@ -237,6 +356,9 @@ def warm() -> None:
         step_lanes(pos, score, 3, 5, attn, H2O_RULE, windows)
     p = np.full((2, 3, 4, 8), 0.125, dtype=np.float32)
     gather_kept(p, pos, 3, 0, np.zeros((2, 4, 8), dtype=np.bool_), np.empty((2, 3, 3), np.float32))
+    scratch = (np.empty((2, 3, 3), np.float32), np.empty((2, 3), np.float32))
+    scratch += (np.empty((2, 3), np.float32), np.empty((64, 4)))
+    steady_rows(p, pos, score, 3, 5, 0, windows, H2O_RULE, np.zeros((2, 4, 8), np.bool_), *scratch)
     from .lane import warm as warm_lane  # one replay's compiled loop (it builds on this module)
 
     warm_lane()

@@ -26,7 +26,7 @@ from h2o.policies.base import MAX_WEIGHT
 from h2o.policies.registry import BUILT_IN
 
 from .base import NO_VICTIMS, PolicyBank
-from .kernels import advance_lanes, evict_lanes, rule_id, step_lanes
+from .kernels import advance_lanes, evict_lanes, rule_id, steady_rows, step_lanes
 
 #: Weights the compiled loops read (each dtype is compiled once, then cached on disk).
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -60,6 +60,7 @@ class ScoredBank(PolicyBank):
         self._compiled = rule_id(type(lane))  # -1: no compiled rule (random), the numpy path
         self._go = np.ones(self.size, dtype=np.bool_)
         self._out = np.empty(self.size, dtype=np.int64)
+        self._rows_scratch: tuple[np.ndarray, ...] | None = None  # step_rows' buffers
 
     def _reserve(self, cap: int) -> None:
         if cap <= self._cap:
@@ -125,6 +126,37 @@ class ScoredBank(PolicyBank):
         self._last_pos = pos
         self._stale = True
         return True
+
+    def step_rows(self, p: np.ndarray, t0: int, i0: int, mask: np.ndarray) -> int:
+        # The steady state (every lane at the one budget, evicting one a step, with a compiled
+        # rule, on float32 probabilities): the rows in one compiled call (kernels.steady_rows).
+        n = self._fill
+        if (
+            n != self._budget
+            or n < 1
+            or n >= self._cap
+            or self._compiled < 0
+            or p.dtype != np.float32
+            or p.shape[0] != self.size
+            or n == t0 + i0  # nothing evicted yet: the per-row path's causal case
+        ):
+            return i0
+        G, gs = p.shape[0], p.shape[1]
+        scratch = self._rows_scratch
+        if scratch is None or scratch[0].shape != (G, gs, n):
+            scratch = self._rows_scratch = (
+                np.empty((G, gs, n), np.float32),
+                np.empty((G, gs), np.float32),
+                np.empty((G, n), np.float32),
+                np.empty((64, 4)),  # the pairwise sum's stack
+            )
+        done = steady_rows(
+            p, self._pos, self._score, n, t0, i0, self._windows, self._compiled, mask, *scratch
+        )
+        if done > i0:
+            self._last_pos = t0 + done - 1
+            self._stale = True
+        return done
 
     def _evict_lockstep(
         self, k: np.ndarray | int, victims: bool = True

@@ -50,6 +50,16 @@ class LayerHeads(ABC):
         the row's output is recomputed from the mask). Refusals raise ``ValueError`` before
         any head moves."""
 
+    def step_rows(self, p: np.ndarray, t0: int, mask: np.ndarray, layer: int = -1) -> int:
+        """:meth:`step` for every row of the chunk in order (row ``i``: query ``t0 + i``);
+        returns the first row at which some head had lost a position (the row count: none)."""
+        c = p.shape[2]
+        first = c
+        for i in range(c):
+            if self.step(p, t0 + i, i, mask, layer) and first == c:
+                first = i
+        return first
+
 
 class Instances(LayerHeads):
     """One policy instance per KV head (any object with ``kept``, ``reads_attention``,
@@ -71,6 +81,21 @@ class Bank(LayerHeads):
 
     def step(self, p: np.ndarray, t: int, i: int, mask: np.ndarray, layer: int = -1) -> bool:
         return _step_bank(p, t, i, self.bank, mask, layer)
+
+    def step_rows(self, p: np.ndarray, t0: int, mask: np.ndarray, layer: int = -1) -> int:
+        # Row by row (_step_bank) until the bank can take the rest in one call
+        # (PolicyBank.step_rows: a scored bank's steady state); each of those rows evicts.
+        c = p.shape[2]
+        first, i = c, 0
+        while i < c:
+            done = self.bank.step_rows(p, t0, i, mask)
+            if done > i:
+                first, i = min(first, i), done
+                continue
+            if _step_bank(p, t0 + i, i, self.bank, mask, layer) and first == c:
+                first = i
+            i += 1
+        return first
 
 
 class Adaptive(LayerHeads):

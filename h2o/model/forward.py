@@ -405,10 +405,7 @@ class SmolLM:
                 # A signal that divides by a zero mass is refused and redone (_mean_unchecked):
                 # no warning for it, and one errstate for the chunk (one a row costs a µs).
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    for i in range(c):
-                        stepped = heads.step(p, t0 + cs + i, i, mask, layer)
-                        if stepped and first == c:
-                            first = i
+                    first = heads.step_rows(p, t0 + cs, mask, layer)
             if first == c and vcut is None:  # nothing evicted: the plain prefill, bit for bit
                 o = np.matmul(p.reshape(G, gs * c, kv), v[:, :kv])
             elif first == c:  # a quantized cache, nothing evicted

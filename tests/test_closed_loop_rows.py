@@ -1,0 +1,110 @@
+"""The closed loop's rows in one call (``steady_rows`` in h2o/bank/kernels.py,
+``ScoredBank.step_rows``, ``closed_loop.Bank.step_rows``): once every KV head is at its budget,
+a chunk's rows are stepped by one compiled loop instead of one Python step each. Checked against
+the row-by-row path (``LayerHeads.step_rows``: ``Bank.step`` for each row) on random
+probabilities — kept positions, float64 scores and masks bit for bit — and its float32
+pairwise sum against numpy's own ``add.reduce``."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from h2o.bank import make_bank
+from h2o.bank.kernels import _sum32
+from h2o.model.closed_loop import Bank, LayerHeads
+from h2o.policies import H2O, TOVA, Scissorhands
+
+
+@pytest.mark.parametrize("n", [*range(0, 300), 1000, 4097, 8192, 8193, 20_011])
+def test_the_float32_sum_is_numpys(n):
+    rng = np.random.default_rng(n)
+    a = (rng.random(n, dtype=np.float32) ** 6).astype(np.float32)
+    want = np.add.reduce(a.reshape(1, 1, n), axis=-1)[0, 0]  # a (G, gs, n) block's reduction
+    assert _sum32(a, 0, n, np.empty((64, 4))) == want
+
+
+def causal_probs(rng, G, gs, t0, c, scale, dead=None):
+    """A chunk's causal softmax rows ``(G, gs, c, t0 + c)``, float32; ``dead = (g, h, i)``: that
+    row's weight all on the query itself (its kept mass underflows to 0)."""
+    s = rng.standard_normal((G, gs, c, t0 + c)).astype(np.float32) * scale
+    for i in range(c):
+        s[:, :, i, t0 + i + 1 :] = -np.inf
+    if dead is not None:
+        g, h, i = dead
+        s[g, h, i, : t0 + i] = -200.0
+        s[g, h, i, t0 + i] = 0.0
+    s -= s.max(axis=-1, keepdims=True)
+    p = np.exp(s)
+    return (p / p.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+class RowByRow(LayerHeads):
+    """The reference: ``Bank.step`` for every row (the base class's loop)."""
+
+    def __init__(self, bank) -> None:
+        self.heads = Bank(bank)
+
+    def step(self, p, t, i, mask, layer=-1):
+        return self.heads.step(p, t, i, mask, layer)
+
+
+CASES = [
+    (cls, budget, window, scale)
+    for cls in (H2O, Scissorhands, TOVA)
+    for budget, window in ((8, 0), (40, 5), (129, 64), (300, 150))
+    for scale in (2.0, 9.0)
+]
+
+
+@pytest.mark.parametrize(("cls", "budget", "window", "scale"), CASES)
+def test_rows_in_one_call_are_the_rows_one_by_one(cls, budget, window, scale):
+    rng = np.random.default_rng(budget * 7 + window)
+    G, gs = 3, 3
+    params = {} if cls is TOVA else {"recent_window": window}
+    fused = make_bank([cls(budget, **params) for _ in range(G)])
+    # a first chunk fills every head past its budget; the next ones run in the steady state
+    t = 0
+    for c in (budget + 9, 77, 130):
+        p = causal_probs(rng, G, gs, t, c, scale)
+        ref = copy.deepcopy(fused)
+        if t > budget:  # the compiled loop takes the chunk (not the row-by-row fallback)
+            probe = copy.deepcopy(fused)
+            assert probe.step_rows(p, t, 0, np.zeros((G, c, t + c), dtype=bool)) == c
+        want_mask = np.zeros((G, c, t + c), dtype=bool)
+        got_mask = want_mask.copy()
+        want = RowByRow(ref).step_rows(p, t, want_mask)
+        got = Bank(fused).step_rows(p, t, got_mask)
+        assert got == want
+        assert np.array_equal(got_mask, want_mask)
+        for g in range(G):
+            assert fused.kept(g).tolist() == ref.kept(g).tolist()
+            assert fused.scores(g).tobytes() == ref.scores(g).tobytes()
+        t += c
+
+
+def test_the_steady_state_is_taken_in_one_call_and_a_dead_head_falls_back():
+    rng = np.random.default_rng(3)
+    G, gs, budget = 3, 3, 32
+    bank = make_bank([H2O(budget, recent_window=4) for _ in range(G)])
+    p = causal_probs(rng, G, gs, 0, 40, 3.0)
+    Bank(bank).step_rows(p, 0, np.zeros((G, 40, 40), dtype=bool))
+    t0, c = 40, 50
+    # row 20: query head (1, 2) puts all its weight on itself, none on what head 1 keeps
+    p = causal_probs(rng, G, gs, t0, c, 3.0, dead=(1, 2, 20))
+    ref = copy.deepcopy(bank)
+    probe = copy.deepcopy(bank)
+    assert probe.step_rows(p, t0, 0, np.zeros((G, c, t0 + c), dtype=bool)) == 20
+    assert probe.step_rows(p, t0, 20, np.zeros((G, c, t0 + c), dtype=bool)) == 20
+    want_mask = np.zeros((G, c, t0 + c), dtype=bool)
+    got_mask = want_mask.copy()
+    with np.errstate(divide="ignore", invalid="ignore"):  # the careful path's retry (forward)
+        assert RowByRow(ref).step_rows(p, t0, want_mask) == 0
+        assert Bank(bank).step_rows(p, t0, got_mask) == 0
+    assert np.array_equal(got_mask, want_mask)
+    for g in range(G):
+        assert bank.kept(g).tolist() == ref.kept(g).tolist()
+        assert bank.scores(g).tobytes() == ref.scores(g).tobytes()
+    assert bank.last_pos == ref.last_pos == t0 + c - 1
