@@ -213,19 +213,22 @@ def gather_kept(p, pos, n, i, mask, out):
 
 
 #: numpy's pairwise summation: blocks of up to 128 elements summed on eight accumulators.
-_PW_BLOCK = 128
+PW_BLOCK = 128
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _block32(a, lo, n):
-    """numpy's pairwise sum of a block of at most 128 float32 elements, in float32."""
+def pairwise_block(a, lo, n, zero):
+    """numpy's pairwise sum of ``a[lo : lo + n]``, at most :data:`PW_BLOCK` elements, in the
+    type of ``zero`` (``np.float32(0)``: a float32 reduction's; ``0.0``: a float32 array
+    summed with ``dtype=float64``): one accumulator below 8 elements, else eight, merged in
+    pairs, and the remainder added in order."""
     if n < 8:
-        res = np.float32(0.0)
+        res = zero
         for i in range(lo, lo + n):
             res += a[i]
         return res
-    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    r0, r1, r2, r3 = zero + a[lo], zero + a[lo + 1], zero + a[lo + 2], zero + a[lo + 3]
+    r4, r5, r6, r7 = zero + a[lo + 4], zero + a[lo + 5], zero + a[lo + 6], zero + a[lo + 7]
     m = n - n % 8
     for i in range(lo + 8, lo + m, 8):
         r0 += a[i]
@@ -247,21 +250,22 @@ def _sum32(a, lo, n, stack):
     """``np.add.reduce`` of the float32 ``a[lo : lo + n]`` over a contiguous axis, bit for bit:
     numpy's pairwise sum in float32 — blocks of up to 128 summed on eight accumulators, longer
     runs split in two at a multiple of 8 and the halves' sums added. The recursion walked with
-    an explicit ``stack`` (``(64, 4)`` float64 rows: lo, n, state, the left half's sum; a
-    recursive function compiled to numba's disk cache crashes when it is loaded back)."""
-    if n <= _PW_BLOCK:
-        return _block32(a, lo, n)
+    an explicit ``stack`` (``(64, 4)`` float64 rows: lo, n, state, the left half's sum): the
+    recursive form, loaded back from numba's disk cache, crashed the closed loop's tests."""
+    zero = np.float32(0.0)
+    if n <= PW_BLOCK:
+        return pairwise_block(a, lo, n, zero)
     top = 0
     stack[0, 0], stack[0, 1], stack[0, 2] = lo, n, 0
-    res = np.float32(0.0)
+    res = zero
     while top >= 0:
         at, m, state = int(stack[top, 0]), int(stack[top, 1]), int(stack[top, 2])
         n2 = m // 2
         n2 -= n2 % 8
         if state == 0:  # the left half next
             stack[top, 2] = 1
-            if n2 <= _PW_BLOCK:
-                stack[top, 3] = _block32(a, at, n2)
+            if n2 <= PW_BLOCK:
+                stack[top, 3] = pairwise_block(a, at, n2, zero)
                 stack[top, 2] = 2
             else:
                 top += 1
@@ -269,8 +273,8 @@ def _sum32(a, lo, n, stack):
             continue
         if state == 2:  # the left half summed: the right half next
             stack[top, 2] = 3
-            if m - n2 <= _PW_BLOCK:
-                res = np.float32(stack[top, 3]) + _block32(a, at + n2, m - n2)
+            if m - n2 <= PW_BLOCK:
+                res = np.float32(stack[top, 3]) + pairwise_block(a, at + n2, m - n2, zero)
             else:
                 top += 1
                 stack[top, 0], stack[top, 1], stack[top, 2] = at + n2, m - n2, 0

@@ -27,13 +27,13 @@ from h2o.policies import Policy
 from h2o.replay import Replay, result
 from h2o.trace import Trace
 
-from .kernels import apply_rule_to_row, first_min, rule_id
+from .kernels import PW_BLOCK, apply_rule_to_row, first_min, pairwise_block, rule_id
 
 #: The rule for the ring policies (StreamingLLM, the sliding window): no score, the oldest after
 #: the sinks goes.
 RING_RULE = 3
-#: numpy's pairwise summation: its unrolled leaf size, and the buffer a cast reduction fills.
-_PW_BLOCK, _BUFFER = 128, 8192
+#: The buffer a cast reduction fills (numpy sums each pairwise: ``kernels.pairwise_block``).
+_BUFFER = 8192
 
 
 def compiled_rule(policy: Policy) -> int:
@@ -47,30 +47,8 @@ def compiled_rule(policy: Policy) -> int:
 @njit(cache=True, nogil=True)
 def _pairwise(a, lo, n):
     """numpy's ``pairwise_sum`` of ``a[lo : lo + n]`` widened to float64."""
-    if n < 8:
-        res = 0.0
-        for i in range(lo, lo + n):
-            res += np.float64(a[i])
-        return res
-    if n <= _PW_BLOCK:
-        r0, r1 = np.float64(a[lo]), np.float64(a[lo + 1])
-        r2, r3 = np.float64(a[lo + 2]), np.float64(a[lo + 3])
-        r4, r5 = np.float64(a[lo + 4]), np.float64(a[lo + 5])
-        r6, r7 = np.float64(a[lo + 6]), np.float64(a[lo + 7])
-        m = n - n % 8
-        for i in range(lo + 8, lo + m, 8):
-            r0 += a[i]
-            r1 += a[i + 1]
-            r2 += a[i + 2]
-            r3 += a[i + 3]
-            r4 += a[i + 4]
-            r5 += a[i + 5]
-            r6 += a[i + 6]
-            r7 += a[i + 7]
-        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-        for i in range(lo + m, lo + n):
-            res += a[i]
-        return res
+    if n <= PW_BLOCK:
+        return pairwise_block(a, lo, n, 0.0)
     n2 = n // 2
     n2 -= n2 % 8
     return _pairwise(a, lo, n2) + _pairwise(a, lo + n2, n - n2)
