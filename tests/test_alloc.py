@@ -29,7 +29,7 @@ def test_totals_are_exact_and_bytes_follow(name, L, G, B) -> None:
     a = make_allocator(name).allocate(L, G, B, head_dim=64, shares=shares)
     assert a.budgets.shape == (L, G) and a.budgets.dtype == np.int64
     assert a.total == L * G * B
-    assert a.kv_bytes == L * G * B * 256  # a key and a value of 64 float16 numbers
+    assert a.cache_bytes == L * G * B * 256  # a key and a value of 64 float16 numbers
     assert slot_bytes(64) == 256
     assert (a.budgets >= 1).all()
     assert not a.budgets.flags.writeable
@@ -180,5 +180,5 @@ def test_allocation_as_dict_is_json_ready() -> None:
 
     a = make_allocator("duo").allocate(2, 2, 40, shares=np.eye(2))
     d = json.loads(json.dumps(a.as_dict()))
-    assert d["total_slots"] == 160 and d["kv_bytes"] == 160 * 256
+    assert d["total_slots"] == 160 and d["cache_bytes"] == 160 * 256
     assert d["kinds"][0][0] == "retrieval" and sum(map(sum, d["budgets"])) == 160

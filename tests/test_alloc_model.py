@@ -140,7 +140,8 @@ def test_cli_quality_and_generate_with_allocations(tiny_path, tmp_path, capsys) 
     rc = _cli([*args, "--budgets", "24", "--allocation", "uniform,duo", "--json", *m])
     data = json.loads(capsys.readouterr().out)
     assert rc == 0 and [r["allocation"] for r in data["runs"]] == ["uniform", "duo"]
-    assert {r["kv_bytes"] for r in data["runs"]} == {3 * 2 * 24 * 2 * 16 * 2}
+    # 3 layers x 2 KV heads x 24 slots, each a float16 key and value of 16 and H2O's 13 bytes
+    assert {r["kv_bytes"] for r in data["runs"]} == {3 * 2 * 24 * (2 * 16 * 2 + 13)}
     assert len(data["head_shares"]["rest"]) == 3 and len(data["head_shares"]["rest"][0]) == 4
     # uniform through --allocation = the plain table's number
     assert _cli([*args, "--budgets", "24", "--json", *m]) == 0
@@ -168,7 +169,8 @@ def test_cli_quality_and_generate_with_allocations(tiny_path, tmp_path, capsys) 
         "snapkv/uniform@24",
         "snapkv/adaptive@24",
     ]
-    assert data[1]["kv_bytes"] == 3 * 2 * 24 * 64
+    assert data[1]["kv_bytes"] == 3 * 2 * 24 * (64 + 13)  # H2O's 13 bytes a slot too
+    assert data[3]["kv_bytes"] == 3 * 2 * 24 * 64  # SnapKV keeps none of its own
 
 
 def test_cli_capture_every_head(tiny_path, tmp_path, capsys) -> None:

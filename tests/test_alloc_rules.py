@@ -177,7 +177,7 @@ def test_as_dict_of_an_adaptive_allocation():
         "allocation": "adaptive",
         "budget_per_head": 5,
         "total_slots": 20,
-        "kv_bytes": 20 * 2 * 32 * 2,
+        "cache_bytes": 20 * 2 * 32 * 2,
         "budgets": [[5, 5], [5, 5]],
         "params": {"alpha": 0.25},
         "alpha": 0.25,
@@ -199,7 +199,7 @@ def test_as_dict_with_kinds_and_notes():
         "allocation": "duo",
         "budget_per_head": 3,
         "total_slots": 6,
-        "kv_bytes": 6 * 2 * 8 * 2,
+        "cache_bytes": 6 * 2 * 8 * 2,
         "budgets": [[4, 2]],
         "params": {"x": 1},
         "kinds": [["retrieval", "streaming"]],
@@ -258,7 +258,7 @@ def test_allocate_refuses_by_name(args, kwargs, message):
 
 def test_allocate_accepts_its_smallest_values():
     a = Uniform().allocate(1, 1, 1, head_dim=1)
-    assert a.budgets.tolist() == [[1]] and a.kv_bytes == 4  # a key and a value of one float16
+    assert a.budgets.tolist() == [[1]] and a.cache_bytes == 4  # a key and a value of one float16
 
 
 class _Broken(Allocator):

@@ -63,10 +63,13 @@ def test_the_live_grids_are_the_ones_the_model_ran_with(budget):
     grids = bd.allocation_grids(budget, _kv_rest(q["calibration_shares"]))
     runs = [r for r in q["runs"] if r["budget_per_head"] == budget]
     assert runs
+    own = {"h2o": 13, "streaming-llm": 0}  # the policy's bytes per slot beyond key + value
     for r in runs:
         a = grids[r["allocation"]]
-        assert a.kv_bytes == r["kv_bytes"] == a.total * 256
-        assert a.total == bd.N_LAYERS * bd.N_KV_HEADS * budget
+        assert a.total == bd.N_LAYERS * bd.N_KV_HEADS * budget == r["total_slots"]
+        # what the run holds, counted as the page counts it: 256 B a slot and the bookkeeping
+        assert r["kv_bytes"] == a.total * (256 + own[r["policy"]])
+        assert r["kv_bytes"] == bd.held_bytes(r["allocation"], budget, q["n_tokens"], r["policy"])
         assert a.budgets.tolist() == r["budgets"], r["allocation"]
         if "kinds" in r:
             assert a.kinds.tolist() == r["kinds"]
@@ -152,7 +155,7 @@ def test_recompute_runs_only_on_a_click_and_shows_what_it_got(monkeypatch):
             "policy": policy,
             "allocation": allocation,
             "budget_per_head": budget,
-            "kv_bytes": 90 * budget * 256,
+            "kv_bytes": bd.held_bytes(allocation, budget, n, policy),
             "perplexity": 21.0,
             "n_tokens": n,
             "seconds": 1.0,
@@ -198,7 +201,10 @@ def test_the_recompute_functions_run_the_library_on_the_real_model(monkeypatch):
     alloc = make_allocation(model, "duo", 64, rest)
     want = perplexity_under_eviction(model, short, allocated_factory("h2o", alloc)[0])
     assert got["perplexity"] == want.perplexity
-    assert got["kv_bytes"] == alloc.kv_bytes == 90 * 64 * 256
+    # every head's budget fits 120 tokens: 64 slots a head on average, 256 B + H2O's 13 each
+    assert got["kv_bytes"] == 90 * 64 * (256 + 13) == bd.held_bytes("duo", 64, 120, "h2o")
     ans = bd.answer_run(*ref, "snapkv", "pyramid", 64, rest_t, 3)
     alloc = make_allocation(model, "pyramid", 64, rest)
     assert ans["text"] == snapkv_generate(model, short, alloc, 3).text
+    held = sum(min(int(b), len(short)) for b in alloc.budgets.ravel())
+    assert ans["kv_bytes"] == held * 256  # SnapKV keeps no bytes of its own per slot

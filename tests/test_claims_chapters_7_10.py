@@ -10,6 +10,7 @@ stop), and from the library's own replays — not from the sentence functions' o
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import re
@@ -19,15 +20,19 @@ import numpy as np
 import pytest
 from model_marks import needs_model
 from streamlit.testing.v1 import AppTest
+from test_claims_needle import mcnemar_by_hand
 
 import h2o
 from app.budget_split import claims as budget_claims
 from app.budget_split import data as bd
 from app.lesson import chapters_7_10
+from app.needle import data as needle_data
 from app.real_model import claims
 from h2o import analysis
 from h2o.alloc import ALLOCATORS, make_allocator
 from h2o.model.layers import region_shares
+from h2o.policies import make_policy
+from h2o.stats import share
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = str(ROOT / "app" / "main.py")
@@ -187,11 +192,117 @@ def test_a_recomputed_row_changes_the_sentences(budget, right, prompt):
 def test_h2o_right_at_256_changes_chapter_8s_link():
     runs = shipped_runs() | {256: fresh_row(256, {"h2o"})}
     note = chapters_7_10.fact_note(runs)
-    assert note.startswith("on the real model H2O recalls the fact only at budget 256 and 1,024")
+    window = make_policy("h2o", 256).recent_window  # what the runs' H2O was built with
+    assert note.startswith(
+        f"in the brass-owl anecdote, on the real model H2O with its default recent window of "
+        f"{window} slots recalls the fact only at budget 256 and 1,024"
+    )
     assert note.endswith("not at 512")
     assert chapters_7_10.fact_note(shipped_runs()).endswith(
         "(49% of the prompt), not at 256 or 512"
     )
+    assert chapters_7_10.fact_note(None) == "the brass-owl answers are not in this copy"
+
+
+# -- chapter 9: "a fact stated once" on the needle grid, with the window it is about --------------
+def grid_cells() -> list:
+    return needle_data.read_grid(RESULTS / needle_data.GRID_FILE).records
+
+
+def share_text(k: int, n: int) -> str:
+    return share(k, n).text()  # the Wilson interval: tests/test_claims_needle.py checks it by hand
+
+
+def check_grid_fact(text: str, cells) -> None:
+    """Every count, interval and test of the grid's sentence, recounted here: the middle depths
+    (not 0 or 100 %) of prompts up to 2,048 tokens, H2O at 256 slots with its class's window and
+    with half the budget, the full cache; a difference said only at p < 0.05."""
+    mid = [c for c in cells if c.length <= 2048 and c.depth not in (0, 100)]
+
+    def oc(row):
+        return {(c.length, c.depth, c.needle): c.correct for c in mid if c.row == row}
+
+    full, default, half = oc("full"), oc("h2o@256"), oc("h2o@256:w50%")
+    w = make_policy("h2o", 256).recent_window
+    assert (
+        f"H2O at 256 slots answers {share_text(sum(default.values()), len(default))} with its "
+        in text
+    )
+    assert f"default recent window of {w} slots and " in text
+    assert f"{share_text(sum(half.values()), len(half))} with half the budget (128 slots)" in text
+    assert f"the full cache answers {share_text(sum(full.values()), len(full))}" in text
+    deps = sorted({c.depth for c in mid if c.row == "h2o@256"})
+    lens = sorted({c.length for c in mid if c.row == "h2o@256"})
+    assert (
+        f"depth {', '.join(map(str, deps[:-1]))} or {deps[-1]} % of prompts of {lens[0]:,} to "
+        f"{lens[-1]:,} tokens" in text
+    )
+
+    def p_of(a, b):
+        keys = [k for k in a if k in b]
+        return mcnemar_by_hand(
+            sum(a[k] and not b[k] for k in keys), sum(b[k] and not a[k] for k in keys)
+        )
+
+    ps = [p_of(default, full), p_of(half, full)]
+    fewer = all(sum(o.values()) < sum(full[k] for k in o) for o in (default, half))
+    assert ("fewer than the full cache with either window" in text) == (
+        all(p < 0.05 for p in ps) and fewer
+    )
+    between = p_of(default, half)
+    keys = [k for k in default if k in half]
+    if between < 0.05:
+        assert "answers more" in text
+    else:
+        assert f"the two windows not distinguishable with n = {len(keys)}" in text
+
+
+def test_the_fact_note_reads_the_grid_and_names_its_windows():
+    cells = grid_cells()
+    text = chapters_7_10.grid_fact(cells)
+    assert text.startswith("on the needle grid, with the fact hidden in the middle")
+    check_grid_fact(text, cells)
+    note = chapters_7_10.fact_note(shipped_runs(), cells)
+    assert note == f"{text}; {chapters_7_10.anecdote_note(shipped_runs())}"
+    assert chapters_7_10.grid_fact([c for c in cells if c.row != "h2o@256:w50%"]) == ""
+
+
+def test_the_fact_note_says_a_window_difference_only_when_the_test_does():
+    """Cells made up so that one window answers every middle cell and the other none: the
+    sentence says which answers more, and that the full cache is not distinguishable from it."""
+    cells = [c for c in grid_cells() if c.row in ("full", "h2o@256", "h2o@256:w50%")]
+    cells = [
+        dataclasses.replace(c, correct=True)
+        if c.row == "h2o@256:w50%" and c.depth not in (0, 100)
+        else c
+        for c in cells
+    ]
+    text = chapters_7_10.grid_fact(cells)
+    check_grid_fact(text, cells)
+    assert "the window of 128 slots answers more (p < 0.001)" in text
+    assert "with 128 slots not distinguishable from the full cache with n = 27" in text
+    assert "with 32 slots fewer than the full cache (exact paired test p < 0.001)" in text
+
+
+def test_the_windows_said_are_the_policies_own():
+    """Chapter 7 says the window each policy ran with, read from its class as the runs build
+    it (``make_policy`` at its defaults): a scored window where there is one, TOVA's own rule,
+    and no window for the ring policies."""
+    policies, least = chapters_7_10.run_policies(shipped_runs())
+    assert policies == list(chapters_7_10.ANSWER_POLICIES) and least == 256
+    text = chapters_7_10.windows_said(policies, least)
+    for p in policies:
+        pol = make_policy(p, least)
+        label = LABELS[p]
+        if not hasattr(pol, "recent_window"):
+            assert label in text.split("; ")[-1] and "no window to set" in text.split("; ")[-1]
+        elif type(pol).own_window:
+            assert f"{label} protects only the token just admitted (its own rule)" in text
+            assert pol.recent_window == 1
+        else:
+            (part,) = [x for x in text.split("; ") if label in x]
+            assert part.endswith(f"a recent window of {pol.recent_window} slots")
+    assert text.startswith("H2O, Scissorhands and Random keep a recent window of 32 slots")
 
 
 @needs_model
@@ -430,6 +541,20 @@ def test_chapter_7_renders_the_sentences_of_its_data():
     assert ppl in shown
     # Presenter mode: before the first figure, one short paragraph (~2 lines at 1280 px).
     assert len(shown[0]) < 250
+    # Every run says the window it used: H2O's in the bars, every policy's in the answers and
+    # the perplexity curves (each at its class's defaults).
+    window = make_policy("h2o", 128).recent_window
+    assert shown[0].endswith(f"H2O with its default recent window of {window} slots.")
+    bars = next(
+        c.proto.spec for c in at.get("plotly_chart") if "Retained attention" in c.proto.spec
+    )
+    assert f"(H2O's recent window {window})" in bars
+    said = chapters_7_10.windows_said(chapters_7_10.ANSWER_POLICIES, 256)
+    assert any(m.endswith(f"each policy at its class's defaults ({said}):") for m in shown)
+    curves = chapters_7_10.windows_said(chapters_7_10.perplexity_curves(q), 64)
+    assert (
+        f"Perplexity over the whole story, each policy at its class's defaults ({curves}):" in shown
+    )
 
 
 def test_a_recomputed_row_changes_chapters_7_and_8_as_rendered():
@@ -448,10 +573,12 @@ def test_a_recomputed_row_changes_chapters_7_and_8_as_rendered():
         at.button(key="lesson_next").click().run()
         assert not at.exception, [e.value for e in at.exception]
     (line,) = [m for m in markdown(at) if "A fact stated once" in m]
+    cells = grid_cells()
     assert line.endswith(
-        f"[chapter 7, A real model](#a-real-model): {chapters_7_10.fact_note(runs)}"
+        f"[chapter 7, A real model](#a-real-model): {chapters_7_10.fact_note(runs, cells)}"
     )
-    check_recall(chapters_7_10.fact_note(runs), runs)
+    check_grid_fact(chapters_7_10.grid_fact(cells), cells)
+    check_recall(chapters_7_10.anecdote_note(runs), runs)
 
 
 def test_the_budget_page_renders_the_sentences_of_its_data_at_every_budget():

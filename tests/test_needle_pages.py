@@ -22,6 +22,7 @@ from test_claims_needle import check_verdict, frontier_frames, raw_frames, write
 from app import jobs, model_runs, state
 from app.lesson import needle as lesson_needle
 from app.needle import claims, data, frontier, grid, runs
+from h2o.model.rows import Row
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 GRID_PAGE, EC_PAGE = "views/needle_grid.py", "views/evict_or_compress.py"
@@ -233,45 +234,106 @@ def test_absent_and_damaged_files_are_clear_messages(tmp_path, monkeypatch):
     assert any("has no usable lines" in i.value for i in at.info)
 
 
+def wilson_by_hand(right: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """The Wilson score interval, written out."""
+    p = right / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def test_the_grid_table_gives_every_accuracy_its_count_and_interval(results):
+    at = open_page(GRID_PAGE)
+    (table,) = [d.value for d in at.dataframe if "accuracy" in d.value.columns]
+    assert len(table)
+    for r in table.itertuples(index=False):
+        assert r.accuracy == pytest.approx(r.right / r.cells)
+        low, high = wilson_by_hand(r.right, r.cells)
+        assert r[table.columns.get_loc("95 % interval, low")] == pytest.approx(low, abs=1e-9)
+        assert r[table.columns.get_loc("95 % interval, high")] == pytest.approx(high, abs=1e-9)
+
+
+def test_evict_or_compress_table_gives_counts_intervals_and_needles(results):
+    at = open_page(EC_PAGE)
+    (table,) = [d.value for d in at.dataframe if "needle accuracy" in d.value.columns]
+    cells = data.read_grid(results / data.GRID_FILE).records
+    at_2048 = [c for c in cells if c.length == 2048]
+    for r in table.dropna(subset=["needle accuracy"]).itertuples(index=False):
+        mine = [c for c in at_2048 if c.row == r.row]
+        right, n = sum(c.correct for c in mine), len(mine)
+        low, high = wilson_by_hand(right, n)
+        text = r[table.columns.get_loc("needle cells right (95 % interval)")]
+        assert text.startswith(f"{right} of {n} (")
+        assert f"{low * 100:.0f}–{high * 100:.0f} %" in text
+        per_depth = {}
+        for c in mine:
+            per_depth.setdefault(c.depth, set()).add(c.needle)
+        assert r[table.columns.get_loc("needles a depth")] == min(map(len, per_depth.values()))
+
+
 # -- Evict or compress? ----------------------------------------------------------------------------
-def test_the_frontier_draws_one_line_per_family_and_the_verdicts_of_every_memory(results):
+def test_the_frontier_draws_one_line_per_family_and_the_verdicts_at_every_rows_memory(results):
     fr = data.read_frontier(results / data.FRONTIER_FILE).records
     cells = data.read_grid(results / data.GRID_FILE).records
     ppl_frame, acc_frames = frontier_frames(results)
     ppl = frontier.ppl_points(fr)
     acc = frontier.accuracy_points(cells, 2048)
     at = open_page(EC_PAGE)
-    choices = at.select_slider(key=state.wkey("ec_memory")).options
-    want = sorted(
-        set(frontier.memory_choices(ppl))
-        | {
-            m
-            for n in acc_frames
-            for m in frontier.memory_choices(frontier.accuracy_points(cells, n))
-        }
-    )
-    assert [int(c.replace(",", "")) for c in choices] == want
-    assert at.session_state["ec_memory"] == frontier.default_memory(ppl)
+    choices = at.selectbox(key=state.wkey("ec_row")).options
+    # every row that holds less than the whole cache, on either chart, by its bytes per token
+    first_x = {}
+    for frame in [ppl_frame, *(acc_frames[n] for n in sorted(acc_frames, reverse=True))]:
+        for r, g, x in zip(frame.row, frame.group, frame.x, strict=True):
+            if g not in ("full", "select"):
+                first_x.setdefault(r, x)
+    assert choices == sorted(first_x, key=lambda r: (first_x[r], r))
+    assert at.session_state["ec_row"] == "kivi4"  # the paper's 4-bit cache
     spec = charts(at)["ec_ppl"]
     families = [t["name"] for t in spec["data"] if t["name"] != "full cache"]
     assert families == list(frontier.lines(ppl))
     _, f = raw_frames(results)
     f = f[(f.tokens == 2048) & (f.family != "full cache")]
-    named = {"H2O (pyramid)": "H2O, pyramid (PyramidKV-style)"}  # as the app names allocations
-    assert sorted(families) == sorted({named.get(x, x) for x in f.family})
-    for memory in want:
-        at.session_state["ec_memory"] = memory
+    # each row named by its kind today, its recent window said (the file's "H2O" was window 32),
+    # an allocation as the app names it
+    want = set()
+    for row, alloc in zip(f.row, f.allocation, strict=True):
+        fam = Row.parse(row).family
+        if alloc == "pyramid":
+            fam = fam.replace(" (pyramid)", "") + ", pyramid (PyramidKV-style)"
+        want.add(fam)
+    assert sorted(families) == sorted(want)
+    assert "H2O, window 32" in families and "H2O" not in families
+    g, _ = raw_frames(results)
+    part = g[g.length == 2048]
+    outcomes = {
+        r: {(d, nd): bool(ok) for d, nd, ok in zip(c.depth, c.needle, c.correct, strict=True)}
+        for r, c in part.groupby("row")
+    }
+    for row in choices:
+        at.session_state["ec_row"] = row
         at.run()
         assert not at.exception, [e.value for e in at.exception]
         shown = markdown(at)
-        text = claims.verdict(ppl, memory, claims.PERPLEXITY)
-        assert text in shown
-        check_verdict(text, ppl_frame, memory, True)
-        text = claims.verdict(acc, memory, claims.ACCURACY)
-        assert text in shown
-        check_verdict(text, acc_frames[2048], memory, False)
-        line = [s for s in charts(at)["ec_ppl"]["layout"]["shapes"] if s.get("showlegend")]
-        assert [s["x0"] for s in line] == [memory]
+        infos = [i.value for i in at.info]
+        # each chart is read at the row's own bytes on it, or says the row is not on it
+        on_ppl = ppl_frame[ppl_frame.row == row]
+        if len(on_ppl):
+            memory = round(float(on_ppl.x.iloc[0]))
+            text = claims.verdict(ppl, memory, claims.PERPLEXITY)
+            assert text in shown
+            check_verdict(text, ppl_frame, memory, True)
+            line = [s for s in charts(at)["ec_ppl"]["layout"]["shapes"] if s.get("showlegend")]
+            assert [s["x0"] for s in line] == [memory]
+        else:
+            assert any(i.startswith(f"{row} is not on the perplexity chart") for i in infos)
+        on_acc = acc_frames[2048][acc_frames[2048].row == row]
+        if len(on_acc):
+            memory = round(float(on_acc.x.iloc[0]))
+            text = claims.verdict(acc, memory, claims.ACCURACY)
+            assert text in shown
+            check_verdict(text, acc_frames[2048], memory, False, outcomes)
+        else:
+            assert any(i.startswith(f"{row} is not on the needle chart") for i in infos)
 
 
 @pytest.mark.parametrize("length", [512, 1024, 2048, 4096])
@@ -279,14 +341,14 @@ def test_the_accuracy_chart_and_verdict_at_every_length(results, length):
     cells = data.read_grid(results / data.GRID_FILE).records
     _, acc_frames = frontier_frames(results)
     at = open_page(EC_PAGE, ec_length=length)
-    memory = at.session_state["ec_memory"]
+    frame = acc_frames[length]
+    memory = round(float(frame[frame.row == "kivi4"].x.iloc[0]))  # the default row's own bytes
     acc = frontier.accuracy_points(cells, length)
     text = claims.verdict(acc, memory, claims.ACCURACY)
     assert text in markdown(at)
-    check_verdict(text, acc_frames[length], memory, False)
+    check_verdict(text, frame, memory, False)
     spec = charts(at)["ec_acc"]
     ys = {tr["name"]: arr(tr["y"]) for tr in spec["data"] if tr["name"] != "full cache"}
-    frame = acc_frames[length]
     for fam, pts in frontier.lines(acc).items():
         want = [frame.set_index("row").loc[p.row, "y"] for p in pts]
         np.testing.assert_allclose(ys[fam], want)

@@ -60,20 +60,54 @@ def test_fields() -> None:
     [
         ("full", "full cache"),
         ("kivi16", "full cache"),
-        ("h2o@64", "H2O"),
-        ("h2o@512", "H2O"),
+        # a policy with a recent window names it, its class's default included
+        ("h2o@64", "H2O, window 32"),
+        ("h2o@512", "H2O, window 32"),
+        ("scissorhands@64", "Scissorhands, window 32"),
+        ("random@64", "Random, window 32"),
+        ("h2o@64:prefill", "H2O (prefill mode), window 32"),
+        # TOVA's window is its rule (the newest token alone): named only when a row sets it
+        ("tova@64", "TOVA"),
+        ("tova@64:w8", "TOVA, window 8"),
         ("streaming-llm@64", "StreamingLLM"),
         ("sliding-window@64", "Sliding window"),
         ("snapkv@64", "SnapKV"),
-        ("h2o@64/pyramid", "H2O (pyramid)"),
+        ("h2o@64/pyramid", "H2O (pyramid), window 32"),
         ("kivi4", "KIVI-style 4-bit"),
         ("kivi2+sinks", "KIVI-style 2-bit + sinks"),
-        ("h2o@256+kivi4", "H2O + KIVI-style 4-bit"),
+        ("h2o@256+kivi4", "H2O, window 32 + KIVI-style 4-bit"),
         ("snapkv@256+kivi4", "SnapKV + KIVI-style 4-bit"),
     ],
 )
 def test_families(label, family) -> None:
     assert Row.parse(label).family == family
+
+
+def test_every_name_says_the_window_its_row_runs_with():
+    """Every policy of the registry, at its class's default and with a window set: the name
+    ends with the window the row's policy is built with, unless the window is the policy's own
+    rule (its class's ``own_window``) and the row leaves it be."""
+    from h2o.policies import POLICIES
+
+    for name, cls in POLICIES.items():
+        row = Row.parse(f"{name}@64")
+        w = row.recent_window
+        if w is None:  # no recent window at all: none named
+            assert ", window" not in row.family, name
+            continue
+        assert row.family.endswith(f", window {w}") != cls.own_window, name
+        assert Row.parse(f"{name}@64:w8").family.endswith(", window 8"), name
+        assert Row.parse(f"{name}@64:w50%").family.endswith(", window 50% of the budget"), name
+
+
+def test_the_window_named_is_read_from_the_class(monkeypatch):
+    from h2o.policies import POLICIES
+
+    monkeypatch.setattr(POLICIES["scissorhands"], "default_recent_window", 48)
+    assert Row.parse("scissorhands@64").family == "Scissorhands, window 48"
+    monkeypatch.setattr(POLICIES["scissorhands"], "own_window", True)
+    assert Row.parse("scissorhands@64").family == "Scissorhands"
+    assert Row.parse("scissorhands@64:w8").family == "Scissorhands, window 8"
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,8 @@ SHAPE = SimpleNamespace(n_layers=N_LAYERS, n_kv_heads=N_KV_HEADS, head_dim=HEAD_
 def held_bytes(name: str, budget: int, n_tokens: int, policy: str = "h2o") -> int:
     """What ``policy`` under allocation ``name`` at ``budget`` slots per head holds after
     ``n_tokens``: :meth:`h2o.model.rows.Row.kv_bytes`, the one count every page uses (fp16 keys
-    and values, and the policy's own bytes per slot)."""
+    and values, and the policy's own bytes per slot) — the ``kv_bytes`` of the shipped files
+    and of the runs below (:func:`h2o.model.allocation.held_bytes` on the model)."""
     from h2o.model.rows import Row
 
     return Row.parse(f"{policy}@{budget}/{name}").kv_bytes(SHAPE, n_tokens)
@@ -115,7 +116,7 @@ def perplexity_run(
         "policy": policy,
         "allocation": allocation,
         "budget_per_head": budget,
-        "kv_bytes": alloc.kv_bytes,
+        "kv_bytes": held_bytes(allocation, budget, res.n_tokens, policy),
         "perplexity": res.perplexity,
         "n_tokens": res.n_tokens,
         "seconds": res.seconds,
@@ -168,7 +169,9 @@ def answer_run(
         "policy": policy,
         "allocation": allocation,
         "budget": budget,
-        "kv_bytes": None if alloc is None else alloc.kv_bytes,
+        "kv_bytes": None
+        if alloc is None
+        else held_bytes(str(allocation), budget, len(ids), policy),
         "text": res.text,
         "seconds": res.seconds,
     }

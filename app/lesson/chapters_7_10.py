@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -11,8 +12,11 @@ import h2o
 from app import card, charts, data, figures, model_runs, pages, state, sweeps
 from app.lesson import Chapter, open_in
 from app.lesson import needle as needle_chapters
+from app.needle.data import Cell
 from app.real_model import claims
 from h2o.model.layers import region_shares
+from h2o.model.rows import Row
+from h2o.stats import p_text, paired, share
 
 ANSWER_BUDGETS = (256, 512, 1024)
 #: The policies of the shipped answers, in their order (`generate --policy full,…`).
@@ -28,11 +32,66 @@ shipped = model_runs.shipped_result
 PINS_SINKS = tuple(n for n, cls in h2o.POLICIES.items() if cls.pins_sinks)
 STORY = "lighthouse"
 SINKS = 4
+#: The bars' lineup: H2O at its class's recent window (as in every run of this chapter: the answers
+#: and the perplexity curves run each policy at its class's defaults), StreamingLLM's 4 sinks.
+LINEUP = (
+    ("h2o", {"recent_window": h2o.POLICIES["h2o"].default_recent_window}),
+    ("streaming-llm", {"sinks": SINKS}),
+)
+#: The bars' top-k (the recall metric's k; the mass does not depend on it).
+TOP_K = 32
 
 
 def labels() -> dict[str, str]:
     """Policy name → its label in the tables and legends."""
     return {n: cls.label for n, cls in h2o.POLICIES.items()}
+
+
+def windows_said(policies: Iterable[str], budget: int) -> str:
+    """The recent window each of ``policies`` runs with at its class's defaults at ``budget``,
+    read from its row (:attr:`h2o.model.rows.Row.recent_window`) and its class's ``own_window``:
+    "H2O and Scissorhands keep a recent window of 32 slots; TOVA protects only the token just
+    admitted (its own rule); StreamingLLM keeps its newest positions by rule, with no window to
+    set" ("" if none of them is a policy of the registry)."""
+    names = labels()
+    by_w: dict[int, list[str]] = {}
+    own, ring = [], []
+    for p in dict.fromkeys(policies):
+        if p not in h2o.POLICIES:
+            continue
+        try:
+            w = Row.parse(f"{p}@{budget}").recent_window
+        except ValueError:  # a window the budget cannot hold: not run there
+            continue
+        if w is None:
+            ring.append(names[p])
+        elif h2o.POLICIES[p].own_window:
+            own.append((names[p], w))
+        else:
+            by_w.setdefault(w, []).append(names[p])
+    parts = [
+        f"{claims.names(ns)} {'keeps' if len(ns) == 1 else 'keep'} a recent window of {w} slots"
+        for w, ns in by_w.items()
+    ]
+    parts += [
+        f"{n} protects only "
+        + ("the token just admitted" if w == 1 else f"its newest {w} positions")
+        + " (its own rule)"
+        for n, w in own
+    ]
+    if ring:
+        parts.append(
+            f"{claims.names(ring)} {'keeps' if len(ring) == 1 else 'keep'} the newest positions "
+            "by rule, with no window to set"
+        )
+    return "; ".join(parts)
+
+
+def run_policies(runs: dict[int, list[dict]]) -> tuple[list[str], int]:
+    """The policies of the answers' runs (labels ``"h2o@256"``), in their order, and the
+    smallest budget they ran at."""
+    heads = [str(r.get("label", "")).split("@") for rs in runs.values() for r in rs]
+    return list(dict.fromkeys(h[0] for h in heads if len(h) == 2)), min(runs)
 
 
 def answer_table(runs: dict[int, list[dict]]) -> pd.DataFrame:
@@ -78,7 +137,8 @@ def ppl_group(curves: dict[str, dict[int, float]]) -> list[str]:
 
 def real_model() -> None:
     budget = 128
-    lineup = [("h2o", {"recent_window": 32}), ("streaming-llm", {"sinks": SINKS})]
+    lineup = [(name, dict(params)) for name, params in LINEUP]
+    window = int(dict(LINEUP)["h2o"]["recent_window"])
     layers = {8: "traces/lighthouse-L8-mean.npz", 25: "traces/lighthouse-L25-mean.npz"}
     mass: dict[str, list[float]] = {name: [] for name, _ in lineup}
     by_layer: dict[int, dict[str, float]] = {}
@@ -87,20 +147,22 @@ def real_model() -> None:
         ref = data.load(key, {})
         # Where the attention goes, split where StreamingLLM's ring is: its sinks, its window.
         shares[layer] = region_shares(ref.trace, SINKS, budget - SINKS)
-        for row in sweeps.bench(ref.ident, ref.trace, budget, 32, sweeps.freeze_lineup(lineup)):
+        for row in sweeps.bench(ref.ident, ref.trace, budget, TOP_K, sweeps.freeze_lineup(lineup)):
             mass[row["policy"]].append(row["retained_mass"])
             by_layer.setdefault(layer, {})[row["policy"]] = row["retained_mass"]
     names = labels()
     st.markdown(
         "Everything so far replayed traces. Now a real model, **SmolLM2-135M**, run in numpy in "
-        f"this server, reads an original short story: two of its 30 layers at budget {budget}."
+        f"this server, reads an original short story: two of its 30 layers at budget {budget}, "
+        f"{names['h2o']} with its default recent window of {window} slots."
     )
     said = claims.layers_sentence(by_layer, shares, SINKS, budget - SINKS, names)
     charts.show(
         figures.grouped_bars(
             categories=[f"layer {n}" for n in layers],
             series=[(names[name], figures.policy_colour(name), mass[name]) for name, _ in lineup],
-            title=f"Retained attention mass at budget {budget}, SmolLM2-135M on lighthouse.txt",
+            title=f"Retained attention mass at budget {budget} ({names['h2o']}'s recent window "
+            f"{window}), SmolLM2-135M on lighthouse.txt",
             xtitle="layer (mean over its 9 query heads)",
             ytitle="retained mass (mean over t ≥ budget)",
         ),
@@ -118,10 +180,12 @@ def real_model() -> None:
             "and are not in this copy: the Real model page computes them on request."
         )
     else:
+        policies, least = run_policies(runs)
         st.markdown(
             "One question of our own, as an anecdote: the story says once, early, where the "
             "spare key is hidden, and ends by asking. The model's next eight tokens, with the "
-            "cache of every layer and KV head capped at each budget:"
+            "cache of every layer and KV head capped at each budget and each policy at its "
+            f"class's defaults ({windows_said(policies, least)}):"
         )
         st.dataframe(answer_table(runs), key="lesson_answers")
         st.markdown(claims.answers_sentence(graded, names, story_text()))
@@ -142,6 +206,12 @@ def real_model() -> None:
     if quality is not None:
         curves = perplexity_curves(quality)
         said = ppl_text(curves, float(quality["full_cache"]), graded)
+        least = min((b for c in curves.values() for b in c), default=0)
+        if least:  # the file records no window: its command sets none, so the classes' defaults
+            st.markdown(
+                "Perplexity over the whole story, each policy at its class's defaults "
+                f"({windows_said(curves, least)}):"
+            )
         charts.show(
             figures.perplexity_curves(
                 curves=[(n, names[n], list(c), list(c.values())) for n, c in curves.items()],
@@ -207,16 +277,106 @@ def recompute_answers() -> None:
 
 # -- 9. when (not) to use H2O ----------------------------------------------------------------------
 #: Each of the card's points and the chapter that showed it. "A fact stated once" points at
-#: chapter 7's brass owl, with what it shows (:func:`fact_note`), whichever way that goes.
+#: chapter 7: the needle grid's facts hidden in the middle, then the brass owl, with what they
+#: show (:func:`fact_note`), whichever way that goes.
 WHEN_SHOWN = (7, 1, 6, 6)
 WHEN_NOT_SHOWN = (4, 1, 5, 2)
+#: The grid's rows for "a fact stated once": H2O at chapter 7's budget with its class's recent
+#: window and with its authors' split (half the budget), each beside the full cache.
+FACT_ROWS = (f"h2o@{needle_chapters.LESSON_BUDGET}", f"h2o@{needle_chapters.LESSON_BUDGET}:w50%")
 
 
-def fact_note(runs: dict[int, list[dict]] | None) -> str:
-    """Chapter 9's note on the card's "a fact stated once": what chapter 7's answers show."""
+def window_words(row: Row) -> str:
+    """A row's recent window in words: "its default recent window of 32 slots", "half the
+    budget (128 slots) as its recent window", "a recent window of 64 slots"."""
+    w = row.recent_window
+    if row.window_pct is not None:
+        pct = "half" if row.window_pct == 50 else f"{row.window_pct}% of"
+        return f"{pct} the budget ({w} slots) as its recent window"
+    if row.window is None:
+        return f"its default recent window of {w} slots"
+    return f"a recent window of {w} slots"
+
+
+def grid_fact(cells: Sequence[Cell]) -> str:
+    """The needle grid on a fact stated once in the middle (depths strictly between 0 and
+    100 %, prompts up to chapter 7's longest): H2O's count with each of :data:`FACT_ROWS`'
+    windows and the full cache's, each with its 95 % Wilson interval; each window against the
+    full cache and the two against each other by an exact paired test on the cells both rows
+    have, a difference said only at p < 0.05 ("" when the file lacks a row)."""
+    top = needle_chapters.LESSON_MAX_LENGTH
+    mid = [c for c in cells if c.length <= top and 0 < c.depth < 100]
+
+    def outcomes(row: str) -> dict:
+        return {(c.length, c.depth, c.needle): bool(c.correct) for c in mid if c.row == row}
+
+    full = outcomes("full")
+    (ra, a), (rb, b) = ((Row.parse(r), outcomes(r)) for r in FACT_ROWS)
+    if not (set(a) & set(b) and set(a) & set(full) and set(b) & set(full)):
+        return ""
+    used = [c for c in mid if c.row in FACT_ROWS]
+    lens = sorted({c.length for c in used})
+    deps = sorted({c.depth for c in used})
+    span = f"{lens[0]:,} to {lens[-1]:,}" if len(lens) > 1 else f"{lens[0]:,}"
+    said = [
+        f"{share(sum(o.values()), len(o)).text()} with {window_words(r)}"
+        for r, o in ((ra, a), (rb, b))
+    ]
+    text = (
+        f"on the needle grid, with the fact hidden in the middle (depth "
+        f"{claims.names([str(d) for d in deps], 'or')} % of prompts of {span} tokens), "
+        f"{labels()[str(ra.policy)]} at {ra.budget} slots answers {said[0]} and {said[1]}, where "
+        f"the full cache answers {share(sum(full.values()), len(full)).text()}"
+    )
+    tests = [(r, paired(o, full)) for r, o in ((ra, a), (rb, b))]
+    if all(t.differs and t.only_b > t.only_a for _, t in tests):
+        verdict = (
+            "fewer than the full cache with either window (exact paired tests "
+            f"{claims.names([p_text(t.p) for _, t in tests])})"
+        )
+    else:
+        verdict = "; ".join(
+            f"with {r.recent_window} slots "
+            + (
+                f"{'fewer' if t.only_b > t.only_a else 'more'} than the full cache"
+                if t.differs
+                else f"not distinguishable from the full cache with n = {t.n}"
+            )
+            + f" (exact paired test {p_text(t.p)})"
+            for r, t in tests
+        )
+    t = paired(a, b)
+    if t.differs:
+        more = ra if t.only_a > t.only_b else rb
+        windows = f"the window of {more.recent_window} slots answers more ({p_text(t.p)})"
+    else:
+        windows = f"the two windows not distinguishable with n = {t.n} ({p_text(t.p)})"
+    return f"{text}: {verdict}, and {windows}"
+
+
+def anecdote_note(runs: dict[int, list[dict]] | None) -> str:
+    """Chapter 7's brass owl on "a fact stated once": where H2O, at the window its runs used
+    (its rows at their class's default), recalls it."""
     if runs is None:
         return "the brass-owl answers are not in this copy"
-    return claims.recall_note(claims.grade(runs), labels()["h2o"])
+    windows = {
+        Row.parse(str(r["label"])).recent_window
+        for rs in runs.values()
+        for r in rs
+        if str(r.get("label", "")).startswith("h2o@")
+    }
+    label = labels()["h2o"]
+    if len(windows) == 1 and None not in windows:
+        label += f" with its default recent window of {windows.pop()} slots"
+    return "in the brass-owl anecdote, " + claims.recall_note(claims.grade(runs), label)
+
+
+def fact_note(runs: dict[int, list[dict]] | None, cells: Sequence[Cell] = ()) -> str:
+    """Chapter 9's note on the card's "a fact stated once": what the needle grid shows of a
+    fact hidden in the middle (:func:`grid_fact`, when the file has the rows), then chapter 7's
+    brass owl (:func:`anecdote_note`); each says which recent window it is about."""
+    grid = grid_fact(cells)
+    return f"{grid}; {anecdote_note(runs)}" if grid else anecdote_note(runs)
 
 
 def when() -> None:
@@ -228,11 +388,14 @@ def when() -> None:
         title, anchor = titles[n]
         return f"[chapter {n}, {title}](#{anchor})"
 
+    from app.needle import shipped as needle_files
+
+    cells = needle_files.grid()[0].records
     left, right = st.columns(2, gap="medium")
     with left:
         st.subheader("Use it")
         for i, (item, n) in enumerate(zip(card.WHEN, WHEN_SHOWN, strict=True)):
-            note = f": {fact_note(answer_runs())}" if i == 0 else ""
+            note = f": {fact_note(answer_runs(), cells)}" if i == 0 else ""
             st.markdown(f"- *{item}* — {seen(n)}{note}")
     with right:
         st.subheader("Don't")

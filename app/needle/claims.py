@@ -107,7 +107,23 @@ def verdict(points: Sequence[Point], memory: int, metric: Metric) -> str:
     """The equal-memory answer at ``memory`` bytes per token: each group's best row within
     :data:`frontier.TOLERANCE` of it (a group with none says so, and names its nearest row), and
     how they compare — for accuracy by an exact paired test on their shared cells, a difference
-    said only at p < 0.05; for perplexity (one text, one number a row) the values alone."""
+    said only at p < 0.05, among rows with at least :data:`frontier.MIN_NEEDLES` needles at every
+    depth (the others near ``memory`` are named as not compared); for perplexity (one text, one
+    number a row) the values alone."""
+    aside: list[Point] = []
+    if not metric.lower_better:  # a needle accuracy: only rows with enough needles a depth
+        points, aside = frontier.compared(points)
+    text = _verdict(points, memory, metric)
+    near = frontier.at_memory(aside, memory)
+    if near:
+        text += (
+            f" Not compared: {names([label(p) for p in sorted(near, key=lambda p: p.order)])} "
+            f"(fewer than {frontier.MIN_NEEDLES} needles at a depth: drawn, not ranked)."
+        )
+    return text
+
+
+def _verdict(points: Sequence[Point], memory: int, metric: Metric) -> str:
     full = min((p for p in points if p.group == "full"), key=lambda p: p.order, default=None)
     head = f"At {memory:,} KV bytes per token (± {frontier.TOLERANCE:.0%})"
     if full is not None:

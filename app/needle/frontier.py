@@ -27,12 +27,21 @@ GROUPS = {
 PPL_TEXT, PPL_TOKENS = "lighthouse.txt", 2048
 
 
+#: Row label → its group, for the labels this server could parse (a label's group never changes;
+#: one that failed may parse once its policy is loaded, so failures are not kept).
+_GROUPS: dict[str, str] = {}
+
+
 def group(row: str, kind: str, bits: int | None) -> str:
     """``"full"``, ``"evict"``, ``"compress"``, ``"both"`` or ``"select"``: the row's kind says
     (:attr:`h2o.model.rows.Row.group`; a 16-bit KIVI-style cache is the full cache). A row this
     server cannot read (a policy it does not know) is grouped by the file's kind and bits."""
+    known = _GROUPS.get(row)
+    if known is not None:
+        return known
     try:
-        return Row.parse(row).group
+        _GROUPS[row] = Row.parse(row).group
+        return _GROUPS[row]
     except ValueError:
         pass
     if kind == "full" or (kind == "kivi" and bits == 16):
@@ -60,6 +69,8 @@ class Point:
     order: tuple = ()
     #: accuracy points: ((depth, needle), answered right) per cell, for the paired test
     outcomes: tuple = ()
+    #: accuracy points: the distinct needles of its thinnest depth (0 for a perplexity)
+    needles: int = 0
 
 
 def ppl_points(
@@ -69,7 +80,7 @@ def ppl_points(
     return [
         Point(
             row=r.row,
-            family=family_name(r.family, r.allocation),
+            family=family_name(r.family, r.allocation, r.row),
             group=group(r.row, r.kind, r.bits),
             policy=r.policy,
             bits=r.bits,
@@ -83,9 +94,28 @@ def ppl_points(
     ]
 
 
+#: (id of a shipped file's records, length) → (those records, their points): the records are a
+#: read-only tuple per file version (:mod:`app.needle.shipped`), so every student's run of every
+#: page shares one computation of the points (the identity check guards a reused id).
+_POINTS: dict[tuple[int, int], tuple[tuple[Cell, ...], tuple[Point, ...]]] = {}
+
+
 def accuracy_points(cells: Iterable[Cell], length: int) -> list[Point]:
     """Per row, its cells at ``length``: share answered right, mean KV bytes per token of the
-    prompt (:attr:`Cell.tokens`)."""
+    prompt (:attr:`Cell.tokens`). Computed once per server for a shipped file's records."""
+    if not isinstance(cells, tuple):
+        return _accuracy_points(cells, length)
+    hit = _POINTS.get((id(cells), length))
+    if hit is not None and hit[0] is cells:
+        return list(hit[1])
+    points = _accuracy_points(cells, length)
+    if len(_POINTS) >= 64:  # a few file versions' lengths at most
+        _POINTS.clear()
+    _POINTS[(id(cells), length)] = (cells, tuple(points))
+    return points
+
+
+def _accuracy_points(cells: Iterable[Cell], length: int) -> list[Point]:
     by: dict[str, list[Cell]] = {}
     for c in cells:
         if c.length == length:
@@ -94,10 +124,13 @@ def accuracy_points(cells: Iterable[Cell], length: int) -> list[Point]:
     for row, cs in by.items():
         c0 = cs[0]
         right = sum(c.correct for c in cs)
+        per_depth: dict[int, set[str]] = {}
+        for c in cs:
+            per_depth.setdefault(c.depth, set()).add(c.needle)
         out.append(
             Point(
                 row=row,
-                family=family_name(c0.family, c0.allocation),
+                family=family_name(c0.family, c0.allocation, row),
                 group=group(row, c0.kind, c0.bits),
                 policy=c0.policy,
                 bits=c0.bits,
@@ -108,9 +141,25 @@ def accuracy_points(cells: Iterable[Cell], length: int) -> list[Point]:
                 right=right,
                 order=row_order(c0),
                 outcomes=tuple(((c.depth, c.needle), bool(c.correct)) for c in cs),
+                needles=min(len(v) for v in per_depth.values()),
             )
         )
     return out
+
+
+#: A needle accuracy is compared with another only when each depth of its row holds at least this
+#: many distinct needles: one needle a depth is an anecdote, not a rate.
+MIN_NEEDLES = 3
+
+
+def compared(points: Iterable[Point]) -> tuple[list[Point], list[Point]]:
+    """Accuracy points split into those a verdict may compare (the full cache, and rows with
+    at least :data:`MIN_NEEDLES` needles at every depth) and those it sets aside."""
+    keep: list[Point] = []
+    aside: list[Point] = []
+    for p in points:
+        (keep if p.group == "full" or p.needles >= MIN_NEEDLES else aside).append(p)
+    return keep, aside
 
 
 #: Two rows hold "equal memory" when their bytes per token differ by at most this share of the
@@ -188,6 +237,24 @@ def memory_choices(points: Sequence[Point]) -> list[int]:
 
 #: The row of the 4-bit KIVI-style cache as the paper runs it (group 32, residual 128).
 PAPER_4BIT = "kivi4"
+
+
+def reference_rows(*point_sets: Sequence[Point]) -> list[str]:
+    """The rows whose memory a reader can ask about, over every chart's points: each row that
+    holds less than the whole cache, by its bytes per token on the first chart that has it."""
+    seen: dict[str, float] = {}
+    for points in point_sets:
+        for p in points:
+            if p.group not in WHOLE_CACHE:
+                seen.setdefault(p.row, p.x)
+    return sorted(seen, key=lambda r: (seen[r], r))
+
+
+def memory_of(points: Sequence[Point], row: str) -> int | None:
+    """``row``'s bytes per token on this chart, rounded (None when the chart has no such row):
+    each chart counts a row's bytes over its own tokens, so "the memory of kivi4" is kivi4's
+    own bytes on each."""
+    return next((round(p.x) for p in points if p.row == row), None)
 
 
 def default_memory(points: Sequence[Point]) -> int | None:

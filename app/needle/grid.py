@@ -13,6 +13,7 @@ import numpy as np
 
 from app.needle.data import KINDS, Cell
 from h2o.alloc import ALLOCATORS
+from h2o.model.rows import Row
 
 #: The two things a heatmap can colour: the share of the cell's needles answered right, or the
 #: answer's mean teacher-forced log-probability.
@@ -36,10 +37,27 @@ def row_order(rec: Cell | object) -> tuple:
     )
 
 
-def family_name(family: str, allocation: str | None) -> str:
-    """The file's family with the allocation named as the app names it elsewhere: "H2O
-    (pyramid)" → "H2O, pyramid (PyramidKV-style)" (each borrows its paper's split of the budget,
-    not its method)."""
+#: Row label → the family its kind names today (a label's name never changes; one that failed
+#: to parse may parse once its policy is loaded, so failures are not kept).
+_FAMILIES: dict[str, str] = {}
+
+
+def _named(row: str) -> str | None:
+    if row not in _FAMILIES:
+        try:
+            _FAMILIES[row] = Row.parse(row).family
+        except ValueError:
+            return None
+    return _FAMILIES[row]
+
+
+def family_name(family: str, allocation: str | None, row: str | None = None) -> str:
+    """The row's family as its kind names it (with the recent window it ran with: a file
+    written before rows named their window says "H2O" for "H2O, window 32"), else the file's;
+    the allocation named as the app names it elsewhere: "H2O (pyramid)" → "H2O, pyramid
+    (PyramidKV-style)" (each borrows its paper's split of the budget, not its method)."""
+    if row is not None:
+        family = _named(row) or family
     if not allocation or allocation == "uniform" or allocation not in ALLOCATORS:
         return family
     return f"{family.replace(f' ({allocation})', '')}, {ALLOCATORS[allocation].label}"
@@ -55,7 +73,7 @@ def rows(cells: Iterable[Cell]) -> list[str]:
 
 def families(cells: Iterable[Cell]) -> dict[str, str]:
     """Row label → its family (:func:`family_name`)."""
-    return {c.row: family_name(c.family, c.allocation) for c in cells}
+    return {c.row: family_name(c.family, c.allocation, c.row) for c in cells}
 
 
 def lengths(cells: Iterable[Cell]) -> list[int]:
@@ -129,7 +147,7 @@ def scores(
     return [
         RowScore(
             row=r,
-            family=family_name(cs[0].family, cs[0].allocation),
+            family=family_name(cs[0].family, cs[0].allocation, cs[0].row),
             cells=len(cs),
             right=sum(c.correct for c in cs),
             mean_logprob=float(np.mean([c.logprob for c in cs])),

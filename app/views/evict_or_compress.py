@@ -3,8 +3,9 @@ token at fewer bits) and both combined, at equal KV memory, on SmolLM2-135M.
 
 Two charts against KV bytes per token, one line per family: perplexity on lighthouse.txt at
 T = 2048 (``traces/results/frontier.jsonl``) and needle accuracy (``needle-grid.jsonl``) at a
-chosen prompt length. The verdict at the memory the reader picks is built from the same points
-by :func:`app.needle.claims.verdict`, whatever it says.
+chosen prompt length. The reader picks a row; each chart's verdict, at that row's own bytes per
+token on that chart, is built from the same points by :func:`app.needle.claims.verdict`,
+whatever it says.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from h2o.stats import share
 a11y.focus_ring()  # the keyboard's focus, seen on every control
 
 ss = st.session_state
-MEMORY, LENGTH = "ec_memory", "ec_length"
+ROW, LENGTH = "ec_row", "ec_length"
 
 
 def plural(n: int, one: str, many: str = "") -> str:
@@ -32,6 +33,14 @@ def full_of(points: list[frontier.Point]) -> tuple[float, float] | None:
     return None if full is None else (full.x, full.y)
 
 
+def not_on(chart: str) -> None:
+    st.info(
+        f"{state.md(ref)} is not on {chart}: no verdict at its memory here. Pick a row the "
+        "chart has to read it at equal memory.",
+        icon=":material/info:",
+    )
+
+
 st.title("Evict or compress?")
 st.markdown(
     "Two ways to shrink the KV cache. **Evict**: keep fewer tokens at full precision (H2O, "
@@ -41,7 +50,9 @@ st.markdown(
     "per channel, values per token, groups of 32, the newest tokens in fp16), simulated in numpy: "
     "the model attends to dequantized values, so the quality is KIVI's but not its speed. Or "
     "both. The bytes count everything a cache holds: codes, scales, zero points, full-precision "
-    "tokens, a policy's bookkeeping. Read the charts at one memory (the dashed line)."
+    "tokens, a policy's bookkeeping. Pick a row: each chart is read at that row's own bytes per "
+    "token (the dashed line), against every other row within "
+    f"{frontier.TOLERANCE:.0%} of them."
 )
 state.publish([])  # this page keeps its settings in the session, not the URL
 
@@ -49,32 +60,26 @@ fr, fr_path = shipped.frontier()
 gr, gr_path = shipped.grid()
 ppl = frontier.ppl_points(fr.records) if not fr.missing else []
 lens = sorted({c.length for c in gr.records})
-choices = sorted(
-    set(frontier.memory_choices(ppl))
-    | {m for n in lens for m in frontier.memory_choices(frontier.accuracy_points(gr.records, n))}
+choices = frontier.reference_rows(
+    ppl, *(frontier.accuracy_points(gr.records, n) for n in reversed(lens))
 )
 
+ref: str | None = None
 if choices:
-    first = frontier.default_memory(ppl)
-    if first is None and lens:
-        first = frontier.default_memory(frontier.accuracy_points(gr.records, lens[-1]))
-    first = min(choices, key=lambda c: abs(c - (first or choices[0])))
-    if ss.get(MEMORY) not in choices:
-        ss[MEMORY] = first
-    memory = int(
-        st.select_slider(
-            "KV memory asked about (bytes per token)",
-            choices,
-            format_func=lambda m: f"{m:,}",
-            **state.mirror(MEMORY, first),
-            help="Every row's bytes per token, rounded, but those of rows that hold every key "
-            "(the full cache, a selection such as Quest): the verdicts compare the best row of "
-            f"each kind within {frontier.TOLERANCE:.0%} of this memory (the shaded band); a "
-            "kind with no row there says so and names its nearest.",
-        )
+    first = frontier.PAPER_4BIT if frontier.PAPER_4BIT in choices else choices[len(choices) // 2]
+    if ss.get(ROW) not in choices:
+        ss[ROW] = first
+    ref = st.selectbox(
+        "Compare at the memory held by",
+        choices,
+        **state.mirror(ROW, first),
+        help="Every row that holds less than the whole cache (not the full cache, nor a "
+        "selection such as Quest, which holds every key and reads a part), by its bytes per "
+        "token. Each chart counts a row's bytes over its own tokens, so the memory asked about "
+        "is this row's own on each chart; the verdicts compare the best row of each kind within "
+        f"{frontier.TOLERANCE:.0%} of it (the shaded band), and a kind with no row there says so "
+        "and names its nearest.",
     )
-else:
-    memory = None
 
 # -- perplexity ------------------------------------------------------------------------------------
 st.subheader(f"Perplexity — {PPL_TEXT}, T = {PPL_TOKENS:,}", divider="gray")
@@ -85,6 +90,7 @@ if shipped.report(fr, fr_path, "frontier"):
             icon=":material/info:",
         )
     else:
+        memory = frontier.memory_of(ppl, ref) if ref is not None else None
         said = claims.verdict(ppl, memory, claims.PERPLEXITY) if memory is not None else None
         counted = (
             f"{plural(len(ppl), 'row')} in {plural(len(frontier.lines(ppl)), 'family', 'families')}"
@@ -110,6 +116,8 @@ if shipped.report(fr, fr_path, "frontier"):
         )
         if said is not None:
             st.markdown(said)
+        elif ref is not None:
+            not_on(f"the perplexity chart ({PPL_TEXT}, {PPL_TOKENS:,} tokens)")
         st.caption(counted)
         shipped.provenance(fr, "frontier")
 
@@ -132,12 +140,20 @@ if shipped.report(gr, gr_path, "needle grid") and lens:
         )
     )
     acc = frontier.accuracy_points(gr.records, length)
+    memory = frontier.memory_of(acc, ref) if ref is not None else None
     said = claims.verdict(acc, memory, claims.ACCURACY) if memory is not None else None
     n_cells = sum(p.n for p in acc)
+    few = len(frontier.compared(acc)[1])
     counted = (
         f"{plural(len(acc), 'row')}, {plural(n_cells, 'cell')} at {length:,} tokens (every "
         "depth and needle of that length in the file); bytes per token are each row's KV "
         "bytes over the prompt's tokens, averaged over its cells."
+        + (
+            f" {plural(few, 'row')} with fewer than {frontier.MIN_NEEDLES} needles at a depth "
+            "drawn but never ranked."
+            if few
+            else ""
+        )
     )
     charts.show(
         figures.frontier(
@@ -155,6 +171,8 @@ if shipped.report(gr, gr_path, "needle grid") and lens:
     )
     if said is not None:
         st.markdown(said)
+    elif ref is not None:
+        not_on(f"the needle chart at {length:,} tokens")
     st.caption(counted)
     shipped.provenance(gr, "needle grid")
 
@@ -167,7 +185,12 @@ if ppl or gr.records:
             table[p.row] |= {"bytes/token (T = 2,048)": p.x, "perplexity": p.y}
         for p in acc:
             table.setdefault(p.row, {"row": p.row, "family": p.family, "kind": p.group})
-            table[p.row] |= {"bytes/token (needle)": p.x, "needle accuracy": p.y}
+            table[p.row] |= {
+                "bytes/token (needle)": p.x,
+                "needle accuracy": p.y,
+                "needle cells right (95 % interval)": share(p.right, p.n).text(),
+                "needles a depth": p.needles,
+            }
         kinds = {"full": "full cache", **GROUPS}
         st.dataframe(
             pd.DataFrame([{**r, "kind": kinds[r["kind"]]} for r in table.values()]),

@@ -18,6 +18,7 @@ from app import a11y, charts, figures, painted, state
 from app.lesson import needle as lesson_needle
 from app.needle import claims, family, grid, runs, shipped
 from app.needle.grid import METRIC_BUTTONS, METRICS
+from h2o.stats import share
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control
 
@@ -134,6 +135,8 @@ st.dataframe(
                 "cells": s.cells,
                 "right": s.right,
                 "accuracy": s.accuracy,
+                "95 % interval, low": (ci := share(s.right, s.cells)).low,
+                "95 % interval, high": ci.high,
                 "mean log-prob": s.mean_logprob,
                 "KV bytes per token (mean over cells)": bytes_per_token[s.row],
             }
@@ -145,6 +148,10 @@ st.dataframe(
     key="ng_scores",
     column_config={
         "accuracy": st.column_config.NumberColumn(format="percent"),
+        "95 % interval, low": st.column_config.NumberColumn(
+            format="percent", help="Wilson score interval of the share of cells answered right"
+        ),
+        "95 % interval, high": st.column_config.NumberColumn(format="percent"),
         "mean log-prob": st.column_config.NumberColumn(format="%.2f"),
         "KV bytes per token (mean over cells)": st.column_config.NumberColumn(format="%.0f"),
     },

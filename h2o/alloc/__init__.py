@@ -15,7 +15,7 @@ differs, in one sentence.
 
 ``make_allocator(name, **params)`` builds one; ``allocator.allocate(n_layers, n_kv_heads,
 budget, head_dim=..., shares=...)`` returns an :class:`Allocation` whose ``budgets`` grid sums to
-exactly ``n_layers * n_kv_heads * budget`` and whose ``kv_bytes`` is the cache's memory.
+exactly ``n_layers * n_kv_heads * budget``; ``cache_bytes`` are its keys' and values' bytes.
 """
 
 from __future__ import annotations

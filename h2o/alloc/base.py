@@ -100,8 +100,10 @@ class Allocation:
         return int(self.budgets.sum())
 
     @property
-    def kv_bytes(self) -> int:
-        """Bytes of the whole KV cache at these budgets (float16 keys and values)."""
+    def cache_bytes(self) -> int:
+        """Bytes of the keys and values alone at these budgets (float16), before a policy's own
+        bookkeeping: what a run holds is :meth:`h2o.model.rows.Row.kv_bytes`, the one count of
+        KV memory the pages, the CLI and the shipped files state."""
         return self.total * slot_bytes(self.head_dim)
 
     @property
@@ -113,12 +115,13 @@ class Allocation:
         return self.budgets.sum(axis=1)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready: name, budget, total slots, bytes, the grid, classes and parameters."""
+        """JSON-ready: name, budget, total slots, the keys' and values' bytes, the grid, classes
+        and parameters."""
         out: dict[str, Any] = {
             "allocation": self.name,
             "budget_per_head": self.budget,
             "total_slots": self.total,
-            "kv_bytes": self.kv_bytes,
+            "cache_bytes": self.cache_bytes,
             "budgets": self.budgets.tolist(),
             "params": dict(self.params),
         }

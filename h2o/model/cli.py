@@ -461,9 +461,14 @@ def _quality_allocations(
     budgets: list[int],
     params: dict[str, int | None],
 ) -> int:
-    from h2o.alloc import slot_bytes
-    from h2o.model.allocation import allocation_runs, allocation_table
+    from h2o.model.allocation import (
+        allocation_record,
+        allocation_runs,
+        allocation_table,
+        held_bytes,
+    )
     from h2o.model.quality import policy_factory
+    from h2o.model.rows import Row
 
     names = _check_allocation_inputs(args, budgets)
     for p in policies:
@@ -494,14 +499,11 @@ def _quality_allocations(
             "n_tokens": len(ids),
             "calibration": args.calibration or args.text,
             "full_cache": full.perplexity,
-            "full_cache_kv_bytes": model.config.n_layers
-            * model.config.n_kv_heads
-            * len(ids)
-            * slot_bytes(model.config.head_dim),
+            "full_cache_kv_bytes": Row("full").kv_bytes(model.config, len(ids)),
             "runs": [
                 {
                     "policy": r.policy,
-                    **r.allocation.as_dict(),
+                    **allocation_record(r.policy, r.allocation, model.config, len(ids)),
                     "perplexity": res.perplexity,
                     "seconds": round(res.seconds, 3),
                     **({"notes": list(r.notes)} if r.notes else {}),
@@ -517,21 +519,24 @@ def _quality_allocations(
         print(json.dumps(out, indent=1))
         return 0
     print(
-        f"perplexity of {model.name} on {args.text} ({len(ids)} tokens) at equal KV memory; "
-        f"budget = slots per head on average (full cache {full.perplexity:.2f})"
+        f"perplexity of {model.name} on {args.text} ({len(ids)} tokens) at equal KV memory "
+        f"per policy; budget = slots per head on average (full cache {full.perplexity:.2f}); "
+        "(MiB): what the run holds after the text (float16 keys and values and the policy's "
+        "own bytes per slot)"
     )
-    bytes_of = {r.allocation.budget: r.allocation.kv_bytes for r in runs}
-    cols = [f"{b} ({_mib(bytes_of[b])})" for b in budgets]
-    width = max(len(f"{p} / {a}") for p in policies for a in names)
-    cw = max(12, *(len(c) + 2 for c in cols))
-    print(f"{'policy / allocation':<{width}}" + "".join(f"{c:>{cw}}" for c in cols))
-    table = {
-        (r.policy, r.allocation.name, r.allocation.budget): res
+    cells = {
+        (r.policy, r.allocation.name, r.allocation.budget): (
+            f"{res.perplexity:.2f} "
+            f"({_mib(held_bytes(r.policy, r.allocation, model.config, len(ids)))})"
+        )
         for r, res in zip(runs, results, strict=True)
     }
+    width = max(len(f"{p} / {a}") for p in policies for a in names)
+    cw = max(12, *(len(c) + 2 for c in cells.values()))
+    print(f"{'policy / allocation':<{width}}" + "".join(f"{b:>{cw}}" for b in budgets))
     for p in policies:
         for a in names:
-            row = "".join(f" {table[p, a, b].perplexity:>{cw - 1}.2f}" for b in budgets)
+            row = "".join(f" {cells[p, a, b]:>{cw - 1}}" for b in budgets)
             print(f"{p + ' / ' + a:<{width}}{row}")
     for r in runs:
         for note in r.notes:
@@ -584,7 +589,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _generate_allocations(args: argparse.Namespace, text: str, names: list[str]) -> int:
-    from h2o.model.allocation import allocated_factory, make_allocation
+    from h2o.model.allocation import (
+        allocated_factory,
+        allocation_record,
+        held_bytes,
+        make_allocation,
+    )
     from h2o.model.generate import generate
     from h2o.model.quality import FULL_CACHE, policy_factory
     from h2o.model.snapkv import check_snapkv, snapkv_generate
@@ -642,14 +652,18 @@ def _generate_allocations(args: argparse.Namespace, text: str, names: list[str])
             r = generate(model, ids, args.max_new, f, progress, label=label)  # type: ignore[arg-type]
         results.append((n, alloc, r))
         if not args.json:
-            kb = "" if alloc is None else f" [{_mib(alloc.kv_bytes)}]"  # type: ignore[attr-defined]
+            kb = ""
+            if alloc is not None:
+                held = held_bytes(n, alloc, model.config, len(ids))  # type: ignore[arg-type]
+                kb = f" [{_mib(held)}]"
             print(f"{label:>28}{kb}: {r.text!r}", flush=True)
     if args.json:
         out = []
         for n, alloc, r in results:
             d = {"policy": n, **r.as_dict()}
             if alloc is not None:
-                d |= {k: v for k, v in alloc.as_dict().items() if k != "budget_per_head"}
+                rec = allocation_record(n, alloc, model.config, len(ids))  # type: ignore[arg-type]
+                d |= {k: v for k, v in rec.items() if k != "budget_per_head"}
                 d["budget"] = alloc.budget
             out.append(d)
         print(json.dumps(out, indent=1))

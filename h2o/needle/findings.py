@@ -1,6 +1,7 @@
 """The findings the README states, computed from the shipped result files: each row's needles
 answered with a 95 % Wilson interval, the paired comparisons the text makes (an exact McNemar
-test on the cells two rows share), and the second question.
+test on the cells two rows share), H2O's window sweep (with what its band column's window is
+against the model's attention band, ``attention-band.json``), and the second question.
 
 ``python -m h2o.needle.findings`` prints them as Markdown (``--readme README.md`` writes them
 between the README's findings markers); ``tests/test_findings.py`` checks the README holds
@@ -49,17 +50,27 @@ PAIRS: tuple[tuple[str, str, int | None], ...] = (
     ("kivi4", "kivi2", None),
     ("snapkv@256+kivi4", "snapkv@256", None),
     ("h2o@256:w50%+kivi4", "h2o@256:w50%", None),
-    ("snapkv@256+kivi4", "snapkv@141", 2048),
-    ("h2o@256:w50%+kivi4", "h2o@206:w50%", 2048),
-    ("kivi4", "h2o@688:w50%", 2048),
-    ("kivi4", "h2o@688:w50%:prefill", 2048),
-    ("kivi4", "snapkv@723", 2048),
-    ("kivi4", "streaming-llm@723", 2048),
-    ("kivi2", "h2o@460:w50%", 2048),
-    ("kivi2", "h2o@460:w50%:prefill", 2048),
-    ("kivi2", "snapkv@483", 2048),
-    ("kivi2", "streaming-llm@483", 2048),
 )
+
+#: Equal memory, literally: each quantized row and combination beside the eviction rows whose
+#: budget holds its bytes per token within 2 % at that prompt length (the budget is the one whose
+#: mean bytes per prompt token over the length's cells is nearest; ``docs/reference/rows.md``).
+EQUAL_MEMORY: dict[tuple[str, int], tuple[str, ...]] = {
+    ("kivi4", 512): ("h2o@226:w50%", "h2o@226:w50%:prefill", "snapkv@237", "streaming-llm@237"),
+    ("kivi4", 1024): ("h2o@385:w50%", "h2o@385:w50%:prefill", "snapkv@405", "streaming-llm@405"),
+    ("kivi4", 2048): ("h2o@688:w50%", "h2o@688:w50%:prefill", "snapkv@723", "streaming-llm@723"),
+    ("kivi2", 512): ("h2o@181:w50%", "h2o@181:w50%:prefill", "snapkv@190", "streaming-llm@190"),
+    ("kivi2", 1024): ("h2o@279:w50%", "h2o@279:w50%:prefill", "snapkv@293", "streaming-llm@293"),
+    ("kivi2", 2048): ("h2o@460:w50%", "h2o@460:w50%:prefill", "snapkv@483", "streaming-llm@483"),
+    ("snapkv@256+kivi4", 512): ("snapkv@149",),
+    ("snapkv@256+kivi4", 1024): ("snapkv@157",),
+    ("snapkv@256+kivi4", 2048): ("snapkv@141",),
+    ("h2o@256:w50%+kivi4", 512): ("h2o@174:w50%",),
+    ("h2o@256:w50%+kivi4", 1024): ("h2o@192:w50%",),
+    ("h2o@256:w50%+kivi4", 2048): ("h2o@206:w50%",),
+}
+#: Rows "at equal memory" hold within this share of each other's bytes per token.
+EQUAL_TOLERANCE = 0.02
 
 
 def read_lines(path: Path) -> list[dict]:
@@ -102,9 +113,9 @@ def _bytes_per_token(cells: Iterable[dict], row: str, length: int) -> float:
 def table(cells: Sequence[dict]) -> list[str]:
     """One Markdown table row per row of :data:`TABLE_ROWS` in the file."""
     out = [
-        f"| row | needle cells at ≤ {MAX_LENGTH:,} tokens | answered (95 % CI) "
+        f"| row | needle cells at ≤ {MAX_LENGTH:,} tokens | needles a cell | answered (95 % CI) "
         "| by depth 0/25/50/75/100 % |",
-        "|---|---|---|---|",
+        "|---|---|---|---|---|",
     ]
     for r in TABLE_ROWS:
         oc = _outcomes(cells, r, None)
@@ -115,17 +126,26 @@ def table(cells: Sequence[dict]) -> list[str]:
         for d in (0, 25, 50, 75, 100):
             xs = [v for (n, dd, _), v in oc.items() if dd == d]
             by.append(f"{sum(xs)}/{len(xs)}")
-        out.append(f"| `{r}` | {len(oc)} | {s.text()} | {' · '.join(by)} |")
+        per: dict[tuple[int, int], int] = {}
+        for n, d, _ in oc:
+            per[(n, d)] = per.get((n, d), 0) + 1
+        lo, hi = min(per.values()), max(per.values())
+        needles = f"{lo}" if lo == hi else f"{lo}–{hi}"
+        out.append(f"| `{r}` | {len(oc)} | {needles} | {s.text()} | {' · '.join(by)} |")
     return out
 
 
 #: The window sweep: H2O (evicting while it reads) at each budget with its recent window as a
-#: share of the budget, at its class default (32 slots) and at the model's median local
-#: attention band (45 tokens, ``attention-band.json``), on the sweep's prompt length.
+#: share of the budget, at its class default (32 slots) and at 45 slots, on the sweep's prompt
+#: length. 45 is not the median of the model's per-layer attention bands (``attention-band.json``)
+#: but the wider of their two middle values: :func:`band_note` says so under the table, with the
+#: numbers read from the file.
 SWEEP_BUDGETS = (64, 128, 256, 512)
 SWEEP_WINDOWS = (("12%", ":w12%"), ("25%", ":w25%"), ("50%", ":w50%"), ("75%", ":w75%"))
 SWEEP_FIXED = (("32 (default)", ""), ("45 (band)", ":w45"))
 SWEEP_LENGTH = 1024
+#: The model's local attention band per layer (:mod:`h2o.model.band`).
+BAND_FILE = "attention-band.json"
 
 
 def sweep_rows() -> list[str]:
@@ -162,6 +182,92 @@ def window_sweep(cells: Sequence[dict], length: int = SWEEP_LENGTH) -> list[str]
         "|---|" + "---|" * len(columns),
         *body,
     ]
+
+
+def band_window() -> int:
+    """The recent window of the sweep's band column, in slots (from its row label)."""
+    from h2o.model.rows import Row
+
+    w = Row.parse(f"h2o@{max(SWEEP_BUDGETS)}{SWEEP_FIXED[-1][1]}").recent_window
+    assert w is not None
+    return int(w)
+
+
+def band_note(band: Sequence[int], window: int) -> str:
+    """What the band column's ``window`` is against the per-layer bands of ``attention-band.json``
+    (``band``): their median, or which of the two middle values it is, or neither — and in how
+    many layers a window that wide covers the band."""
+    import statistics
+
+    b = sorted(int(x) for x in band)
+    if not b:
+        return ""
+    n, med = len(b), statistics.median(b)
+    lo, hi = b[(n - 1) // 2], b[n // 2]
+    bands = f"the {n} per-layer attention bands in `{BAND_FILE}`"
+    if window == med:
+        what = f"is the median of {bands}"
+    elif lo != hi and window in (lo, hi):
+        side = "wider" if window == hi else "narrower"
+        what = (
+            f"is the {side} of the two middle values ({lo} and {hi}) of {bands}, whose median "
+            f"is {med:g}"
+        )
+    else:
+        what = f"is not the median of {bands}, which is {med:g}"
+    covered = sum(x <= window for x in b)
+    return (
+        f"The band column's window, {window} slots, {what}; a window of {window} is at least as "
+        f"wide as the band in {covered} of the {n} layers."
+    )
+
+
+def read_band(path: Path) -> list[int] | None:
+    """The per-layer bands of ``attention-band.json`` (None when it is missing or has none)."""
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    band = d.get("band") if isinstance(d, dict) else None
+    ok = isinstance(band, list) and band and all(isinstance(x, int) for x in band)
+    return band if ok else None
+
+
+def equal_memory(cells: Sequence[dict]) -> list[str]:
+    """One line per (row, length) of :data:`EQUAL_MEMORY` in the file: its count, then each
+    partner's, bytes per token and exact paired test on their shared cells; a partner outside
+    :data:`EQUAL_TOLERANCE` of the row's bytes is named as such, never compared."""
+    out = []
+    for (a, length), partners in EQUAL_MEMORY.items():
+        oa = _outcomes(cells, a, length)
+        if not oa:
+            continue
+        xa = _bytes_per_token(cells, a, length)
+        said = []
+        for b in partners:
+            ob = _outcomes(cells, b, length)
+            if not ob or not set(oa) & set(ob):
+                continue
+            xb = _bytes_per_token(cells, b, length)
+            if abs(xb - xa) > EQUAL_TOLERANCE * xa:
+                said.append(f"`{b}` {xb:,.0f} B: not within {EQUAL_TOLERANCE:.0%}, not compared")
+                continue
+            t = paired(oa, ob)
+            if t.differs:
+                verdict = f"`{a}` answers more" if t.only_a > t.only_b else f"`{b}` answers more"
+            else:
+                verdict = f"not distinguishable with n = {t.n}"
+            said.append(
+                f"`{b}` {t.right_b}/{t.n} ({xb:,.0f} B; {t.only_a} right only under `{a}`, "
+                f"{t.only_b} only under `{b}`, {p_text(t.p)}: {verdict})"
+            )
+        if said:
+            right = sum(oa.values())
+            out.append(
+                f"- `{a}` at {length:,} tokens, {xa:,.0f} KV bytes per token, {right}/{len(oa)}; "
+                f"at its memory: {'; '.join(said)}."
+            )
+    return out
 
 
 def comparisons(cells: Sequence[dict]) -> list[str]:
@@ -216,7 +322,12 @@ def findings(results: Path = RESULTS) -> str:
     """Every block the README's findings print, as Markdown."""
     cells = read_lines(results / "needle-grid.jsonl")
     parts = ["\n".join(table(cells)), "\n".join(comparisons(cells))]
-    parts.append("\n".join(window_sweep(cells)))
+    parts.append("\n".join(equal_memory(cells)))
+    sweep = window_sweep(cells)
+    parts.append("\n".join(sweep))
+    band = read_band(results / BAND_FILE)
+    if sweep and band is not None:
+        parts.append(band_note(band, band_window()))
     fu = read_lines(results / "followup.jsonl")
     if fu:
         parts.append("\n".join(followup(fu)))

@@ -4,7 +4,11 @@
 allocation, its budgets per head (:mod:`h2o.model.allocation`).
 
 A scored policy's recent window can be set (``:w64``, or ``:w50%``, the authors' 1:1 split of
-heavy hitters and recent tokens). H2O also runs in the authors' prefill mode (``:prefill``,
+heavy hitters and recent tokens); its name says the window it runs with, its class's default
+included ("H2O, window 32"), so a reader can tell two rows' windows apart — except where the
+window is part of the policy's rule (its class's ``own_window``: TOVA protects only the token
+just admitted), which is named only when a row sets another. H2O also runs in the authors'
+prefill mode (``:prefill``,
 :mod:`h2o.model.prefill`): the prompt read with full attention, the heavy hitters chosen from
 its accumulated attention, the card's rule while decoding — the two differ on a fact read once
 in the middle of a prompt by *when* its attention is counted.
@@ -140,11 +144,22 @@ class Evicting(Budgeted):
             out += f" ({r.allocation})"
         if self.prefill:
             out += " (prefill mode)"
+        return out + self.window_text()
+
+    def window_text(self) -> str:
+        """The recent window as the row's name says it: ``", window 64"``, ``", window 50% of
+        the budget"``, or the class's default when the row sets none (``", window 32"``); ""
+        for a policy without a recent window (StreamingLLM, the sliding window), and for one
+        whose window is part of its rule (TOVA: its class's ``own_window``) unless the row sets
+        another."""
+        r = self.row
         if r.window is not None:
-            out += f", window {r.window}"
+            return f", window {r.window}"
         if r.window_pct is not None:
-            out += f", window {r.window_pct}% of the budget"
-        return out
+            return f", window {r.window_pct}% of the budget"
+        if not self.windowed or getattr(_policies()[r.policy], "own_window", False):
+            return ""
+        return f", window {self.recent_window}"
 
     def bookkeeping_per_slot(self) -> int:
         return int(getattr(_policies()[self.row.policy], "nbytes_per_slot", 0))
