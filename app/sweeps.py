@@ -1,31 +1,51 @@
-"""Comparisons of many replays for the pages, cached as small plain data: the recentWindow
+"""Comparisons of many replays for the pages, kept as small plain data: the recentWindow
 sweep, the policy table, mass against the budget, the band share, what two caches share.
 
-Each runs the library's sweeps (:mod:`h2o.analysis`, banks underneath) once per process with a
-progress bar that the first session sees moving; a cache hit is instant for every session.
+Each runs the library's sweeps (:mod:`h2o.analysis`, banks underneath) once per server with a
+progress bar that the session computing it sees moving; every later call, from any session, is a
+lookup that sends nothing. (``st.cache_data`` replayed every update of the bar, and unpickled the
+result, on every hit: a page of every policy re-sent 46 bar updates to each student on each run.)
+The results are shared between sessions: read them, never change them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+import pickle
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import streamlit as st
 
 import h2o
+from app.bytecache import ByteCache
 from app.data import memo
 from h2o import analysis
 from h2o.progress import Progress
 
+T = TypeVar("T")
 
-# -- comparisons (small results, cached as data) ---------------------------------------------------
+#: The sweeps' results by (which, trace ident, parameters), up to 32 MB for the server (a result
+#: is a few kB: a sweep's rows).
+RESULTS: ByteCache[Any] = ByteCache(32 * 2**20, lambda v: len(pickle.dumps(v)))
+
+
+def computed(key: Hashable, total: int, what: str, run: Callable[[Callable], T]) -> T:
+    """``run(at)`` once per server for ``key``, ``at`` feeding a progress bar of ``total`` steps
+    (:func:`bar_progress`) shown only while it runs; the stored result afterwards."""
+
+    def make() -> T:
+        bar, at = bar_progress(total, what)
+        try:
+            return run(at)
+        finally:
+            bar.empty()
+
+    return RESULTS.get(key, make)
+
+
 def bar_progress(total: int, what: str) -> tuple[Any, Callable[[int], Progress]]:
-    """An ``st.progress`` bar and a factory of library progress callbacks feeding it.
-
-    Created inside the cached functions below, so a cache hit replays it (ending empty) and the
-    first computation shows it moving.
-    """
+    """An ``st.progress`` bar and a factory of library progress callbacks feeding it."""
     bar = st.progress(0.0, text=f"{what}…")
 
     def at(offset: int) -> Progress:
@@ -47,10 +67,9 @@ def sweep_windows_for(budget: int, band: int | None) -> list[int]:
     return sorted(w for w in ws if w < budget)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
 def window_sweep(
     ident: str,
-    _trace: h2o.Trace,
+    trace: h2o.Trace,
     budget: int,
     top_k: int,
     windows: tuple[int, ...],
@@ -58,58 +77,59 @@ def window_sweep(
 ) -> dict[str, list[dict]]:
     """H2O and Scissorhands against recent_window, with StreamingLLM and sliding window."""
     n = len(windows)
-    bar, at = bar_progress(2 * n + 2, "Replaying the sweep")
-    out = {
-        name: analysis.sweep_windows(_trace, name, windows, budget, top_k, progress=at(i * n))
-        for i, name in enumerate(("h2o", "scissorhands"))
-    }
-    lineup = [("streaming-llm", {"sinks": sinks}), ("sliding-window", {})]
-    out["refs"] = analysis.bench(_trace, budget, top_k, lineup=lineup, progress=at(2 * n))
-    bar.empty()
-    return out
+
+    def run(at: Callable[[int], Progress]) -> dict[str, list[dict]]:
+        out = {
+            name: analysis.sweep_windows(trace, name, windows, budget, top_k, progress=at(i * n))
+            for i, name in enumerate(("h2o", "scissorhands"))
+        }
+        lineup = [("streaming-llm", {"sinks": sinks}), ("sliding-window", {})]
+        out["refs"] = analysis.bench(trace, budget, top_k, lineup=lineup, progress=at(2 * n))
+        return out
+
+    key = ("window_sweep", ident, budget, top_k, windows, sinks)
+    return computed(key, 2 * n + 2, "Replaying the sweep", run)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
 def bench(
-    ident: str, _trace: h2o.Trace, budget: int, top_k: int, lineup: tuple | None = None
+    ident: str, trace: h2o.Trace, budget: int, top_k: int, lineup: tuple | None = None
 ) -> list[dict]:
     """``analysis.bench`` (the standard lineup unless one is given)."""
     jobs = [(n, dict(p)) for n, p in lineup] if lineup is not None else None
     total = len(jobs) if jobs is not None else len(analysis.standard_lineup(budget))
-    bar, at = bar_progress(total, "Replaying every policy")
-    rows = analysis.bench(_trace, budget, top_k, lineup=jobs, progress=at(0))
-    bar.empty()
-    return rows
+
+    def run(at: Callable[[int], Progress]) -> list[dict]:
+        return analysis.bench(trace, budget, top_k, lineup=jobs, progress=at(0))
+
+    return computed(("bench", ident, budget, top_k, lineup), total, "Replaying every policy", run)
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
 def budget_curves(
-    ident: str, _trace: h2o.Trace, lineup: tuple, budgets: tuple[int, ...], top_k: int
+    ident: str, trace: h2o.Trace, lineup: tuple, budgets: tuple[int, ...], top_k: int
 ) -> tuple[list[dict], dict[int, float]]:
     """Mass and recall per (policy, budget), and the oracle bound per budget."""
     jobs = [(n, dict(p)) for n, p in lineup]
-    total = len(jobs) * len(budgets)
-    bar, at = bar_progress(total, "Replaying every policy at every budget")
-    rows = analysis.budget_curve(_trace, jobs, budgets, top_k, progress=at(0))
-    oracle = analysis.oracle_curve(_trace, budgets)
-    bar.empty()
-    return rows, oracle
+
+    def run(at: Callable[[int], Progress]) -> tuple[list[dict], dict[int, float]]:
+        rows = analysis.budget_curve(trace, jobs, budgets, top_k, progress=at(0))
+        return rows, analysis.oracle_curve(trace, budgets)
+
+    key = ("budget_curves", ident, lineup, budgets, top_k)
+    return computed(key, len(jobs) * len(budgets), "Replaying every policy at every budget", run)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
-def band_share(ident: str, _trace: h2o.Trace, width: int) -> float:
+def band_share(ident: str, trace: h2o.Trace, width: int) -> float:
     """``analysis.band_share``: mean attention on the most recent ``width`` positions."""
-    return analysis.band_share(_trace, width)
+    return RESULTS.get(("band_share", ident, width), lambda: analysis.band_share(trace, width))
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
-def region_shares(ident: str, _trace: h2o.Trace) -> tuple[float, float, float]:
-    """``h2o.model.layers.region_shares`` (sinks, recent, middle) of the trace ``ident``, once
-    per server: a prefix sum over the whole trace, which the Real model page redid for every
-    student on every run."""
+def region_shares(ident: str, trace: h2o.Trace, *split: int) -> tuple[float, float, float]:
+    """``h2o.model.layers.region_shares(trace, *split)`` (sinks, recent, middle) of the trace
+    ``ident``, once per server: a prefix sum over the whole trace, which the Real model page and
+    the lesson redid for every student on every run."""
     from h2o.model.layers import region_shares as shares  # only pages about the model
 
-    return shares(_trace)
+    return RESULTS.get(("region_shares", ident, split), lambda: shares(trace, *split))
 
 
 def freeze_lineup(lineup: Sequence[tuple[str, dict[str, int]]]) -> tuple:

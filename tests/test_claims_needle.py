@@ -813,7 +813,7 @@ def test_a_shipped_files_points_are_computed_once_and_equal_the_fresh_ones(
     calls = []
     real = frontier._accuracy_points
     monkeypatch.setattr(frontier, "_accuracy_points", lambda c, n: calls.append(n) or real(c, n))
-    monkeypatch.setattr(frontier, "_POINTS", {})
+    monkeypatch.setattr(data, "_DERIVED", {})
     first = frontier.accuracy_points(cells, 1024)
     again = frontier.accuracy_points(cells, 1024)
     assert first == again == real(list(cells), 1024) and calls == [1024]

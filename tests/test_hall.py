@@ -169,7 +169,7 @@ def test_region_shares_are_the_librarys_computed_once_per_trace(monkeypatch):
     want = layers.region_shares(tr)
     calls = []
     monkeypatch.setattr(layers, "region_shares", lambda t: calls.append(t) or want)
-    sweeps.region_shares.clear()
+    sweeps.RESULTS.clear()
     assert sweeps.region_shares("canonical-ident", tr) == want
     assert sweeps.region_shares("canonical-ident", tr) == want
     assert len(calls) == 1
@@ -234,3 +234,58 @@ def test_a_student_who_sees_another_view_is_reported(server, monkeypatch):
     monkeypatch.setattr(hall.Session, "set_widget", off_by_one)
     out, _ = asyncio.run(hall.drive(server, 1, 0.0, 0.0, False, 0))
     assert any("budget: expected budget" in f for f in out["failures"]), out["failures"]
+
+
+@pytest.mark.browser  # a live server, like the browser tests
+def test_a_computed_sweep_sends_no_bar_to_a_later_student(server):
+    """Every policy replayed once per server: a later student's runs of All policies carry no
+    progress bar and no bar update (a cache of Streamlit's replayed all 46 of them each run)."""
+
+    async def visit() -> list[str]:
+        s = hall.Session(server)
+        try:
+            await s.open("/")
+            run = await s.page("All policies")
+            rest = await s.painted(run)
+            return [t for t, _ in run.elements + (rest.elements if rest else [])]
+        finally:
+            await s.close()
+
+    asyncio.run(visit())  # the server computes (or has computed) the sweeps
+    kinds = asyncio.run(visit())
+    assert "plotly_chart" in kinds
+    assert "progress" not in kinds, kinds.count("progress")
+
+
+def test_computed_runs_once_and_empties_its_bar(monkeypatch):
+    calls = []
+    bars = []
+
+    class Bar:
+        def __init__(self):
+            self.updates, self.emptied = [], False
+            bars.append(self)
+
+        def progress(self, frac, text=""):
+            self.updates.append(frac)
+
+        def empty(self):
+            self.emptied = True
+
+    monkeypatch.setattr(sweeps.st, "progress", lambda *a, **k: Bar())
+    sweeps.RESULTS.clear()
+
+    def run(at):
+        calls.append(1)
+        at(0)(1, 2, "x")
+        at(1)(1, 2, "y")
+        return {"rows": [1, 2]}
+
+    got = sweeps.computed(("k", 1), 2, "doing", run)
+    assert got == {"rows": [1, 2]} and calls == [1]
+    assert len(bars) == 1 and bars[0].updates == [0.5, 1.0] and bars[0].emptied
+    assert sweeps.computed(("k", 1), 2, "doing", run) is got
+    assert calls == [1] and len(bars) == 1  # a lookup: no bar
+    with pytest.raises(ZeroDivisionError):
+        sweeps.computed(("k", 2), 1, "failing", lambda at: 1 / 0)
+    assert bars[-1].emptied  # a failed run leaves no bar behind

@@ -4,6 +4,7 @@ Streamlit serialises) equals a freshly built figure's; different contents never 
 from __future__ import annotations
 
 import copy
+import threading
 
 import numpy as np
 import plotly.graph_objects as go
@@ -52,3 +53,27 @@ def test_the_cache_is_bounded_by_bytes():
     for seed in range(100, 130):
         base.make_figure(*_contents(seed))
     assert cache.total <= cache.max_bytes
+
+
+def test_a_builder_by_arguments_runs_once_per_arguments(monkeypatch):
+    from app.figures import base
+
+    monkeypatch.setattr(base, "_FIGURES", base.ByteCache(2**20, lambda item: 3 * item[1]))
+    calls = []
+
+    @base.by_arguments
+    def build(z, *, title, tag=None):
+        calls.append(title)
+        return base.make_figure([{"type": "heatmap", "z": z}], {"title": {"text": title}})
+
+    z = np.arange(6.0).reshape(2, 3)
+    a = build(z, title="one")
+    assert build(z.copy(), title="one") is a and calls == ["one"]  # equal contents: shared
+    b = build(z + 1, title="one")
+    c = build(z, title="two")
+    assert b is not a and c is not a and calls == ["one", "one", "two"]
+    assert a.to_dict()["data"][0]["z"] is not None
+    lock = threading.Lock()  # an argument that does not pickle: a fresh figure each time
+    build(z, title="three", tag=lock)
+    build(z, title="three", tag=lock)
+    assert calls[-2:] == ["three", "three"]

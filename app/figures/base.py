@@ -12,11 +12,12 @@ A figure made here is therefore never changed after it is made: build a new one 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import html
 import pickle
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import plotly.graph_objects as go
@@ -134,6 +135,12 @@ def make_figure(data: list[dict], layout: dict, legend_width: int = 440) -> go.F
     per_row = max(1, int(legend_width // widest)) if widest else 1
     rows = -(-len(names) // per_row)
     layout["margin"] = {**layout.get("margin", {}), "t": 52 + 22 * rows}
+    return shared_figure(data, layout)
+
+
+def shared_figure(data: list[dict], layout: dict) -> go.Figure:
+    """The figure of ``data`` and ``layout`` (plain dicts and arrays, not validated: they are
+    ours), one per server for the same contents (:class:`SharedFigure`)."""
     try:  # the figure's contents are its key: the same view gives the same bytes
         payload = pickle.dumps((data, layout), protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, TypeError, AttributeError):  # not plain data: not shared
@@ -162,6 +169,30 @@ FIGURE_CACHE_MB = 64
 _FIGURES: ByteCache[tuple[go.Figure, int]] = ByteCache(
     FIGURE_CACHE_MB * 2**20, lambda item: 3 * item[1]
 )
+
+
+F = TypeVar("F", bound=Callable[..., go.Figure])
+
+
+def by_arguments(build: F) -> F:
+    """A figure builder called once per server for the same arguments (compared by their
+    pickled bytes): a page's heatmaps print a coloured value in every cell, and choosing each
+    value's colour is most of their cost, the same for every student of a view. Arguments that
+    do not pickle build a fresh figure, as before."""
+
+    @functools.wraps(build)
+    def shared(*args: Any, **kwargs: Any) -> go.Figure:
+        try:
+            payload = pickle.dumps(
+                (build.__module__, build.__qualname__, args, sorted(kwargs.items())),
+                protocol=pickle.HIGHEST_PROTOCOL,
+            )
+        except (pickle.PicklingError, TypeError, AttributeError):
+            return build(*args, **kwargs)
+        key = b"args:" + hashlib.blake2b(payload, digest_size=20).digest()
+        return _FIGURES.get(key, lambda: (build(*args, **kwargs), len(payload)))[0]
+
+    return shared  # type: ignore[return-value]
 
 
 # -- colour ----------------------------------------------------------------------------------------

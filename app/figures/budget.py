@@ -11,7 +11,15 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .base import FONT, ORACLE_COLOUR, base_layout, cell_text, make_figure, policy_colour
+from .base import (
+    FONT,
+    ORACLE_COLOUR,
+    base_layout,
+    by_arguments,
+    cell_text,
+    make_figure,
+    policy_colour,
+)
 
 #: A sequential scale that reads on light and dark pages alike (low = dark, high = bright).
 GRID_SCALE = "Viridis"
@@ -118,6 +126,7 @@ def head_shares(
     return make_figure(data, layout)
 
 
+@by_arguments
 def allocation_grids(
     *,
     panels: Sequence[tuple[str, np.ndarray, np.ndarray | None]],

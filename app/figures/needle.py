@@ -21,6 +21,7 @@ from .base import (
     NEUTRAL_LINE,
     POLICY_COLOURS,
     base_layout,
+    by_arguments,
     cell_text,
     make_figure,
     policy_colour,
@@ -171,6 +172,7 @@ def frontier(
     return make_figure(data, layout, legend_width=900)
 
 
+@by_arguments
 def needle_heatmaps(
     *,
     panels: Sequence[tuple[str, np.ndarray, np.ndarray]],

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .base import FONT, PLOT_BG
+from .base import FONT, PLOT_BG, shared_figure
 
 #: Mid-tone colours that read on light and dark themes, none of them a policy's colour.
 LINE_COLOURS = ("#E15759", "#4E79A7", "#59A14F", "#EDC948", "#76B7B2")
@@ -32,25 +32,25 @@ def received_lines(
     for i, (label, received) in enumerate(curves):
         steps = np.flatnonzero(received > 0)
         data.append(
-            go.Scatter(
-                x=steps,
-                y=received[steps].astype(np.float32),
-                mode="lines+markers",
-                marker={"size": 4},
-                line={"color": LINE_COLOURS[i % len(LINE_COLOURS)], "width": 2},
-                name=label,
-                hovertemplate=f"{html.escape(label)}<br>step %{{x}}: %{{y:.4f}}<extra></extra>",
-            )
+            {
+                "type": "scatter",
+                "x": steps,
+                "y": received[steps].astype(np.float32),
+                "mode": "lines+markers",
+                "marker": {"size": 4},
+                "line": {"color": LINE_COLOURS[i % len(LINE_COLOURS)], "width": 2},
+                "name": label,
+                "hovertemplate": f"{html.escape(label)}<br>step %{{x}}: %{{y:.4f}}<extra></extra>",
+            }
         )
-    fig = go.Figure(data)
-    fig.update_layout(
-        title={"text": html.escape(title, quote=False), "x": 0, "xanchor": "left"},
-        height=height,
-        font={"size": FONT},
-        margin={"l": 70, "r": 20, "t": 80, "b": 50},
-        plot_bgcolor=PLOT_BG,
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.01, "x": 0, "xanchor": "left"},
-        xaxis={"title": {"text": "decode step"}},
-        yaxis={"title": {"text": ytitle}, "type": "log"},
-    )
-    return fig
+    layout = {
+        "title": {"text": html.escape(title, quote=False), "x": 0, "xanchor": "left"},
+        "height": height,
+        "font": {"size": FONT},
+        "margin": {"l": 70, "r": 20, "t": 80, "b": 50},
+        "plot_bgcolor": PLOT_BG,
+        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.01, "x": 0, "xanchor": "left"},
+        "xaxis": {"title": {"text": "decode step"}},
+        "yaxis": {"title": {"text": ytitle}, "type": "log"},
+    }
+    return shared_figure(data, layout)

@@ -14,7 +14,6 @@ from app.lesson import Chapter, open_in
 from app.lesson import needle as needle_chapters
 from app.needle.data import Cell
 from app.real_model import claims
-from h2o.model.layers import region_shares
 from h2o.model.rows import Row
 from h2o.stats import p_text, paired, share
 
@@ -146,7 +145,7 @@ def real_model() -> None:
     for layer, key in layers.items():
         ref = data.load(key, {})
         # Where the attention goes, split where StreamingLLM's ring is: its sinks, its window.
-        shares[layer] = region_shares(ref.trace, SINKS, budget - SINKS)
+        shares[layer] = sweeps.region_shares(ref.ident, ref.trace, SINKS, budget - SINKS)
         for row in sweeps.bench(ref.ident, ref.trace, budget, TOP_K, sweeps.freeze_lineup(lineup)):
             mass[row["policy"]].append(row["retained_mass"])
             by_layer.setdefault(layer, {})[row["policy"]] = row["retained_mass"]

@@ -9,6 +9,9 @@ say plainly when a file is not in this copy. Every sentence with a number comes 
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import streamlit as st
@@ -16,6 +19,7 @@ import streamlit as st
 from app import charts, figures, pages
 from app.lesson import open_in
 from app.needle import claims, family, frontier, grid, shipped
+from app.needle.data import Cell, FollowUpCell, derived
 from h2o.needle import findings
 
 #: Chapter 7's rows: the full cache, then H2O at one budget as its authors split it (half the
@@ -41,6 +45,56 @@ def lesson_rows(available: list[str]) -> list[str]:
     return mine or grid.pick(available, LESSON_ROWS, 3)
 
 
+@dataclass(frozen=True)
+class GridView:
+    """What chapter 7 shows of the needle grid, derived once per version of the file."""
+
+    figure: Any
+    full: str
+    scores: str
+    modes: str
+    swept: str
+    caption: str
+    since: tuple[str, ...]
+    how: str
+
+
+def grid_view(records: Sequence[Cell]) -> GridView:
+    """Chapter 7's figure and sentences from the grid's cells (every student's run shares one
+    computation per version of the file: :func:`app.needle.data.derived`)."""
+
+    def compute() -> GridView:
+        rows = grid.rows(records)
+        shown = lesson_rows(rows)
+        lens = [n for n in grid.lengths(records) if n <= LESSON_MAX_LENGTH]
+        deps = grid.depths(records)
+        cells = [c for c in records if c.length in set(lens)]
+        fig = figures.needle_heatmaps(
+            panels=[(r, *grid.matrix(cells, r, lens, deps, "correct")) for r in shown],
+            lengths=lens,
+            depths=deps,
+            zrange=(0.0, 1.0),
+            colour_title="share answered right",
+            value_format=".0%",
+            title="Needle answered right, per prompt length and depth",
+        )
+        since = family.family_sentences(cells, LESSON_BUDGET)
+        return GridView(
+            figure=fig,
+            full=claims.full_note(cells),
+            scores=claims.scores_sentence(grid.scores(cells, shown), cells),
+            modes=claims.modes_sentence(
+                cells, f"h2o@{LESSON_BUDGET}:w50%", f"h2o@{LESSON_BUDGET}:w50%:prefill"
+            ),
+            swept=claims.window_sweep_sentence(cells, findings.sweep_rows(), findings.SWEEP_LENGTH),
+            caption=claims.shown_sentence(shown, rows, cells),
+            since=tuple(since),
+            how=family.how_they_run(cells, LESSON_BUDGET) if since else "",
+        )
+
+    return derived(records, "lesson grid", compute)
+
+
 def grid_section() -> None:
     """Chapter 7: the needle grid for the full cache and the chapter's policies."""
     loaded, path = shipped.grid()
@@ -51,39 +105,17 @@ def grid_section() -> None:
     )
     if not shipped.report(loaded, path, "needle grid"):
         return
-    cells = loaded.records
-    rows = grid.rows(cells)
-    shown = lesson_rows(rows)
-    lens = [n for n in grid.lengths(cells) if n <= LESSON_MAX_LENGTH]
-    deps = grid.depths(cells)
-    cells = [c for c in cells if c.length in set(lens)]
-    full, scores = claims.full_note(cells), claims.scores_sentence(grid.scores(cells, shown), cells)
-    charts.show(
-        figures.needle_heatmaps(
-            panels=[(r, *grid.matrix(cells, r, lens, deps, "correct")) for r in shown],
-            lengths=lens,
-            depths=deps,
-            zrange=(0.0, 1.0),
-            colour_title="share answered right",
-            value_format=".0%",
-            title="Needle answered right, per prompt length and depth",
-        ),
-        key="lesson_needle",
-        describe=[full, scores],
-    )
-    st.markdown(full)
-    st.markdown(scores)
-    said = claims.modes_sentence(
-        cells, f"h2o@{LESSON_BUDGET}:w50%", f"h2o@{LESSON_BUDGET}:w50%:prefill"
-    )
-    if said:
-        st.markdown(said)
+    view = grid_view(loaded.records)
+    charts.show(view.figure, key="lesson_needle", describe=[view.full, view.scores])
+    st.markdown(view.full)
+    st.markdown(view.scores)
+    if view.modes:
+        st.markdown(view.modes)
     band = shipped.attention_band()
     if band is not None:
         st.markdown(claims.band_sentence(band["band"], band["warmup"], LESSON_BUDGET // 2))
-    swept = claims.window_sweep_sentence(cells, findings.sweep_rows(), findings.SWEEP_LENGTH)
-    if swept:
-        st.markdown(swept)
+    if view.swept:
+        st.markdown(view.swept)
     st.markdown(
         "H2O runs here as its authors split the budget: half heavy hitters, half a recent "
         "window. It runs in two modes, and they differ in *when* a fact's attention is counted. "
@@ -93,15 +125,13 @@ def grid_section() -> None:
         "prompt with full attention first, and the heavy hitters are chosen from the attention "
         "every later prompt token paid — the question's included — before anything is evicted."
     )
-    st.caption(claims.shown_sentence(shown, rows, cells))
-    since = family.family_sentences(cells, LESSON_BUDGET)
-    if since:
+    st.caption(view.caption)
+    if view.since:
         st.markdown(
             "**The family since H2O.** Newer methods each answer one of H2O's limits; here each "
-            f"at {LESSON_BUDGET} slots beside SnapKV, on the cells both have. "
-            + family.how_they_run(cells, LESSON_BUDGET)
+            f"at {LESSON_BUDGET} slots beside SnapKV, on the cells both have. " + view.how
         )
-        for sentence in since:
+        for sentence in view.since:
             st.markdown(sentence)
     followup_section("lesson_followup")
     open_in("Open the needle grid", pages.NEEDLE_GRID, {}, key="lesson_open_7_needle")
@@ -190,7 +220,16 @@ def followup_section(key: str) -> None:
     )
     if not shipped.report(loaded, path, "second-question experiment"):
         return
-    cells = loaded.records
+    fig, lines, summary = derived(loaded.records, "followup", lambda: followup_view(loaded.records))
+    charts.show(fig, key=key, describe=[*lines, summary])
+    for line in lines:
+        st.markdown(line)
+    st.markdown(summary)
+    shipped.provenance(loaded, "second-question experiment")
+
+
+def followup_view(cells: Sequence[FollowUpCell]) -> tuple[Any, tuple[str, ...], str]:
+    """The second question's bars and sentences, from the file's cells."""
     rows: list[str] = []
     for c in cells:
         if c.row not in rows:
@@ -203,26 +242,17 @@ def followup_section(key: str) -> None:
         for r in rows
     }
     lens = sorted({c.length for c in cells})
-    lines = claims.followup_sentences(cells, rows)
-    summary = claims.followup_summary(cells, rows)
-    charts.show(
-        figures.grouped_bars(
-            categories=[html.escape(r) for r in rows],
-            series=[
-                (name, colour, [share[r][i] for r in rows])
-                for i, (name, colour) in enumerate(
-                    zip(("first question", "second question"), FOLLOWUP_COLOURS, strict=True)
-                )
-            ],
-            title="Share of cells answered right: the first question, then the second on the "
-            "same cache",
-            xtitle=f"row (prompts of {', '.join(f'{n:,}' for n in lens)} tokens)",
-            ytitle="share answered right",
-        ),
-        key=key,
-        describe=[*lines, summary],
+    fig = figures.grouped_bars(
+        categories=[html.escape(r) for r in rows],
+        series=[
+            (name, colour, [share[r][i] for r in rows])
+            for i, (name, colour) in enumerate(
+                zip(("first question", "second question"), FOLLOWUP_COLOURS, strict=True)
+            )
+        ],
+        title="Share of cells answered right: the first question, then the second on the "
+        "same cache",
+        xtitle=f"row (prompts of {', '.join(f'{n:,}' for n in lens)} tokens)",
+        ytitle="share answered right",
     )
-    for line in lines:
-        st.markdown(line)
-    st.markdown(summary)
-    shipped.provenance(loaded, "second-question experiment")
+    return fig, tuple(claims.followup_sentences(cells, rows)), claims.followup_summary(cells, rows)

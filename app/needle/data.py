@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from h2o.model import rows
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "traces" / "results"
@@ -372,3 +376,24 @@ def read_followup(path: Path) -> Loaded:
 def read_frontier(path: Path) -> Loaded:
     """Every good row of a ``frontier.jsonl`` (one per row, text and length)."""
     return _read(path, parse_frontier, lambda r: (r.row, r.text, r.tokens))
+
+
+#: (id of a shipped file's records, what) → (those records, what was derived from them): the
+#: records are one read-only tuple per file version (:mod:`app.needle.shipped`), so every
+#: student's run of every page shares one computation (the identity check guards a reused id).
+_DERIVED: dict[tuple[int, Hashable], tuple[object, object]] = {}
+
+
+def derived(records: object, what: Hashable, compute: Callable[[], T]) -> T:
+    """``compute()`` once per server for this version of a shipped file's ``records`` (a
+    tuple; anything else is computed afresh each time). The result is shared: read it only."""
+    if not isinstance(records, tuple):
+        return compute()
+    hit = _DERIVED.get((id(records), what))
+    if hit is not None and hit[0] is records:
+        return hit[1]  # type: ignore[return-value]
+    value = compute()
+    if len(_DERIVED) >= 128:  # a few file versions, each with a few dozen views at most
+        _DERIVED.clear()
+    _DERIVED[(id(records), what)] = (records, value)
+    return value

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from app.needle.data import Cell, FrontierRow
+from app.needle.data import Cell, FrontierRow, derived
 from app.needle.grid import family_name, row_order
 from h2o.model.rows import Row
 
@@ -94,25 +94,11 @@ def ppl_points(
     ]
 
 
-#: (id of a shipped file's records, length) → (those records, their points): the records are a
-#: read-only tuple per file version (:mod:`app.needle.shipped`), so every student's run of every
-#: page shares one computation of the points (the identity check guards a reused id).
-_POINTS: dict[tuple[int, int], tuple[tuple[Cell, ...], tuple[Point, ...]]] = {}
-
-
 def accuracy_points(cells: Iterable[Cell], length: int) -> list[Point]:
     """Per row, its cells at ``length``: share answered right, mean KV bytes per token of the
     prompt (:attr:`Cell.tokens`). Computed once per server for a shipped file's records."""
-    if not isinstance(cells, tuple):
-        return _accuracy_points(cells, length)
-    hit = _POINTS.get((id(cells), length))
-    if hit is not None and hit[0] is cells:
-        return list(hit[1])
-    points = _accuracy_points(cells, length)
-    if len(_POINTS) >= 64:  # a few file versions' lengths at most
-        _POINTS.clear()
-    _POINTS[(id(cells), length)] = (cells, tuple(points))
-    return points
+    points = derived(cells, ("accuracy_points", length), lambda: _accuracy_points(cells, length))
+    return list(points)
 
 
 def _accuracy_points(cells: Iterable[Cell], length: int) -> list[Point]:

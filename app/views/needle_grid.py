@@ -17,6 +17,7 @@ import streamlit as st
 from app import a11y, charts, figures, painted, state
 from app.lesson import needle as lesson_needle
 from app.needle import claims, family, grid, runs, shipped
+from app.needle.data import derived
 from app.needle.grid import METRIC_BUTTONS, METRICS
 from h2o.stats import share
 
@@ -52,12 +53,21 @@ loaded, path = shipped.grid()
 if not shipped.report(loaded, path, "needle grid"):
     st.stop()
 cells = loaded.records
-rows = grid.rows(cells)
-fams = grid.families(cells)
-lens, deps = grid.lengths(cells), grid.depths(cells)
+# What every student's view of this version of the file shares, computed once per server.
+rows, fams, lens, deps, full_note = derived(
+    cells,
+    "needle grid page",
+    lambda: (
+        grid.rows(cells),
+        grid.families(cells),
+        grid.lengths(cells),
+        grid.depths(cells),
+        claims.full_note(cells),
+    ),
+)
 planned = (loaded.meta or {}).get("rows")
 planned = [str(r) for r in planned] if isinstance(planned, list) else None
-st.markdown(claims.full_note(cells))
+st.markdown(full_note)
 
 c1, c2 = st.columns([2.3, 1.7], vertical_alignment="bottom")
 # A first visit, or rows the file no longer has, open on the defaults; an empty choice stays.
@@ -87,14 +97,14 @@ if not chosen:
     st.info("Choose at least one row to draw.", icon=":material/info:")
     st.stop()
 
-zrange = grid.colour_range(cells, chosen, metric)
-fmt = ".0%" if metric == "correct" else ".2f"
-panels = [(r, *grid.matrix(cells, r, lens, deps, metric)) for r in chosen]
-shown_text = claims.shown_sentence(chosen, rows, cells, planned)
-scores = grid.scores(cells, chosen)
-scores_text = claims.scores_sentence(scores, cells)
-event = charts.show(
-    figures.needle_heatmaps(
+
+def view(chosen: tuple[str, ...], metric: str) -> tuple:
+    """The heatmaps and sentences of ``chosen`` rows coloured by ``metric``."""
+    zrange = grid.colour_range(cells, list(chosen), metric)
+    fmt = ".0%" if metric == "correct" else ".2f"
+    panels = [(r, *grid.matrix(cells, r, lens, deps, metric)) for r in chosen]
+    scores = grid.scores(cells, list(chosen))
+    fig = figures.needle_heatmaps(
         panels=panels,
         lengths=lens,
         depths=deps,
@@ -103,7 +113,18 @@ event = charts.show(
         value_format=fmt,
         title=f"{METRICS[metric].capitalize()}, per prompt length and needle depth",
         clickable=True,
-    ),
+    )
+    shown = claims.shown_sentence(list(chosen), rows, cells, planned)
+    return fig, shown, scores, claims.scores_sentence(scores, cells)
+
+
+fig, shown_text, scores, scores_text = derived(
+    cells,
+    ("needle grid view", tuple(chosen), metric, tuple(planned or ())),
+    lambda: view(tuple(chosen), metric),
+)
+event = charts.show(
+    fig,
     key="ng_heatmaps",
     describe=[shown_text, scores_text],
     on_select="rerun",
@@ -159,7 +180,7 @@ st.dataframe(
 
 shipped.provenance(loaded, "needle grid")
 
-family_text = family.family_sentences(cells)
+family_text = derived(cells, "family sentences", lambda: family.family_sentences(cells))
 if family_text:
     st.subheader("The family since H2O", divider="gray")
     st.markdown(
