@@ -314,22 +314,29 @@ def chain_section(
     """The age-bias chain (who H2O evicts at the highest cost, why, what it costs), shared by
     chapter 5 and the Stale spike page."""
     trace, rep = ref.trace, reps["h2o"]
-    c = age_bias.costliest_eviction(rep, trace)
-    d = explain.decision(rep, c.evicted_at)
-    wider = data.recorded_replay(ref, h2o.H2O(rep.budget, recent_window=window + 1), top_k)
     other = reps["scissorhands"]
-    spike = int(trace.meta.get("spike", 0))
-    w_mass, o_mass = wider.summary()["retained_mass"], other.summary()["retained_mass"]
-    rescued = age_bias.holds_at_end(wider, c.position)
-    spike_too = age_bias.holds_at_end(wider, spike)
-    st.markdown(price_lead(rescued and spike_too and w_mass >= o_mass - TIE))
-    chain = [
-        age_bias.who_sentence(c),
-        age_bias.why_sentence(c, rep.score_label),
-        age_bias.cost_sentence(c),
-        age_bias.rescue_sentence(c, window, window + 1, rescued, w_mass, other.label, o_mass)
-        + (f" It still holds position {spike} to the end." if spike_too else ""),
-    ]
+
+    def compute() -> tuple:
+        c = age_bias.costliest_eviction(rep, trace)
+        d = explain.decision(rep, c.evicted_at)
+        wider = data.recorded_replay(ref, h2o.H2O(rep.budget, recent_window=window + 1), top_k)
+        spike = int(trace.meta.get("spike", 0))
+        w_mass, o_mass = wider.summary()["retained_mass"], other.summary()["retained_mass"]
+        rescued = age_bias.holds_at_end(wider, c.position)
+        spike_too = age_bias.holds_at_end(wider, spike)
+        lead = price_lead(rescued and spike_too and w_mass >= o_mass - TIE)
+        chain = [
+            age_bias.who_sentence(c),
+            age_bias.why_sentence(c, rep.score_label),
+            age_bias.cost_sentence(c),
+            age_bias.rescue_sentence(c, window, window + 1, rescued, w_mass, other.label, o_mass)
+            + (f" It still holds position {spike} to the end." if spike_too else ""),
+        ]
+        return c, d, lead, chain
+
+    # the same chain for every student of this trace and these settings: once per server
+    c, d, lead, chain = data.memo(rep, ("age-bias chain", window, top_k, other.label), compute)
+    st.markdown(lead)
     left, right = st.columns(2)
     charts.show(
         figures.decision_bars(
