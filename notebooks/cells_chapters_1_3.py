@@ -34,7 +34,6 @@ def setup() -> list[Cell]:
             import h2o
             from h2o import age_bias, analysis, explain
             from h2o.model.layers import region_shares
-            from h2o.needle import findings as needle_findings
             from h2o.notebook import Player
 
             # The app's own figures and sentence functions, from this clone of the repository
@@ -51,9 +50,7 @@ def setup() -> list[Cell]:
             from app.lesson import needle as part_needle
             from app.needle import claims as needle_claims
             from app.needle import data as needle_data
-            from app.needle import family as needle_family
             from app.needle import frontier as needle_frontier
-            from app.needle import grid as needle_grid
             from app.real_model import claims
 
 

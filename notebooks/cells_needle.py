@@ -43,38 +43,18 @@ def grid_cells(literal: Callable[..., str]) -> list[Cell]:
             grid_read = needle_data.read_grid(grid_path)
             cells7 = grid_read.records
             if file_ok(grid_read, grid_path, "needle grid"):
-                rows7 = needle_grid.rows(cells7)
-                shown7 = part_needle.lesson_rows(rows7)
-                lens7 = [n for n in needle_grid.lengths(cells7) if n <= part_needle.LESSON_MAX_LENGTH]
-                deps7 = needle_grid.depths(cells7)
-                cells7 = [c for c in cells7 if c.length in set(lens7)]
-                display(
-                    figures.needle_heatmaps(
-                        panels=[(r, *needle_grid.matrix(cells7, r, lens7, deps7, "correct")) for r in shown7],
-                        lengths=lens7,
-                        depths=deps7,
-                        zrange=(0.0, 1.0),
-                        colour_title="share answered right",
-                        value_format=".0%",
-                        title="Needle answered right, per prompt length and depth",
-                    )
-                )
+                view7 = part_needle.grid_view(cells7)  # the app's figure and sentences
+                display(view7.figure)
                 say(
-                    needle_claims.full_note(cells7),
-                    needle_claims.scores_sentence(needle_grid.scores(cells7, shown7), cells7),
-                    needle_claims.modes_sentence(
-                        cells7,
-                        f"h2o@{{part_needle.LESSON_BUDGET}}:w50%",
-                        f"h2o@{{part_needle.LESSON_BUDGET}}:w50%:prefill",
-                    ),
-                    needle_claims.window_sweep_sentence(
-                        cells7, needle_findings.sweep_rows(), needle_findings.SWEEP_LENGTH
-                    ),
+                    view7.full,
+                    view7.scores,
+                    view7.modes,
+                    view7.swept,
                     {_pieces(modes, 20)},
                 )
-                print(needle_claims.shown_sentence(shown7, rows7, cells7))
+                print(view7.caption)
                 # The family since H2O: each newer method at the lesson's budget beside SnapKV
-                say(*needle_family.family_sentences(cells7, part_needle.LESSON_BUDGET))
+                say(*view7.since)
             """
         ),
     ]
