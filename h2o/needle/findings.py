@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from h2o.stats import p_text, paired, share
+from h2o.stats import Paired, p_text, paired, share
 
 RESULTS = Path(__file__).resolve().parents[2] / "traces" / "results"
 #: The lengths where the compared rows have several needles a cell.
@@ -233,6 +233,13 @@ def read_band(path: Path) -> list[int] | None:
     return band if ok else None
 
 
+def _verdict(t: Paired, a: str, b: str) -> str:
+    """Which row answers more, only where the exact paired test says so (p < 0.05)."""
+    if t.differs:
+        return f"`{a}` answers more" if t.only_a > t.only_b else f"`{b}` answers more"
+    return f"not distinguishable with n = {t.n}"
+
+
 def equal_memory(cells: Sequence[dict]) -> list[str]:
     """One line per (row, length) of :data:`EQUAL_MEMORY` in the file: its count, then each
     partner's, bytes per token and exact paired test on their shared cells; a partner outside
@@ -253,10 +260,7 @@ def equal_memory(cells: Sequence[dict]) -> list[str]:
                 said.append(f"`{b}` {xb:,.0f} B: not within {EQUAL_TOLERANCE:.0%}, not compared")
                 continue
             t = paired(oa, ob)
-            if t.differs:
-                verdict = f"`{a}` answers more" if t.only_a > t.only_b else f"`{b}` answers more"
-            else:
-                verdict = f"not distinguishable with n = {t.n}"
+            verdict = _verdict(t, a, b)
             said.append(
                 f"`{b}` {t.right_b}/{t.n} ({xb:,.0f} B; {t.only_a} right only under `{a}`, "
                 f"{t.only_b} only under `{b}`, {p_text(t.p)}: {verdict})"
@@ -283,10 +287,7 @@ def comparisons(cells: Sequence[dict]) -> list[str]:
         if length:
             xa, xb = _bytes_per_token(cells, a, length), _bytes_per_token(cells, b, length)
             mem = f" ({xa:,.0f} and {xb:,.0f} KV bytes per token)"
-        if t.differs:
-            verdict = f"`{a}` answers more" if t.only_a > t.only_b else f"`{b}` answers more"
-        else:
-            verdict = f"not distinguishable with n = {t.n}"
+        verdict = _verdict(t, a, b)
         out.append(
             f"- `{a}` against `{b}` {where}{mem}: {t.right_a} against {t.right_b} of {t.n} "
             f"shared cells ({t.only_a} right only under the first, {t.only_b} only under the "
