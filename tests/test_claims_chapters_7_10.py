@@ -573,10 +573,9 @@ def test_a_recomputed_row_changes_chapters_7_and_8_as_rendered():
         at.button(key="lesson_next").click().run()
         assert not at.exception, [e.value for e in at.exception]
     (line,) = [m for m in markdown(at) if "A fact stated once" in m]
+    assert line.endswith("[chapter 7, A real model](#a-real-model) (measured, under these lists)")
     cells = grid_cells()
-    assert line.endswith(
-        f"[chapter 7, A real model](#a-real-model): {chapters_7_10.fact_note(runs, cells)}"
-    )
+    assert f"**The first point, measured:** {chapters_7_10.fact_note(runs, cells)}." in markdown(at)
     check_grid_fact(chapters_7_10.grid_fact(cells), cells)
     check_recall(chapters_7_10.anecdote_note(runs), runs)
 

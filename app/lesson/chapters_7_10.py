@@ -394,13 +394,15 @@ def when() -> None:
     with left:
         st.subheader("Use it")
         for i, (item, n) in enumerate(zip(card.WHEN, WHEN_SHOWN, strict=True)):
-            note = f": {fact_note(answer_runs(), cells)}" if i == 0 else ""
-            st.markdown(f"- *{item}* — {seen(n)}{note}")
+            # the first point's evidence goes under the lists: a projected screen holds both
+            below = " (measured, under these lists)" if i == 0 else ""
+            st.markdown(f"- *{item}* — {seen(n)}{below}")
     with right:
         st.subheader("Don't")
         for item, n in zip(card.WHEN_NOT, WHEN_NOT_SHOWN, strict=True):
             st.markdown(f"- *{item}* — {seen(n)}")
     st.caption("The card's own lists, in its order.")
+    st.markdown(f"**The first point, measured:** {fact_note(answer_runs(), cells)}.")
 
 
 # -- 10. your turn ---------------------------------------------------------------------------------
