@@ -22,6 +22,9 @@ a11y.focus_ring()  # the keyboard's focus, seen on every control
 
 ss = st.session_state
 ROW, LENGTH = "ec_row", "ec_length"
+#: Each chart's height: its legend names twenty-odd families in two columns above the plot, which
+#: left the plot itself under 100 px at the figures' default height.
+CHART_HEIGHT = 680
 
 
 def plural(n: int, one: str, many: str = "") -> str:
@@ -110,6 +113,7 @@ if shipped.report(fr, fr_path, "frontier"):
                 "(lower is better)",
                 ytitle="perplexity",
                 yformat="%{y:.2f}",
+                height=CHART_HEIGHT,
             ),
             key="ec_ppl",
             describe=[t for t in (said, counted) if t],
@@ -165,6 +169,7 @@ if shipped.report(gr, gr_path, "needle grid") and lens:
             ytitle="share of needle cells answered right",
             yformat="%{y:.0%}",
             share=True,
+            height=CHART_HEIGHT,
         ),
         key="ec_acc",
         describe=[t for t in (said, counted) if t],
