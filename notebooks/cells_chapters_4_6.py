@@ -202,8 +202,8 @@ def chapter5(literal: Callable[..., str], titles: dict) -> list[Cell]:
                 policy="h2o",
                 title=f"Attention position {c.position} receives: after step {c.evicted_at}, lost",
                 height=340,
+                x_range=(c.position, stale.steps - 1),  # the whole loss, to the end
             )
-            loss.update_xaxes(range=[c.position, stale.steps - 1])  # the whole loss, to the end
             display(loss)
             rescue = age_bias.rescue_sentence(
                 c, window5, window5 + 1, rescued, w_mass, reps["scissorhands"].label, o_mass

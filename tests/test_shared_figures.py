@@ -77,3 +77,33 @@ def test_a_builder_by_arguments_runs_once_per_arguments(monkeypatch):
     build(z, title="three", tag=lock)
     build(z, title="three", tag=lock)
     assert calls[-2:] == ["three", "three"]
+
+
+def test_a_figure_s_steps_are_an_argument_not_a_change_to_the_shared_figure():
+    from app.figures.lesson import attention_received
+
+    received = np.linspace(0.0, 1.0, 40)
+    kw = dict(received=received, position=5, evicted_at=12, policy="h2o", title="lost")
+    assert list(attention_received(**kw).layout.xaxis.range) == [5, 19]  # kept 7, shown 7 after
+    wide = attention_received(**kw, x_range=(5, 39))
+    assert list(wide.layout.xaxis.range) == [5, 39]
+    assert attention_received(**kw) is not wide  # two views, two figures
+
+
+def test_no_page_changes_a_figure_it_was_handed():
+    """A figure from app/figures may be every session's (one per server): pages pass what they
+    want to its builder instead of updating it."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    change = re.compile(r"\.(update_\w+|add_(trace|shape|annotation|vline|hline|vrect|hrect))\(")
+    found = [
+        f"{p.relative_to(root)}:{i}"
+        for folder in ("app", "notebooks")
+        for p in sorted((root / folder).rglob("*.py"))
+        if "figures" not in p.parts
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if change.search(line)
+    ]
+    assert found == []

@@ -93,8 +93,11 @@ def attention_received(
     policy: str,
     title: str,
     height: int = 320,
+    x_range: tuple[int, int] | None = None,
 ) -> go.Figure:
-    """The attention one position receives per step; what it got after its eviction, shaded."""
+    """The attention one position receives per step; what it got after its eviction, shaded.
+    ``x_range``: the steps shown (by default from the position to as far past its eviction as
+    it was kept before it)."""
     steps = np.arange(received.shape[0])
     after = steps > evicted_at
     data = [
@@ -134,7 +137,11 @@ def attention_received(
     layout = base_layout(
         title, height, "decode step", f"attention on position {position}", shapes=shapes
     )
-    layout["xaxis"]["range"] = [position, min(received.shape[0], 2 * evicted_at - position)]
+    layout["xaxis"]["range"] = (
+        [position, min(received.shape[0], 2 * evicted_at - position)]
+        if x_range is None
+        else [int(x_range[0]), int(x_range[1])]
+    )
     return make_figure(data, layout, legend_width=900)
 
 

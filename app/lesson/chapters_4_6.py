@@ -359,8 +359,8 @@ def chain_section(
         policy="h2o",
         title=f"Attention position {c.position} receives: after step {c.evicted_at}, lost",
         height=340,
+        x_range=(c.position, trace.steps - 1),  # the whole loss, to the end
     )
-    lost.update_xaxes(range=[c.position, trace.steps - 1])  # the whole loss, to the end
     charts.show(lost, key=f"{key}_chain_lost", describe=chain[2:], where=right)
     st.markdown("\n".join(f"- {s}" for s in chain))
 
