@@ -40,6 +40,23 @@ MAX_PROBLEMS = 20
 #: The kinds of row a file may name: the library's (``h2o.model.rows``), not a copy.
 KINDS = rows.KINDS
 
+#: Row label → its parsed :class:`~h2o.model.rows.Row`, for the labels this server could parse
+#: (a label's meaning never changes; one that failed may parse once its policy is loaded, so
+#: failures are not kept).
+_PARSED: dict[str, rows.Row] = {}
+
+
+def parsed(label: str) -> rows.Row | None:
+    """``Row.parse(label)``, once per label per server; None if this server cannot read it (a
+    policy it does not know). Read it only: every page shares it."""
+    row = _PARSED.get(label)
+    if row is None:
+        try:
+            row = _PARSED[label] = rows.Row.parse(label)
+        except ValueError:
+            return None
+    return row
+
 
 @dataclass(frozen=True)
 class Cell:

@@ -13,9 +13,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from app.needle.data import Cell, FrontierRow, derived
+from app.needle.data import Cell, FrontierRow, derived, parsed
 from app.needle.grid import family_name, row_order
-from h2o.model.rows import Row
 
 GROUPS = {
     "evict": "eviction",
@@ -27,23 +26,13 @@ GROUPS = {
 PPL_TEXT, PPL_TOKENS = "lighthouse.txt", 2048
 
 
-#: Row label → its group, for the labels this server could parse (a label's group never changes;
-#: one that failed may parse once its policy is loaded, so failures are not kept).
-_GROUPS: dict[str, str] = {}
-
-
 def group(row: str, kind: str, bits: int | None) -> str:
     """``"full"``, ``"evict"``, ``"compress"``, ``"both"`` or ``"select"``: the row's kind says
     (:attr:`h2o.model.rows.Row.group`; a 16-bit KIVI-style cache is the full cache). A row this
     server cannot read (a policy it does not know) is grouped by the file's kind and bits."""
-    known = _GROUPS.get(row)
+    known = parsed(row)
     if known is not None:
-        return known
-    try:
-        _GROUPS[row] = Row.parse(row).group
-        return _GROUPS[row]
-    except ValueError:
-        pass
+        return known.group
     if kind == "full" or (kind == "kivi" and bits == 16):
         return "full"
     if kind == "kivi":
@@ -174,9 +163,8 @@ def cache_facts(point: Point) -> tuple[str | None, str | None, int]:
     grammar (never from the family's display name): the method that chooses what the cache
     keeps or reads (a policy, ``"snapkv"``, ``"quest"``; None for a quantized cache alone), its
     allocation and its fp16 sinks."""
-    try:
-        row = Row.parse(point.row)
-    except ValueError:  # a policy this server does not know: what the file says of it
+    row = parsed(point.row)
+    if row is None:  # a policy this server does not know: what the file says of it
         return point.policy, None, point.sinks
     method = row.policy if row.policy is not None or row.group != "select" else row.kind
     return method, row.allocation, row.sinks

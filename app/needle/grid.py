@@ -11,9 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.needle.data import KINDS, Cell
+from app.needle.data import KINDS, Cell, parsed
 from h2o.alloc import ALLOCATORS
-from h2o.model.rows import Row
 
 #: The two things a heatmap can colour: the share of the cell's needles answered right, or the
 #: answer's mean teacher-forced log-probability.
@@ -37,18 +36,9 @@ def row_order(rec: Cell | object) -> tuple:
     )
 
 
-#: Row label → the family its kind names today (a label's name never changes; one that failed
-#: to parse may parse once its policy is loaded, so failures are not kept).
-_FAMILIES: dict[str, str] = {}
-
-
 def _named(row: str) -> str | None:
-    if row not in _FAMILIES:
-        try:
-            _FAMILIES[row] = Row.parse(row).family
-        except ValueError:
-            return None
-    return _FAMILIES[row]
+    known = parsed(row)
+    return None if known is None else known.family
 
 
 def family_name(family: str, allocation: str | None, row: str | None = None) -> str:
