@@ -1,9 +1,9 @@
 """The All policies page's sentences against the bars they describe, at every trace and budget.
 
-The verdict (`app.claims.bench_verdict`) is checked against the rows by definition: the leader is
-the largest mass, every policy below random is named as below it and no other, tied values are
-said to coincide. The small traces are driven at every budget the sidebar allows; the long ones at
-the budgets of the page's own budget chart.
+The verdict (`app.policy_claims.bench_verdict`) is checked against the rows by definition: the
+leader is the largest mass, every policy below random is named as below it and no other, tied
+values are said to coincide. The small traces are driven at every budget the sidebar allows; the
+long ones at the budgets of the page's own budget chart.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import claims, controls, data, state
+from app import controls, data, policy_claims, state
 from h2o import analysis
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
@@ -31,7 +31,7 @@ def row(label: str, mass: float, recall: float = 0.5, policy: str | None = None)
 
 def test_the_leader_its_share_of_the_oracle_and_a_floor_that_holds():
     rows = [row("A", 0.81, 0.9), row("B", 0.7), row("Random", 0.6, policy="random")]
-    lead, floor = claims.bench_verdict(rows, 32)
+    lead, floor = policy_claims.bench_verdict(rows, 32)
     assert lead == "**A** keeps the most attention mass: 0.810, 90% of the oracle bound (0.900)."
     assert floor == "Random eviction keeps 0.600, the least: every other policy beats it."
 
@@ -39,12 +39,12 @@ def test_the_leader_its_share_of_the_oracle_and_a_floor_that_holds():
 def test_close_to_the_oracle_is_not_rounded_up_to_it():
     rows = [row("A", 0.7193), row("Random", 0.468, policy="random")]
     rows[0]["oracle_mass"] = rows[1]["oracle_mass"] = 0.7219
-    assert "99.6% of the oracle bound (0.722)" in claims.bench_verdict(rows, 32)[0]
+    assert "99.6% of the oracle bound (0.722)" in policy_claims.bench_verdict(rows, 32)[0]
 
 
 def test_policies_below_random_are_named_with_their_mass():
     rows = [row("A", 0.8), row("B", 0.45), row("C", 0.58), row("Random", 0.61, policy="random")]
-    text = claims.bench_verdict(rows, 32)[1]
+    text = policy_claims.bench_verdict(rows, 32)[1]
     assert "B (0.450)" in text and "C (0.580)" in text and "A" not in text.split("and")[0][-3:]
     assert "less" in text and "no floor" in text
 
@@ -57,7 +57,7 @@ def test_ties_to_three_decimals_lead_together_and_coincide():
         row("D", 0.76806, 0.7),
         row("Random", 0.5, policy="random"),
     ]
-    text = claims.bench_verdict(rows, 16)
+    text = policy_claims.bench_verdict(rows, 16)
     assert text[0].startswith("**A and B** keep the most") and "tie to three decimals" in text[0]
     assert "C and D coincide at 0.768." in text
     assert not any("recall" in t for t in text)  # the recall leaders are the mass leaders
@@ -65,12 +65,12 @@ def test_ties_to_three_decimals_lead_together_and_coincide():
 
 def test_a_different_recall_leader_is_said():
     rows = [row("A", 0.8, 0.7), row("B", 0.7, 0.95), row("Random", 0.5, 0.1, policy="random")]
-    assert claims.bench_verdict(rows, 8)[-1] == "On top-8 recall the lead is B's: 0.950."
+    assert policy_claims.bench_verdict(rows, 8)[-1] == "On top-8 recall the lead is B's: 0.950."
 
 
 def check(rows: list[dict], top_k: int) -> None:
     """The verdict of ``rows`` against the rows themselves."""
-    text = claims.bench_verdict(rows, top_k)
+    text = policy_claims.bench_verdict(rows, top_k)
     best = max(r["retained_mass"] for r in rows)
     lead = text[0]
     assert f": {best:.3f}" in lead
@@ -78,9 +78,11 @@ def check(rows: list[dict], top_k: int) -> None:
         named = any(
             f"{a}{r['label']}{b}" in lead for a in ("**", ", ", "and ") for b in ("**", ",", " and")
         )
-        assert named == (best - r["retained_mass"] < claims.TIE), (r, lead)
+        assert named == (best - r["retained_mass"] < policy_claims.TIE), (r, lead)
     rand = next(r for r in rows if r["policy"] == "random")
-    below = {r["label"] for r in rows if r["retained_mass"] < rand["retained_mass"] - claims.TIE}
+    below = {
+        r["label"] for r in rows if r["retained_mass"] < rand["retained_mass"] - policy_claims.TIE
+    }
     floor = next(t for t in text if t.startswith("Random eviction keeps"))
     assert f"keeps {rand['retained_mass']:.3f}" in floor
     for r in rows:
@@ -134,6 +136,8 @@ def test_the_page_says_what_its_bars_show():
     assert "floor any attention-aware" not in page
     trace = data.load("canonical", {}).trace
     rows = analysis.bench(trace, 256, 32, lineup(256, 32, 4))
-    want = " ".join(claims.bench_verdict([{**r, "label": state.md(r["label"])} for r in rows], 32))
+    want = " ".join(
+        policy_claims.bench_verdict([{**r, "label": state.md(r["label"])} for r in rows], 32)
+    )
     assert want in page
     assert "no floor" in want and "H2O (recent\\_window=32) (0.578)" in want

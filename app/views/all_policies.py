@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import a11y, charts, claims, controls, figures, model_runs, painted, state, sweeps
+from app import a11y, charts, controls, figures, model_runs, painted, policy_claims, state, sweeps
 from h2o import analysis
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control
@@ -65,7 +65,9 @@ fig = figures.policy_bars(
     top_k=ctx.top_k,
     title=f"Retained mass and top-{ctx.top_k} recall — {ctx.trace.name}, budget {ctx.budget}",
 )
-verdict = claims.bench_verdict([{**r, "label": state.md(r["label"], 80)} for r in rows], ctx.top_k)
+verdict = policy_claims.bench_verdict(
+    [{**r, "label": state.md(r["label"], 80)} for r in rows], ctx.top_k
+)
 charts.show(fig, key="policy_bars", describe=verdict)
 painted.first_figure_first("all-policies")
 st.markdown(" ".join(verdict), help="Computed from the bars above; three decimals tie.")

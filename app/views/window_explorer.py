@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app import a11y, charts, claims, controls, figures, painted, state, sweeps
+from app import a11y, charts, controls, figures, painted, policy_claims, state, sweeps
 from h2o import analysis
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control
@@ -71,7 +71,7 @@ if band is not None and band in by_w and 32 in by_w:
     share = sweeps.band_share(ctx.ref.ident, ctx.trace, band)
     described.append(
         f"This trace puts **{share:.2f}** of its attention on the most recent {band} positions. "
-        + claims.window_headline(
+        + policy_claims.window_headline(
             h2o_rows, band, sl_mass, sl_recall, state.md(ref_label["streaming-llm"]), ctx.top_k
         )
     )

@@ -16,7 +16,8 @@ from typing import Any
 #: Two values "tie" when they agree to the three decimals the sentences print.
 TIE = 5e-4
 
-Row = Mapping[str, Any]
+#: One row of a policy table (a bench or sweep summary: label, retained_mass, top_k_recall, ...).
+TableRow = Mapping[str, Any]
 
 
 def join(items: Sequence[str]) -> str:
@@ -33,17 +34,17 @@ def percent(x: float) -> str:
     return f"{x:.0%}" if x < 0.995 else f"{x:.1%}"
 
 
-def leaders(rows: Sequence[Row], metric: str) -> list[Row]:
+def leaders(rows: Sequence[TableRow], metric: str) -> list[TableRow]:
     """The rows within :data:`TIE` of the highest ``metric``, in their order."""
     best = max(r[metric] for r in rows)
     return [r for r in rows if best - r[metric] < TIE]
 
 
-def ties(rows: Sequence[Row], metric: str) -> list[list[Row]]:
+def ties(rows: Sequence[TableRow], metric: str) -> list[list[TableRow]]:
     """Groups of two or more rows whose ``metric`` agree to three decimals (each group within
     :data:`TIE` of its first member, rows taken from the highest down)."""
     ordered = sorted(rows, key=lambda r: -r[metric])
-    groups: list[list[Row]] = []
+    groups: list[list[TableRow]] = []
     for r in ordered:
         if groups and groups[-1][0][metric] - r[metric] < TIE:
             groups[-1].append(r)
@@ -52,11 +53,11 @@ def ties(rows: Sequence[Row], metric: str) -> list[list[Row]]:
     return [g for g in groups if len(g) > 1]
 
 
-def _verb(group: Sequence[Row], one: str, many: str) -> str:
+def _verb(group: Sequence[TableRow], one: str, many: str) -> str:
     return one if len(group) == 1 else many
 
 
-def bench_verdict(rows: Sequence[Row], top_k: int) -> list[str]:
+def bench_verdict(rows: Sequence[TableRow], top_k: int) -> list[str]:
     """What a policy table shows, sentence by sentence (markdown).
 
     ``rows`` are :func:`h2o.analysis.bench` rows (``label``, ``policy``, ``retained_mass``,
@@ -113,7 +114,12 @@ def bench_verdict(rows: Sequence[Row], top_k: int) -> list[str]:
 
 
 def window_headline(
-    rows: Sequence[Row], band: int, ref_mass: float, ref_recall: float, ref_label: str, top_k: int
+    rows: Sequence[TableRow],
+    band: int,
+    ref_mass: float,
+    ref_recall: float,
+    ref_label: str,
+    top_k: int,
 ) -> str:
     """The recentWindow explorer's headline (markdown), from H2O's sweep ``rows`` (one per
     ``recent_window``, ascending, windows 32 and ``band`` among them) and the reference policy's
