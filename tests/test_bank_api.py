@@ -275,3 +275,32 @@ def test_a_deep_copy_of_an_adaptive_layer_steps_on_as_its_original():
     feed(layer, range(30, 50), seed=4)
     assert [h.kept.tolist() for h in twin.heads] == [h.kept.tolist() for h in layer.heads]
     assert max(max(h.kept) for h in twin.heads) == 49
+
+
+@pytest.mark.parametrize("name", ["h2o", "scissorhands", "tova", "random", "streaming-llm"])
+def test_lanes_of_different_budgets_replay_as_their_instances_and_step_on_alike(name):
+    """Lanes whose budgets differ never agree on a fill: each lane replays as its instance does,
+    and the bank is left as those replays leave the instances, stepping on alike."""
+    trace = canonical_trace(steps=400)
+
+    def specs() -> list:
+        rng = np.random.default_rng(7)
+        return [make_policy(name, b, recent_window=3, sinks=2, rng=rng) for b in (32, 48, 40)]
+
+    bank, alone = make_bank(specs()), specs()
+    got = replay_bank(bank, trace, 8)
+    for r, p in zip(got, alone, strict=True):
+        want = replay(p, trace, 8, record=False)
+        assert r.mass.tobytes() == want.mass.tobytes()
+        assert r.victim_pos.tobytes() == want.victim_pos.tobytes()
+    rows = np.random.default_rng(0)
+    for t in range(400, 440):
+        attn = [rows.dirichlet(np.ones(len(p.kept))).astype(np.float32) for p in alone]
+        bank.on_decode_step(t, attn if bank.reads_attention else None)
+        bank.evict()
+        for p, a in zip(alone, attn, strict=True):
+            p.on_decode_step(t, a if p.reads_attention else None)
+            p.evict()
+    for i, p in enumerate(alone):
+        assert bank[i].kept.tolist() == p.kept.tolist()
+        assert bank[i].scores.tobytes() == p.scores.tobytes()

@@ -5,8 +5,8 @@ over them, exactly as :func:`h2o.replay` does it: when the lanes' fills agree, o
 builds the ``(N, n)`` block, one reduction gives every lane's float64 mass (numpy sums each
 row's contiguous run pairwise, as it sums a 1-D array, so each mass is bit-identical to the
 single replay's) and one float32 division renormalises the rows. Then the bank steps and evicts.
-Fills that differ (lanes with different budgets) go lane by lane; a bank of one lane runs
-:func:`h2o.replay` itself.
+Lanes with different budgets, whose fills never agree, and a bank of one lane run
+:func:`h2o.replay` for each lane (compiled for the library's rules).
 
 The steady state of a scored bank (:func:`_steady`): once every lane is full, each step admits
 one position and evicts one. Those steps run in a compiled loop (:mod:`h2o.bank.kernels`), the
@@ -14,8 +14,8 @@ card's pseudocode on each lane's row: the same kept order, float64 scores added 
 the first minimum of the evictable prefix, so the instances' results by construction. Its masses
 are sums in order rather than numpy's pairwise order — exact, hence equal, when every weight of
 the trace is 0 or at least 2**-29 (rows sum to 1 within 2e-3, as every trace is checked): float64
-then holds every partial sum exactly (:func:`_exact_sums`). Traces that do not qualify, random
-eviction and lanes with different budgets keep the per-step numpy path.
+then holds every partial sum exactly (:func:`_exact_sums`). Traces that do not qualify and
+random eviction keep the per-step numpy path.
 
 Before the first eviction the lanes of such a bank are all alike: those steps run once, on one
 row (:func:`_fill_shared`). A ring bank (StreamingLLM, the sliding window) reads no attention,
@@ -64,8 +64,11 @@ class LockstepReplay:
         if self.last_pos >= 0 or self.fills.any():
             raise ValueError("replay_bank needs a fresh bank (this one has already taken steps)")
         top_k = check_top_k(top_k)
-        if len(self) == 1:  # one lane: the single replay's own loop is the fastest there is
-            return [self._replay_one(trace, top_k, progress)]
+        if len(self) == 1 or (self._budget < 0 and not self._rings_close(trace)):
+            # One lane, or lanes of different budgets (their fills never agree, so no step is
+            # lock-step) that no closed form replays: each lane's own replay, the library's
+            # rules compiled, is the fastest.
+            return self._replay_each(trace, top_k, progress)
         steps, size = trace.steps, len(self)
         mass = np.ones((steps, size))
         n_kept = np.zeros((steps, size), dtype=np.int32)
@@ -88,35 +91,23 @@ class LockstepReplay:
                 break
             row_at = t * (t - 1) // 2
             row = weights[row_at : row_at + t]
-            n = self._fill
-            if n >= 0:  # lock-step: one block for every lane
-                # Full rows (every lane at its budget, the steady state): gather them whole, which
-                # is contiguous, and give the one slot past the fill no weight.
-                full = n == self._cap - 1
-                block = row.take(self._pos) if full else row.take(self._pos[:, :n])
-                if full:
-                    block[:, n] = 0
-                masses = total(block[:, :n], axis=1, dtype=f64)
-                if t:
-                    mass[t] = masses
-                if reads:
-                    divisors = masses.astype(f32)
-                    if not _minimum(masses) > 0:
-                        divisors[~(masses > 0)] = 1  # an all-zero row goes through unnormalised
-                    np.divide(block, divisors[:, None], out=block)  # float32, as replay() divides
-                self._advance_lockstep(t, block[:, :n] if reads else None)
-            else:  # fills differ: lane by lane, as replay() does it
-                rows = []
-                for i in range(size):
-                    block = row[self.kept(i)]
-                    masses = total(block, dtype=f64)
-                    if t:
-                        mass[t, i] = masses
-                    rows.append((block / f32(masses) if masses > 0 else block) if reads else None)
-                self._advance(t, rows)
+            n = self._fill  # every lane's: the lanes share a budget, so their fills agree
+            # Full rows (every lane at its budget, the steady state): gather them whole, which
+            # is contiguous, and give the one slot past the fill no weight.
+            full = n == self._cap - 1
+            block = row.take(self._pos) if full else row.take(self._pos[:, :n])
+            if full:
+                block[:, n] = 0
+            masses = total(block[:, :n], axis=1, dtype=f64)
+            if t:
+                mass[t] = masses
+            if reads:
+                divisors = masses.astype(f32)
+                if not _minimum(masses) > 0:
+                    divisors[~(masses > 0)] = 1  # an all-zero row goes through unnormalised
+                np.divide(block, divisors[:, None], out=block)  # float32, as replay() divides
+            self._advance_lockstep(t, block[:, :n] if reads else None)
             fill[t] = self._fill
-            if self._fill < 0:
-                n_kept[t] = self._fills
             lanes, victims = self._evict()
             if victims.shape[0]:
                 evictions.append((np.array([t]), lanes, victims))
@@ -140,15 +131,28 @@ class LockstepReplay:
             for i, (a, b) in enumerate(pairwise(bounds))
         ]
 
-    def _replay_one(self, trace: Trace, top_k: int, progress: Progress | None) -> Replay:
-        if progress is not None:
-            progress(0, trace.steps, "steps")
-        lane = self.lane(0)
-        out = replay(lane, trace, top_k, record=False)
-        self._last_pos = lane.last_pos
+    def _replay_each(self, trace: Trace, top_k: int, progress: Progress | None) -> list[Replay]:
+        """:func:`h2o.replay` of each lane in turn. ``progress`` counts a lane's steps once it
+        is done, at the marks a stepped replay reports (every :data:`PROGRESS_EVERY` steps of
+        the lanes' total, scaled to one trace's ``steps``)."""
+        steps, size = trace.steps, len(self)
+        marks = [*range(0, steps, PROGRESS_EVERY), steps] if size > 1 else [0, steps]
+        sent = 0
+
+        def report(done: int) -> None:
+            nonlocal sent
+            while progress is not None and sent < len(marks) and marks[sent] <= done:
+                progress(marks[sent], steps, "steps")
+                sent += 1
+
+        out = []
+        for i in range(size):
+            report(i * steps // size)
+            lane = self.lane(i)
+            out.append(replay(lane, trace, top_k, record=False))
+            self._last_pos = lane.last_pos
         self._adopt()
-        if progress is not None:
-            progress(trace.steps, trace.steps, "steps")
+        report(steps)
         return out
 
     def _fill_shared(
@@ -206,7 +210,7 @@ class LockstepReplay:
         packed weights (one ``reduceat`` a lane). Fills ``mass``, ``n_kept`` and ``evictions``
         and leaves the lanes as the steps would; False (nothing touched) if the bank does not
         qualify."""
-        if self.kind != "ring" or not _exact_sums(trace):
+        if not self._rings_close(trace):
             return False
         steps, w = trace.steps, trace.weights
         t = np.arange(1, steps, dtype=np.intp)
@@ -231,6 +235,10 @@ class LockstepReplay:
         self._last_pos, self._stale = steps - 1, True
         fill[:] = -1  # n_kept holds every lane's fill
         return True
+
+    def _rings_close(self, trace: Trace) -> bool:
+        """Whether :meth:`_rings_closed` replays this bank over this trace."""
+        return self.kind == "ring" and _exact_sums(trace)
 
     def _steady_from(self, trace: Trace) -> int:
         """The step from which :func:`_steady` runs this bank over this trace (-1: never)."""
