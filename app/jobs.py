@@ -108,3 +108,14 @@ def bound_blas_threads() -> int:
     setter.start()
     setter.join()
     return n
+
+
+@st.cache_resource(show_spinner=False)
+def warm_kernels() -> threading.Thread:
+    """Once per server, in the background: the banks' compiled loops built (the first start
+    after install: several seconds) or loaded from their disk cache, before a page sweeps."""
+    from h2o.bank.kernels import warm
+
+    thread = threading.Thread(target=warm, name="h2o-warm-kernels", daemon=True)
+    thread.start()
+    return thread

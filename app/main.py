@@ -12,11 +12,8 @@ against that folder's file names (``window_explorer``, not ``window-explorer``) 
 
 from __future__ import annotations
 
-import argparse
 import copy
-import functools
 import sys
-import threading
 from pathlib import Path
 
 # `streamlit run app/main.py` puts app/ on sys.path, not the repo root that `app` lives in.
@@ -26,26 +23,12 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from app import collector, jobs, pages, state  # noqa: E402
-from h2o.bank.kernels import warm  # noqa: E402
+from app import collector, jobs, pages, serve, state  # noqa: E402
 from h2o.custom import load_policy  # noqa: E402
-
-HERE = Path(__file__).parent
-
-
-@st.cache_resource(show_spinner=False)
-def _page_templates() -> list[st.Page]:
-    """Every page, in menu order (app/pages.py lists them once), built once per server: building
-    one resolves its file on disk, a tenth of a run's time when it was done on every run."""
-    return [
-        st.Page(HERE / p.file, title=p.title, icon=p.icon, url_path=p.url_path, default=p.default)
-        for p in pages.PAGES
-    ]
-
 
 #: This run's own copies: ``st.navigation`` marks the page it returns as the one this run may
 #: call, so sessions running at once must not share the objects.
-PAGES = [copy.copy(p) for p in _page_templates()]
+PAGES = [copy.copy(p) for p in pages.templates()]
 
 st.set_page_config(
     page_title="H2O — KV-cache eviction",
@@ -68,25 +51,8 @@ def load_policies(specs: tuple[str, ...]) -> list[str]:
     return refused
 
 
-@functools.lru_cache(maxsize=4)
-def policy_args(argv: tuple[str, ...]) -> tuple[str, ...]:
-    parser = argparse.ArgumentParser(prog="streamlit run app/main.py --", add_help=False)
-    parser.add_argument("--policy", action="append", default=[])
-    known, _ = parser.parse_known_args(argv)
-    return tuple(known.policy)
-
-
-@st.cache_resource(show_spinner=False)
-def warm_kernels() -> threading.Thread:
-    """Once per server, in the background: the banks' compiled loops built (the first start
-    after install: several seconds) or loaded from their disk cache, before a page sweeps."""
-    thread = threading.Thread(target=warm, name="h2o-warm-kernels", daemon=True)
-    thread.start()
-    return thread
-
-
 page = st.navigation(PAGES)
-warm_kernels()
+jobs.warm_kernels()
 try:
     jobs.bound_blas_threads()  # once per server: a model job leaves a core to the class
 except ValueError as e:
@@ -96,6 +62,6 @@ try:  # one garbage collection every few seconds, not one per run (app/collector
 except ValueError as e:
     st.error(state.md(e, 200), icon=":material/error:")
 state.read_url()  # once per session: a pasted link opens its view
-for reason in load_policies(policy_args(tuple(sys.argv[1:]))):
+for reason in load_policies(serve.policy_files(tuple(sys.argv[1:]))):
     st.error(f"Your policy was not loaded: {state.md(reason, 400)}", icon=":material/error:")
 page.run()

@@ -10,6 +10,8 @@ page a lecturer opens after ``make run`` is about as quick as any later one. ``m
 
 from __future__ import annotations
 
+import argparse
+import functools
 import importlib
 import sys
 import threading
@@ -59,6 +61,16 @@ def preload(timeout: float = 60.0) -> None:
 def command(argv: list[str]) -> list[str]:
     """The ``streamlit`` command line that ``argv`` (this module's arguments) stands for."""
     return ["streamlit", "run", str(MAIN), *argv]
+
+
+@functools.lru_cache(maxsize=4)
+def policy_files(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """The policy files the app's own arguments name (``-- --policy file.py:Class``, repeated),
+    parsed once per process (here, not in the script ``main.py``, which runs on every run)."""
+    parser = argparse.ArgumentParser(prog="streamlit run app/main.py --", add_help=False)
+    parser.add_argument("--policy", action="append", default=[])
+    known, _ = parser.parse_known_args(argv)
+    return tuple(known.policy)
 
 
 def main(argv: list[str] | None = None) -> int:
