@@ -17,6 +17,7 @@ accessibility tree, on every page.
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from collections.abc import Callable, Iterable
@@ -88,6 +89,7 @@ _CODE = re.compile(r"`([^`]*)`")
 _LINE_START = re.compile(r"^\s*(?:>\s*)*(?:[-*+]\s+|\d+\.\s+|#{1,6}\s+)?", re.M)
 
 
+@functools.lru_cache(maxsize=2048)  # a view's sentences repeat for every student who opens it
 def plain(markdown: str) -> str:
     """What a sentence written in markdown reads as, once Streamlit has rendered it: the
     emphasis, code marks, links' targets, list bullets and quote marks gone, escapes undone."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.needle.data import Cell
+from app.needle.data import Cell, parsed
 from app.needle.frontier import TOLERANCE
 from app.needle.grid import rows as ordered_rows
 from app.real_model.claims import esc, names
@@ -25,9 +25,8 @@ def family_rows(cells: Sequence[Cell], budget: int | None = None) -> list[str]:
     the grid's row order."""
     out = []
     for r in ordered_rows(cells):
-        try:
-            row = Row.parse(r)
-        except ValueError:  # a row this server cannot read
+        row = parsed(r)
+        if row is None:  # a row this server cannot read
             continue
         if row.cache.since_h2o and row.bits is None and budget in (None, row.budget):
             out.append(r)
@@ -41,7 +40,9 @@ def how_they_run(cells: Sequence[Cell], budget: int | None = None) -> str:
     press: list[str] = []
     select: list[str] = []
     for r in family_rows(cells, budget):
-        row = Row.parse(r)
+        row = parsed(r)
+        if row is None:  # family_rows keeps the rows this server reads; never here
+            continue
         if isinstance(row.cache, ContextCompression) and row.family not in press:
             press.append(row.family)
         elif row.group == "select" and row.family not in select:
