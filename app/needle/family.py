@@ -20,17 +20,22 @@ from h2o.model.rows import Row
 from h2o.stats import p_text, paired, share
 
 
-def family_rows(cells: Sequence[Cell], budget: int | None = None) -> list[str]:
-    """The file's rows of methods since H2O (full precision; at ``budget`` slots if given), in
-    the grid's row order."""
+def _family(cells: Sequence[Cell], budget: int | None) -> list[tuple[str, Row]]:
+    """The file's rows of methods since H2O, each with its parsed row (see :func:`family_rows`)."""
     out = []
     for r in ordered_rows(cells):
         row = parsed(r)
         if row is None:  # a row this server cannot read
             continue
         if row.cache.since_h2o and row.bits is None and budget in (None, row.budget):
-            out.append(r)
+            out.append((r, row))
     return out
+
+
+def family_rows(cells: Sequence[Cell], budget: int | None = None) -> list[str]:
+    """The file's rows of methods since H2O (full precision; at ``budget`` slots if given), in
+    the grid's row order."""
+    return [r for r, _ in _family(cells, budget)]
 
 
 def how_they_run(cells: Sequence[Cell], budget: int | None = None) -> str:
@@ -39,10 +44,7 @@ def how_they_run(cells: Sequence[Cell], budget: int | None = None) -> str:
     selection reads a part of a whole cache ("" if the file has none of them)."""
     press: list[str] = []
     select: list[str] = []
-    for r in family_rows(cells, budget):
-        row = parsed(r)
-        if row is None:  # family_rows keeps the rows this server reads; never here
-            continue
+    for _, row in _family(cells, budget):
         if isinstance(row.cache, ContextCompression) and row.family not in press:
             press.append(row.family)
         elif row.group == "select" and row.family not in select:
