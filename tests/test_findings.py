@@ -1,9 +1,11 @@
-"""The README's findings are the shipped files' own: the block between its markers is exactly
-what ``python -m h2o.needle.findings`` prints from ``traces/results/``."""
+"""The README's findings and the findings page's are the shipped files' own: the blocks between
+their markers are exactly what ``python -m h2o.needle.findings`` prints from ``traces/results/``."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from h2o.needle import findings
 from h2o.stats import Paired, p_text, paired
@@ -11,17 +13,26 @@ from h2o.stats import Paired, p_text, paired
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_readme_states_what_the_files_hold():
+def test_the_readme_and_the_findings_page_state_what_the_files_hold():
+    results = ROOT / "traces" / "results"
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert findings.in_readme(readme) == findings.findings(ROOT / "traces" / "results")
+    assert findings.between_markers(readme) == findings.headline(results)
+    page = (ROOT / "docs" / "explanation" / "findings.md").read_text(encoding="utf-8")
+    assert findings.between_markers(page) == findings.details(results)
+    both = f"{findings.headline(results)}\n\n{findings.details(results)}"
+    assert findings.findings(results) == both
 
 
 def test_the_block_is_written_between_the_markers(tmp_path):
     p = tmp_path / "R.md"
     p.write_text(f"a\n{findings.START}\nold\n{findings.END}\nb\n")
-    findings.write_readme(p, "new | table")
+    findings.write_block(p, "new | table")
     assert p.read_text() == f"a\n{findings.START}\nnew | table\n{findings.END}\nb\n"
-    assert findings.in_readme(p.read_text()) == "new | table"
+    assert findings.between_markers(p.read_text()) == "new | table"
+    p.write_text("no markers")
+    with pytest.raises(ValueError, match="findings:start"):
+        findings.write_block(p, "x")
+    assert p.read_text() == "no markers"
 
 
 def test_a_pair_is_said_to_differ_only_at_p_below_005(tmp_path):

@@ -3,9 +3,10 @@ answered with a 95 % Wilson interval, the paired comparisons the text makes (an 
 test on the cells two rows share), H2O's window sweep (with what its band column's window is
 against the model's attention band, ``attention-band.json``), and the second question.
 
-``python -m h2o.needle.findings`` prints them as Markdown (``--readme README.md`` writes them
-between the README's findings markers); ``tests/test_findings.py`` checks the README holds
-exactly what it prints, so the README's figures are the files' own.
+``python -m h2o.needle.findings`` prints them as Markdown; ``--write`` puts the table between the
+README's findings markers and the rest between those of ``docs/explanation/findings.md``
+(``tests/test_findings.py`` checks both hold exactly what it prints, so their figures are the
+files' own).
 """
 
 from __future__ import annotations
@@ -319,11 +320,16 @@ def followup(lines: Sequence[dict]) -> list[str]:
     return out
 
 
-def findings(results: Path = RESULTS) -> str:
-    """Every block the README's findings print, as Markdown."""
+def headline(results: Path = RESULTS) -> str:
+    """The README's block: each compared row's needles answered, with its interval."""
+    return "\n".join(table(read_lines(results / "needle-grid.jsonl")))
+
+
+def details(results: Path = RESULTS) -> str:
+    """The findings page's block: the paired comparisons, the rows at equal memory, H2O's window
+    sweep with its band note, and the second question."""
     cells = read_lines(results / "needle-grid.jsonl")
-    parts = ["\n".join(table(cells)), "\n".join(comparisons(cells))]
-    parts.append("\n".join(equal_memory(cells)))
+    parts = ["\n".join(comparisons(cells)), "\n".join(equal_memory(cells))]
     sweep = window_sweep(cells)
     parts.append("\n".join(sweep))
     band = read_band(results / BAND_FILE)
@@ -335,19 +341,27 @@ def findings(results: Path = RESULTS) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
+def findings(results: Path = RESULTS) -> str:
+    """Every block, as Markdown: the README's table, then the findings page's details."""
+    return "\n\n".join(p for p in (headline(results), details(results)) if p)
+
+
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
+README = RESULTS.parents[1] / "README.md"
+DOCS = RESULTS.parents[1] / "docs" / "explanation" / "findings.md"
 
 
-def in_readme(text: str) -> str:
-    """The block between the README's findings markers (``ValueError`` without them)."""
+def between_markers(text: str) -> str:
+    """The block between a file's findings markers (``ValueError`` without them)."""
     if START not in text or END not in text:
-        raise ValueError(f"the README has no {START} ... {END} block")
+        raise ValueError(f"the file has no {START} ... {END} block")
     return text.split(START, 1)[1].split(END, 1)[0].strip("\n")
 
 
-def write_readme(path: Path, block: str) -> None:
+def write_block(path: Path, block: str) -> None:
+    """Write ``block`` between the findings markers of the file at ``path`` (README or docs)."""
     text = path.read_text(encoding="utf-8")
-    in_readme(text)
+    between_markers(text)
     head, rest = text.split(START, 1)
     tail = rest.split(END, 1)[1]
     path.write_text(f"{head}{START}\n{block}\n{END}{tail}", encoding="utf-8")
@@ -356,7 +370,8 @@ def write_readme(path: Path, block: str) -> None:
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1:2] == ["--readme"]:
-        write_readme(Path(sys.argv[2]), findings())
+    if sys.argv[1:2] == ["--write"]:
+        write_block(README, headline())
+        write_block(DOCS, details())
     else:
         print(findings())
