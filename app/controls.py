@@ -281,6 +281,13 @@ def refusal(name: str, budget: int, recent_window: int, sinks: int) -> str | Non
 
 def policy_or_error(ctx: Context, name: str) -> tuple[h2o.Policy | None, str | None]:
     """A fresh policy from the shared controls, or the refusal that says what to change."""
+    cls = h2o.POLICIES[name]
+    if not cls.runs_on(ctx.trace):
+        return None, (
+            f"{cls.label} reads each position's {', '.join(cls.reads_trace)}, which "
+            f"{shown(ctx.trace.name, 60)} does not carry: pick a trace captured from the real "
+            "model in the sidebar (lighthouse or library)."
+        )
     problem = refusal(name, ctx.budget, ctx.recent_window, ctx.sinks)
     if problem is not None:
         return None, problem
@@ -302,7 +309,9 @@ def policy_choice(name: str, label: str, default: str, container: Any = st) -> s
         help="h2o: cumulative attention · streaming-llm: sinks + ring buffer · scissorhands: "
         "votes · tova: last step's attention (with its own recent_window of 1) · "
         "sliding-window: newest only · random: any unprotected position, with equal chance (a "
-        "baseline, not a floor: a policy with too narrow a window can fall below it).",
+        "baseline, not a floor: a policy with too narrow a window can fall below it) · "
+        "key-norm: K-norm, the smallest key norms, no attention read (on the traces captured "
+        "from the real model, which carry each key's norm).",
     )
     ss[name] = chosen
     return chosen

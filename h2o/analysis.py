@@ -19,16 +19,24 @@ from .replay import replay
 from .trace import Trace
 
 
-def standard_lineup(budget: int, windows: Iterable[int] = (32, 64)) -> list[tuple[str, dict]]:
-    """The policies of ``python -m h2o bench``: every built-in method, in the registry's order,
-    at the settings its class names (:meth:`~h2o.policies.Policy.bench_settings`: H2O and
-    Scissorhands once per window).
+def standard_lineup(
+    budget: int, windows: Iterable[int] = (32, 64), trace: Trace | None = None
+) -> list[tuple[str, dict]]:
+    """The policies of ``python -m h2o bench``: every built-in method that can run on ``trace``
+    (:meth:`~h2o.policies.Policy.runs_on`: K-norm needs its key norms; with no trace, the
+    methods that read attention alone), in the registry's order, at the settings its class names
+    (:meth:`~h2o.policies.Policy.bench_settings`: H2O and Scissorhands once per window).
 
     Windows that do not fit the budget are dropped; if none fits, a quarter of the budget is used
     (so small traces such as the stale spike still get a table).
     """
     ws = [w for w in windows if w < budget] or [budget // 4]
-    return [(cls.name, s) for cls in BUILT_IN for s in cls.bench_settings(budget, ws)]
+    return [
+        (cls.name, s)
+        for cls in BUILT_IN
+        if cls.runs_on(trace)
+        for s in cls.bench_settings(budget, ws)
+    ]
 
 
 def _meta_int(meta: dict[str, Any], key: str, default: int, lo: int) -> int:
@@ -154,7 +162,7 @@ def bench(
     progress: Progress | None = None,
 ) -> list[dict]:
     """Summary rows (means over steps ``t >= budget``) for each policy of the lineup."""
-    lineup = list(lineup if lineup is not None else standard_lineup(budget))
+    lineup = list(lineup if lineup is not None else standard_lineup(budget, trace=trace))
     return replay_rows(((n, p, budget) for n, p in lineup), trace, top_k, progress)
 
 

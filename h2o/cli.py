@@ -45,9 +45,9 @@ def _windows(spec: str) -> list[int]:
     return windows
 
 
-def _lineup(budget: int) -> list[tuple[str, dict[str, int]]]:
-    """The bench lineup, with every window and sink count fitted below the budget, and every
-    policy loaded with ``--policy-file`` at its own defaults.
+def _lineup(budget: int, trace: Trace | None = None) -> list[tuple[str, dict[str, int]]]:
+    """The bench lineup on ``trace`` (the methods it can run), with every window and sink count
+    fitted below the budget, and every policy loaded with ``--policy-file`` at its own defaults.
 
     A trace of a few steps gets a budget of 1 or 2, where TOVA's window of 1 (or any window)
     would leave no room; the label then shows the window used.
@@ -59,7 +59,7 @@ def _lineup(budget: int) -> list[tuple[str, dict[str, int]]]:
         params.update({k: v for k, v in default.items() if k in fit})
     return [
         (name, {k: min(v, budget - 1) if k in fit else v for k, v in params.items()})
-        for name, params in [*analysis.standard_lineup(budget), *custom]
+        for name, params in [*analysis.standard_lineup(budget, trace=trace), *custom]
     ]
 
 
@@ -123,7 +123,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     trace = _trace(args.trace)
     _defaults(args, trace)
     rows = analysis.bench(
-        trace, args.budget, args.top_k, _lineup(args.budget), progress=_Progress(args.json)
+        trace,
+        args.budget,
+        args.top_k,
+        _lineup(args.budget, trace),
+        progress=_Progress(args.json),
     )
     oracle = rows[0]["oracle_mass"] if rows else float("nan")
     if args.json:

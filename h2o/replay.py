@@ -232,6 +232,7 @@ def replay(policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True
     if len(policy) or policy.last_pos >= 0:
         raise ValueError("replay needs a fresh policy (this one has already taken steps)")
     top_k = check_top_k(top_k)
+    policy.observe(trace)  # what it reads beyond attention (K-norm: the key norms)
     from .bank.lane import replay_compiled  # the engine is built on this module
 
     compiled = replay_compiled(policy, trace, top_k, record)
@@ -249,6 +250,7 @@ def replay_stepwise(
     if len(policy) or policy.last_pos >= 0:
         raise ValueError("replay needs a fresh policy (this one has already taken steps)")
     top_k = check_top_k(top_k)
+    policy.observe(trace)
     steps, budget = trace.steps, policy.budget
     mass = np.ones(steps)
     n_kept = np.zeros(steps, dtype=np.int32)

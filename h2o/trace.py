@@ -55,6 +55,9 @@ class Trace:
     weights: np.ndarray  # packed rows, float32, read-only
     meta: dict[str, Any] = field(default_factory=dict)
     tokens: tuple[str, ...] | None = None
+    #: Optional: the L2 norm of the key at each position (float32, ``(T,)``), for policies that
+    #: score keys without attention (K-norm); captured traces of the real model carry it.
+    key_norms: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         w = self.weights
@@ -69,6 +72,8 @@ class Trace:
             raise ValueError(f"{len(self.tokens)} tokens for a trace of {steps} steps")
         _check_weights(w, steps)
         w.flags.writeable = False
+        if self.key_norms is not None:
+            object.__setattr__(self, "key_norms", check_key_norms(self.key_norms, steps))
         object.__setattr__(self, "_steps", steps)
 
     # -- construction ------------------------------------------------------------------------
@@ -81,6 +86,7 @@ class Trace:
         tokens: list[str] | tuple[str, ...] | None = None,
         *,
         normalize: bool = False,
+        key_norms: np.ndarray | None = None,
     ) -> Trace:
         """From a ``(T, T)`` matrix whose row ``t`` holds row(t) in columns ``0..t-1``.
 
@@ -91,7 +97,13 @@ class Trace:
         if dense.ndim != 2 or dense.shape[0] != dense.shape[1]:
             raise ValueError(f"attention must be a square (T, T) matrix, got shape {dense.shape}")
         return cls.from_packed(
-            name, _pack_lower(dense), meta, tokens, normalize=normalize, take=True
+            name,
+            _pack_lower(dense),
+            meta,
+            tokens,
+            normalize=normalize,
+            take=True,
+            key_norms=key_norms,
         )
 
     @classmethod
@@ -103,6 +115,7 @@ class Trace:
         tokens: list[str] | tuple[str, ...] | None = None,
         *,
         normalize: bool = False,
+        key_norms: np.ndarray | None = None,
     ) -> Trace:
         """From a list of rows, row ``t`` of length ``t`` (row 0 empty)."""
         for t, r in enumerate(rows):
@@ -110,7 +123,13 @@ class Trace:
                 raise ValueError(f"row {t} must have length {t}, got shape {np.shape(r)}")
         packed = np.concatenate([np.asarray(r, dtype=np.float64) for r in rows]) if rows else []
         return cls.from_packed(
-            name, np.asarray(packed, dtype=np.float64), meta, tokens, normalize=normalize, take=True
+            name,
+            np.asarray(packed, dtype=np.float64),
+            meta,
+            tokens,
+            normalize=normalize,
+            take=True,
+            key_norms=key_norms,
         )
 
     @classmethod
@@ -124,6 +143,7 @@ class Trace:
         normalize: bool = False,
         sums: np.ndarray | None = None,
         take: bool = False,
+        key_norms: np.ndarray | None = None,
     ) -> Trace:
         """From rows packed back to back, as float32, each row rescaled to sum to 1 if
         ``normalize`` — by ``sums`` if given (row sums at the precision the weights had before
@@ -146,6 +166,7 @@ class Trace:
             weights,
             dict(meta or {}),
             tuple(str(s) for s in tokens) if tokens is not None else None,
+            key_norms,
         )
 
     # -- access ------------------------------------------------------------------------------
@@ -279,6 +300,23 @@ def _pack_lower(dense: np.ndarray) -> np.ndarray:
     return packed
 
 
+def check_key_norms(norms: object, steps: int) -> np.ndarray:
+    """A trace's key norms as a read-only float32 ``(steps,)`` array: one finite, non-negative
+    norm a position (``ValueError`` naming the first that is not)."""
+    a = np.asarray(norms)
+    if a.ndim != 1 or a.dtype.kind not in "fiu":
+        raise ValueError(f"key_norms must be a 1-D array of numbers, got {a.shape} {a.dtype}")
+    if a.shape[0] != steps:
+        raise ValueError(f"{a.shape[0]} key norms for a trace of {steps} steps")
+    a = a.astype(np.float32)  # a copy: the trace owns it
+    bad = np.flatnonzero(~(np.isfinite(a) & (a >= 0)))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"key norm at position {i} is {float(a[i])!r}: a norm is finite and >= 0")
+    a.flags.writeable = False
+    return a
+
+
 def _check_weights(w: np.ndarray, steps: int) -> None:
     check_values(w, row_of)
     sums = _row_sums(w, steps)
@@ -308,6 +346,8 @@ def save_trace(trace: Trace, path: str | os.PathLike[str], *, float16: bool = Fa
     }
     if trace.tokens is not None:
         arrays["tokens"] = np.array(trace.tokens, dtype=np.str_)
+    if trace.key_norms is not None:
+        arrays["key_norms"] = trace.key_norms
     np.savez_compressed(path, **arrays)
 
 

@@ -43,7 +43,7 @@ MAX_TOKEN_CHARS = 256
 #: Deepest nesting of lists and objects accepted in ``meta`` (the format's meta is flat).
 MAX_META_DEPTH = 32
 #: The archive members a trace may have (``<key>.npy``); any other member is never read.
-_KEYS = ("format", "name", "meta", "tokens", "weights", "attention")
+_KEYS = ("format", "name", "meta", "tokens", "weights", "attention", "key_norms")
 _MAX_MEMBERS = 64
 _MAX_FORMAT_CHARS = 64
 _MAX_HEADER = 10_000  # bytes of .npy header dictionary (numpy's own limit)
@@ -88,6 +88,12 @@ def load_trace(
             if tok.shape[0] != steps:
                 raise ValueError(f"{tok.shape[0]} tokens for a trace of {steps} steps")
             _check_string_header(tok, (steps,), MAX_TOKEN_CHARS)
+        norms = arrays.get("key_norms")
+        if norms is not None and (norms.shape != (steps,) or norms.dtype.kind != "f"):
+            raise ValueError(
+                f"'key_norms' must be a 1-D float array of {steps} norms (one a step), "
+                f"got {norms.shape} {norms.dtype}"
+            )
         # Every header fits: now the data, smallest first.
         fmt = _read_strings(zf, arrays["format"]) if "format" in arrays else FORMAT
         if fmt != FORMAT:
@@ -95,6 +101,7 @@ def load_trace(
         stored_name = _read_strings(zf, arrays["name"]) if "name" in arrays else "uploaded"
         meta = _parse_meta(_read_strings(zf, arrays["meta"])) if "meta" in arrays else {}
         tokens = _read_strings(zf, arrays["tokens"]) if "tokens" in arrays else None
+        key_norms = _read_floats(zf, norms) if norms is not None else None
         packed_bytes = offset(steps) * 4
         if packed_bytes > 8 * w.info.compress_size:
             # Far more compressible than attention rows are: validate every row in a first pass
@@ -104,7 +111,9 @@ def load_trace(
         packed = np.empty(offset(steps), dtype=np.float32)
         sums = _scan_weights(zf, w, steps, out=packed)
     name = name or stored_name or "uploaded"
-    return Trace.from_packed(name, packed, meta, tokens, normalize=True, sums=sums, take=True)
+    return Trace.from_packed(
+        name, packed, meta, tokens, normalize=True, sums=sums, take=True, key_norms=key_norms
+    )
 
 
 @dataclass(frozen=True)
@@ -308,6 +317,16 @@ def _read_strings(zf: zipfile.ZipFile, m: _Member) -> Any:
         return [v.decode("utf-8") for v in values]
     except UnicodeDecodeError as e:
         raise ValueError(f"{m.key!r} is not valid UTF-8 ({e.reason})") from None
+
+
+def _read_floats(zf: zipfile.ZipFile, m: _Member) -> np.ndarray:
+    """A small float member's values (its size bounded by the trace's steps, checked already);
+    :class:`h2o.trace.Trace` checks each value."""
+    with _open(zf, m.info, m.key) as f:
+        _read_exact(f, m.data_offset, m.key)
+        raw = _read_exact(f, m.nbytes, m.key)
+    order = "F" if m.fortran_order else "C"
+    return np.frombuffer(raw, dtype=m.dtype).reshape(m.shape, order=order).copy()
 
 
 def _parse_meta(text: str) -> dict[str, Any]:

@@ -93,8 +93,8 @@ def chapter7(literal: Callable[..., str], titles: dict) -> list[Cell]:
                 model = SmolLM.load()
                 story = (ROOT / "traces" / "texts" / "lighthouse.txt").read_text(encoding="utf-8")
                 ids = model.encode(story)[:n_tokens]
-                dense, meta, tokens = capture_attention(model, ids, layer, text="lighthouse.txt")
-                mine = to_trace(f"lighthouse · first {len(ids)} tokens · L{layer}", dense, meta, tokens)
+                cap = capture_attention(model, ids, layer, text="lighthouse.txt")
+                mine = to_trace(f"lighthouse · first {len(ids)} tokens · L{layer}", *cap)
                 display(Player(mine, "h2o", "streaming-llm", budget=budget7, sinks=sinks7))
             else:
                 print("Skipped: set RUN_THE_MODEL = True to run SmolLM2-135M in this kernel.")

@@ -255,7 +255,7 @@ def test_capture_rows_are_softmax_over_previous_positions(model, tiny) -> None:
     ids = token_ids(24)
     _, probs = _ref_forward(tiny[1], ids)
     for head in ("mean", 3):
-        dense, meta, tokens = capture_attention(model, ids, 1, head, text="s", licence="l")
+        dense, meta, tokens, _ = capture_attention(model, ids, 1, head, text="s", licence="l")
         P = probs[1]
         ref = np.zeros((24, 24))
         for t in range(1, 24):
@@ -270,16 +270,44 @@ def test_capture_rows_are_softmax_over_previous_positions(model, tiny) -> None:
         assert len(tokens) == 24
 
 
+def test_capture_records_each_positions_key_norm(model, tiny) -> None:
+    """The key norms are ``‖k‖₂`` of each position's key in the captured layer (the reference
+    forward's keys, before RoPE: a rotation keeps the norm), of the head's KV head or the mean
+    over the KV heads; they travel with the trace through its file."""
+    ids = token_ids(24)
+    w = tiny[1]
+    x = w["token_embd.weight"][ids].astype(np.float64)
+    pos = np.arange(24, dtype=np.float64)
+    for i in range(2):
+        q, k, v = _ref_layer_qkv(w, i, x, pos)
+        if i == 1:
+            break
+        att = np.zeros((24, NH * HD))
+        for h in range(NH):
+            g = h // (NH // NKV)
+            s = q[h] @ k[g].T / np.sqrt(HD)
+            s = np.where(np.tril(np.ones((24, 24), bool)), s, -np.inf)
+            att[:, h * HD : (h + 1) * HD] = _ref_softmax(s) @ v[:, g]
+        x = _ref_layer_rest(w, i, x, att)
+    ref = np.sqrt((k**2).sum(-1))  # (NKV, T)
+    for head in ("mean", 0, NH - 1):
+        *_, norms = capture_attention(model, ids, 1, head)
+        want = ref.mean(0) if head == "mean" else ref[head // (NH // NKV)]
+        np.testing.assert_allclose(norms, want, rtol=1e-4)
+        assert norms.dtype == np.float32 and norms.shape == (24,)
+
+
 def test_capture_wraps_into_a_trace(model, tmp_path) -> None:
     trace_mod = pytest.importorskip("h2o.trace_npz")
     from h2o.model.capture import save_capture, to_trace
 
-    dense, meta, tokens = capture_attention(model, token_ids(20), 0, "mean")
-    tr = to_trace("tiny", dense, meta, tokens)
+    dense, meta, tokens, norms = capture_attention(model, token_ids(20), 0, "mean")
+    tr = to_trace("tiny", dense, meta, tokens, norms)
     np.testing.assert_allclose(tr.row(7), dense[7, :7], atol=1e-6)
-    save_capture(tmp_path / "t.npz", "tiny", dense, meta, tokens)
+    save_capture(tmp_path / "t.npz", "tiny", dense, meta, tokens, key_norms=norms)
     back = trace_mod.load_trace(tmp_path / "t.npz")
     assert back.steps == 20 and back.meta["layer"] == 0 and back.tokens == tuple(tokens)
+    np.testing.assert_array_equal(back.key_norms, norms)  # stored float32, bit for bit
     np.testing.assert_allclose(back.row(19), dense[19, :19], atol=2e-3)
 
 

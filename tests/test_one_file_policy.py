@@ -115,10 +115,10 @@ def _copy_with_the_new_method(dest: Path) -> Path:
     reg = pkg / "policies" / "registry.py"
     text = reg.read_text()
     anchor = "from .tova import TOVA\n"
-    entry = "    RandomEviction,\n)"
+    entry = ",\n)\nPOLICIES"  # the last line of BUILT_IN
     assert anchor in text and entry in text  # the registry as its docstring describes it
     text = text.replace(anchor, anchor + "from .decayed_h2o import DecayedH2O\n")
-    text = text.replace(entry, "    RandomEviction,\n    DecayedH2O,\n)")
+    text = text.replace(entry, ",\n    DecayedH2O,\n)\nPOLICIES")
     reg.write_text(text)
     return pkg
 

@@ -9,6 +9,8 @@ from h2o import H2O, POLICIES, TOVA, RandomEviction, Scissorhands, SlidingWindow
 from h2o.reference import CARD_POLICIES
 
 ALL = list(POLICIES)
+#: K-norm's key norms: one a position for every position these tests admit.
+NORMS = np.random.default_rng(0).gamma(2, 3, 5000)
 
 
 def make(name, budget=8, **kw):
@@ -19,6 +21,7 @@ def make(name, budget=8, **kw):
         "streaming-llm": {"sinks": 2},
         "sliding-window": {},
         "random": {"recent_window": 2, "rng": np.random.default_rng(0)},
+        "key-norm": {"recent_window": 2, "key_norms": NORMS},
     }[name]
     return POLICIES[name](budget, **{**defaults, **kw})
 
@@ -39,6 +42,7 @@ def snapshot(p):
 
 def test_registry_names():
     assert set(POLICIES) == {
+        "key-norm",
         "h2o",
         "streaming-llm",
         "scissorhands",
@@ -57,7 +61,9 @@ def test_contract_budget_respected_victims_ascending_and_gone(name):
         w = rng.dirichlet(np.ones(len(p))).astype(np.float32) if len(p) else np.zeros(0)
         before = set(p.kept.tolist()) | {t}
         p.on_decode_step(t, w)
-        assert p.kept[-1] == t and p.scores[-1] == 0.0  # admitted with score 0
+        # admitted with score 0 (the card's rule), or K-norm's score known on arrival: -‖k‖
+        admitted = -NORMS[t] if name == "key-norm" else 0.0
+        assert p.kept[-1] == t and p.scores[-1] == admitted
         victims = p.evict()
         assert len(p) == min(t + 1, 8)
         assert victims == sorted(victims)

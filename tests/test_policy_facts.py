@@ -37,14 +37,17 @@ def test_a_class_declares_its_bank_and_compiled_rule_and_a_subclass_inherits_nei
     from h2o.bank.kernels import RULE_IDS, rule_id
     from h2o.bank.lane import RING_RULE, compiled_rule
     from h2o.policies import H2O, TOVA, RandomEviction, Scissorhands, SlidingWindow, StreamingLLM
+    from h2o.policies.key_norm import KeyNorm
     from h2o.policies.registry import BUILT_IN
 
     assert {c: c.declares("bank") for c in BUILT_IN} == {
         H2O: "scored", Scissorhands: "scored", TOVA: "scored", RandomEviction: "scored",
-        StreamingLLM: "ring", SlidingWindow: "ring",
+        StreamingLLM: "ring", SlidingWindow: "ring", KeyNorm: None,
     }  # fmt: skip
     assert {
-        c: (ScoredBank if c.declares("bank") == "scored" else RingBank) for c in BUILT_IN
+        c: (ScoredBank if c.declares("bank") == "scored" else RingBank)
+        for c in BUILT_IN
+        if c.declares("bank")
     } == BANKS
     assert {c: rule_id(c) for c in (H2O, Scissorhands, TOVA, RandomEviction)} == {
         H2O: RULE_IDS["add"], Scissorhands: RULE_IDS["vote"], TOVA: RULE_IDS["replace"],

@@ -15,7 +15,8 @@ STEP_PAGE = pages.STEP_THROUGH
 GOTO, OPEN_ERROR = "_rm_goto", "_rm_open_error"
 WINDOW, SINKS = "rm_recent_window", "rm_sinks"
 TOP_K = 32
-POLICY_NAMES = list(h2o.POLICIES)
+#: The methods the model runs as it reads (not one that reads a trace's key norms).
+POLICY_NAMES = [n for n, cls in h2o.POLICIES.items() if not cls.reads_trace]
 GEN_TEXT = "lighthouse"
 
 ss = st.session_state

@@ -31,7 +31,9 @@ if ctx.budget < 2:
     st.error(f"Every policy needs a budget of at least 2 to have room to evict: {fix}.")
     st.stop()
 
-lineup = analysis.standard_lineup(ctx.budget, windows=sorted({32, 64, ctx.recent_window}))
+lineup = analysis.standard_lineup(
+    ctx.budget, windows=sorted({32, 64, ctx.recent_window}), trace=ctx.trace
+)
 lineup += [  # policies loaded from a file (streamlit run app/main.py -- --policy …)
     (n, controls.policy_settings(n, ctx.recent_window, ctx.sinks))
     for n in h2o.policies.custom_policies()
@@ -102,7 +104,11 @@ budgets = [b for b in (32, 64, 128, 256, 512, 1024) if b < ctx.trace.steps]
 if len(budgets) < 3:  # small traces: the same doubling, lower down
     budgets = [b for b in (4, 6, 8, 12, 16, 24, 32, 48, 64) if b < ctx.trace.steps]
 w, s = ctx.recent_window, ctx.sinks
-curve_lineup = [(name, controls.policy_settings(name, w, s)) for name in h2o.POLICIES]
+curve_lineup = [  # the methods this trace can run (K-norm needs its key norms)
+    (name, controls.policy_settings(name, w, s))
+    for name, cls in h2o.POLICIES.items()
+    if cls.runs_on(ctx.trace)
+]
 curve_rows, oracle_by_budget = sweeps.budget_curves(
     ctx.ref.ident, ctx.trace, sweeps.freeze_lineup(curve_lineup), tuple(budgets), ctx.top_k
 )

@@ -6,7 +6,8 @@ summing to 1. The model's own causal softmax row of query ``t`` also covers ``t`
 we drop that self-weight and renormalise over ``0..t-1`` — equivalently, take the softmax of the
 query's scores restricted to ``0..t-1``. That is what a cache of earlier tokens "receives" from
 the query, and what a policy is shown at step ``t``. ``head="mean"`` averages these per-head rows
-over all query heads.
+over all query heads. Each position's key norm (the L2 norm of its key, what K-norm scores) is
+captured beside it: of the query head's KV head, or the mean over the KV heads for ``"mean"``.
 
 Where the attention goes (sinks / recent / middle, every layer) is in :mod:`h2o.model.layers`.
 """
@@ -14,7 +15,7 @@ Where the attention goes (sinks / recent / middle, every layer) is in :mod:`h2o.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -25,6 +26,16 @@ if TYPE_CHECKING:
     from h2o.trace import Trace
 
 Head = int | Literal["mean"]
+
+
+class Capture(NamedTuple):
+    """One captured trace: its dense rows, metadata, token strings and key norms."""
+
+    dense: np.ndarray
+    meta: dict[str, Any]
+    tokens: list[str]
+    key_norms: np.ndarray
+
 
 #: Position of the "layer story" split: sinks = the first 4 positions, recent = the last 64.
 N_SINKS = 4
@@ -38,8 +49,11 @@ def check_head(model: SmolLM, head: Head) -> None:
         raise ValueError(f"head must be 'mean' or an int in 0..{n_heads - 1}, got {head!r}")
 
 
-def rows_hook(dense: np.ndarray, head: Head, layer: int | None = None) -> AttnHook:
-    """A forward hook writing trace rows (of ``head``) into ``dense``, shape ``(T, T)``.
+def rows_hook(
+    dense: np.ndarray, head: Head, layer: int | None = None, norms: np.ndarray | None = None
+) -> AttnHook:
+    """A forward hook writing trace rows (of ``head``) into ``dense``, shape ``(T, T)``, and
+    with ``norms`` (shape ``(T,)``) each position's key norm (:func:`key_norms`).
 
     Row ``t`` gets the previous-position softmax in columns ``0..t-1``. With ``layer`` given,
     only that layer's chunks are written; otherwise every layer overwrites the rows in turn.
@@ -51,8 +65,21 @@ def rows_hook(dense: np.ndarray, head: Head, layer: int | None = None) -> AttnHo
         pp = ch.prev_probs()
         sel = pp.mean(axis=0) if head == "mean" else pp[head]
         dense[ch.start : ch.start + ch.rows, : sel.shape[1]] = sel
+        if norms is not None and ch.keys is not None:
+            norms[ch.start : ch.start + ch.rows] = key_norms(ch.keys, head, pp.shape[0])
 
     return hook
+
+
+def key_norms(keys: np.ndarray, head: Head, n_heads: int) -> np.ndarray:
+    """Each row's key norm ``‖k‖₂`` from keys ``(n_kv_heads, rows, head_dim)``: of query head
+    ``head``'s KV head, or for ``"mean"`` the mean over the KV heads (the trace's attention is
+    the mean over query heads, which share the KV heads equally). RoPE rotates a key without
+    changing its norm, so rotated or not gives the same."""
+    norms = np.linalg.norm(keys.astype(np.float64), axis=-1)  # (n_kv_heads, rows)
+    if head == "mean":
+        return norms.mean(axis=0).astype(np.float32)
+    return norms[head // (n_heads // keys.shape[0])].astype(np.float32)
 
 
 def capture_meta(
@@ -84,6 +111,8 @@ def capture_meta(
             "row t = softmax of query t over positions 0..t-1 (self-weight dropped, "
             "renormalised)" + (", mean over query heads" if head == "mean" else "")
         ),
+        "key_norms": "L2 norm of each position's key"
+        + (", mean over the KV heads" if head == "mean" else " in this query head's KV head"),
     }
 
 
@@ -95,13 +124,14 @@ def capture_attention(
     progress: Progress | None = None,
     text: str | None = None,
     licence: str | None = None,
-) -> tuple[np.ndarray, dict[str, Any], list[str]]:
-    """Full-cache attention trace of one layer: ``(dense, meta, tokens)``.
+) -> Capture:
+    """Full-cache attention trace of one layer: ``(dense, meta, tokens, key_norms)``.
 
     ``dense`` is ``(T, T)`` float32 whose row ``t`` holds row(t) in columns ``0..t-1`` (zeros
     elsewhere); ``meta`` records ``model``, ``layer``, ``head``, ``text`` (where the text comes
     from), its ``licence``, ``n_tokens`` and a one-line ``source``; ``tokens`` are the readable
-    token strings. Only layers ``0..layer`` are computed.
+    token strings; ``key_norms`` each position's key norm (:func:`key_norms`). Only layers
+    ``0..layer`` are computed.
     """
     n_layers = model.config.n_layers
     if not 0 <= layer < n_layers:
@@ -110,10 +140,11 @@ def capture_attention(
     ids = [int(i) for i in ids]
     T = len(ids)
     dense = np.zeros((T, T), dtype=np.float32)
-    hook = rows_hook(dense, head, layer)
+    norms = np.zeros(T, dtype=np.float32)
+    hook = rows_hook(dense, head, layer, norms)
     model.forward(ids, attn_hook=hook, progress=progress, stop_after_layer=layer)
     meta = capture_meta(model, layer, head, T, text, licence)
-    return dense, meta, model.tokenizer.token_strings(ids)
+    return Capture(dense, meta, model.tokenizer.token_strings(ids), norms)
 
 
 def trace_name(source: str, layer: int, head: Head) -> str:
@@ -122,11 +153,17 @@ def trace_name(source: str, layer: int, head: Head) -> str:
     return f"{stem} · L{layer} · {'mean' if head == 'mean' else f'head {head}'}"
 
 
-def to_trace(name: str, dense: np.ndarray, meta: dict[str, Any], tokens: list[str]) -> Trace:
+def to_trace(
+    name: str,
+    dense: np.ndarray,
+    meta: dict[str, Any],
+    tokens: list[str],
+    key_norms: np.ndarray | None = None,
+) -> Trace:
     """Wrap a capture in the policy library's :class:`h2o.trace.Trace`."""
     from h2o.trace import Trace
 
-    return Trace.from_dense(name, dense, meta, tokens)
+    return Trace.from_dense(name, dense, meta, tokens, key_norms=key_norms)
 
 
 def save_capture(
@@ -136,12 +173,13 @@ def save_capture(
     meta: dict[str, Any],
     tokens: list[str],
     float16: bool = True,
+    key_norms: np.ndarray | None = None,
 ) -> None:
-    """Save a capture as an ``h2o-trace`` ``.npz`` (float16 by default: half the size; rows are
-    renormalised on load)."""
+    """Save a capture as an ``h2o-trace`` ``.npz`` (float16 weights by default: half the size;
+    rows are renormalised on load; the key norms stay float32)."""
     from h2o.trace import save_trace
 
-    save_trace(to_trace(name, dense, meta, tokens), path, float16=float16)
+    save_trace(to_trace(name, dense, meta, tokens, key_norms), path, float16=float16)
 
 
 def all_heads_attention(
@@ -151,21 +189,27 @@ def all_heads_attention(
     progress: Progress | None = None,
     text: str | None = None,
     licence: str | None = None,
-) -> list[tuple[np.ndarray, dict[str, Any], list[str]]]:
-    """:func:`capture_attention` of every query head of ``layer`` from one forward pass:
-    ``[(dense, meta, tokens)]`` per head (``n_heads`` ``(T, T)`` float32 buffers)."""
+) -> list[Capture]:
+    """:func:`capture_attention` of every query head of ``layer`` from one forward pass: a
+    :class:`Capture` per head (``n_heads`` ``(T, T)`` float32 buffers)."""
     n_layers = model.config.n_layers
     if not 0 <= layer < n_layers:
         raise ValueError(f"layer must be in 0..{n_layers - 1}, got {layer}")
     ids = [int(i) for i in ids]
     T, H = len(ids), model.config.n_heads
     dense = np.zeros((H, T, T), dtype=np.float32)
+    norms = np.zeros((H, T), dtype=np.float32)
 
     def hook(ch: AttnChunk) -> None:
         if ch.layer == layer:
             pp = ch.prev_probs()
             dense[:, ch.start : ch.start + ch.rows, : pp.shape[2]] = pp
+            for h in range(H):
+                norms[h, ch.start : ch.start + ch.rows] = key_norms(ch.keys, h, H)
 
     model.forward(ids, attn_hook=hook, progress=progress, stop_after_layer=layer)
     tokens = model.tokenizer.token_strings(ids)
-    return [(dense[h], capture_meta(model, layer, h, T, text, licence), tokens) for h in range(H)]
+    return [
+        Capture(dense[h], capture_meta(model, layer, h, T, text, licence), tokens, norms[h])
+        for h in range(H)
+    ]

@@ -87,6 +87,10 @@ class Policy:
     label: ClassVar[str] = ""
     #: Whether the policy reads the attention weights at all.
     reads_attention: ClassVar[bool] = True
+    #: What else of a trace the policy reads, by :class:`~h2o.trace.Trace` attribute (K-norm:
+    #: ``("key_norms",)``); a replay hands it over (:meth:`observe`), and a trace without it
+    #: cannot run the policy (:meth:`runs_on`).
+    reads_trace: ClassVar[tuple[str, ...]] = ()
     #: What ``scores`` means for this policy, for axis labels and hovers.
     score_label: ClassVar[str] = "score"
     #: Whether it keeps the attention sinks by rule (pinned slots), not by score.
@@ -104,6 +108,24 @@ class Policy:
         """A fact this class sets itself (its own ``__dict__``), or None: a subclass that changes
         the rule must not inherit its parent's compiled path."""
         return vars(cls).get(fact)
+
+    @classmethod
+    def runs_on(cls, trace: object | None) -> bool:
+        """Whether a replay over ``trace`` can run this method: the trace holds everything it
+        reads (``None``, no trace: only a method that reads nothing beyond attention)."""
+        return all(getattr(trace, m, None) is not None for m in cls.reads_trace)
+
+    def observe(self, trace: object) -> None:
+        """Take what the method reads from the trace it is about to replay
+        (:attr:`reads_trace`); nothing for a method that reads only attention. ``ValueError`` if
+        the trace lacks it, before any step."""
+        missing = [m for m in self.reads_trace if getattr(trace, m, None) is None]
+        if missing:
+            name = getattr(trace, "name", "this trace")
+            raise ValueError(
+                f"{self.label} reads each position's {', '.join(missing)}, which {name!r} does "
+                "not carry: traces captured from the real model do (python -m h2o capture)"
+            )
 
     @classmethod
     def bench_settings(cls, budget: int, windows: Sequence[int]) -> list[dict[str, int]]:
@@ -343,6 +365,7 @@ class ScoredPolicy(Policy):
         return budget
 
     def _step(self, pos: int, attn: np.ndarray | None) -> None:
+        admitted = self._admission_score(pos)  # first: it may refuse, and nothing has changed
         n = self._n
         if attn is not None and n:
             self._accumulate(self._score[:n], attn)
@@ -352,8 +375,13 @@ class ScoredPolicy(Policy):
                 for a in (self._pos, self._score, self._scratch)
             )
         self._pos[n] = pos
-        self._score[n] = 0.0
+        self._score[n] = admitted
         self._n = n + 1
+
+    def _admission_score(self, pos: int) -> float:
+        """The score position ``pos`` is admitted with: 0 in the card's rule (what it earns
+        comes later, from attention); a method that scores a key as it arrives says so here."""
+        return 0.0
 
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         """Fold one step's validated, index-aligned weights into ``score`` in place."""

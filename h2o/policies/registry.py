@@ -13,6 +13,7 @@ from typing import Any
 
 from .base import Policy
 from .h2o import H2O
+from .key_norm import KeyNorm
 from .random import RandomEviction
 from .scissorhands import Scissorhands
 from .sliding_window import SlidingWindow
@@ -27,6 +28,7 @@ BUILT_IN: tuple[type[Policy], ...] = (
     TOVA,
     SlidingWindow,
     RandomEviction,
+    KeyNorm,
 )
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in BUILT_IN}
 

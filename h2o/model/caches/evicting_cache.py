@@ -67,6 +67,12 @@ class Evicting(Budgeted):
             raise ValueError(
                 f"unknown policy {r.policy!r}; choose from {', '.join(_policies())} or snapkv"
             )
+        if _policies()[r.policy].reads_trace:
+            raise ValueError(
+                f"{r.policy} reads a trace's {', '.join(_policies()[r.policy].reads_trace)}, "
+                "which a model run does not hand it; knorm@B runs K-norm on the model as kvpress "
+                "does (the prompt compressed once)"
+            )
         super().check()
         if r.window is not None or r.window_pct is not None:
             if not self.windowed:
