@@ -282,9 +282,9 @@ def refusal(name: str, budget: int, recent_window: int, sinks: int) -> str | Non
 def policy_or_error(ctx: Context, name: str) -> tuple[h2o.Policy | None, str | None]:
     """A fresh policy from the shared controls, or the refusal that says what to change."""
     cls = h2o.POLICIES[name]
-    if not cls.runs_on(ctx.trace):
+    if missing := cls.missing_from(ctx.trace):  # the trace's name shown safely, not the library's
         return None, (
-            f"{cls.label} reads each position's {', '.join(cls.reads_trace)}, which "
+            f"{cls.label} reads each position's {', '.join(missing)}, which "
             f"{shown(ctx.trace.name, 60)} does not carry: pick a trace captured from the real "
             "model in the sidebar (lighthouse or library)."
         )

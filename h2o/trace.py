@@ -300,19 +300,21 @@ def _pack_lower(dense: np.ndarray) -> np.ndarray:
     return packed
 
 
-def check_key_norms(norms: object, steps: int) -> np.ndarray:
-    """A trace's key norms as a read-only float32 ``(steps,)`` array: one finite, non-negative
-    norm a position (``ValueError`` naming the first that is not)."""
+def check_key_norms(norms: object, steps: int | None = None) -> np.ndarray:
+    """Key norms as a read-only float32 ``(steps,)`` array (any length without ``steps``): one
+    finite, non-negative norm a position (``ValueError`` naming the first that is not)."""
     a = np.asarray(norms)
     if a.ndim != 1 or a.dtype.kind not in "fiu":
         raise ValueError(f"key_norms must be a 1-D array of numbers, got {a.shape} {a.dtype}")
-    if a.shape[0] != steps:
+    if steps is not None and a.shape[0] != steps:
         raise ValueError(f"{a.shape[0]} key norms for a trace of {steps} steps")
     a = a.astype(np.float32)  # a copy: the trace owns it
     bad = np.flatnonzero(~(np.isfinite(a) & (a >= 0)))
     if bad.size:
         i = int(bad[0])
-        raise ValueError(f"key norm at position {i} is {float(a[i])!r}: a norm is finite and >= 0")
+        raise ValueError(
+            f"key norm at position {i} is {float(a[i])!r}: each norm must be finite, non-negative"
+        )
     a.flags.writeable = False
     return a
 

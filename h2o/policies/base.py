@@ -113,14 +113,18 @@ class Policy:
     def runs_on(cls, trace: object | None) -> bool:
         """Whether a replay over ``trace`` can run this method: the trace holds everything it
         reads (``None``, no trace: only a method that reads nothing beyond attention)."""
-        return all(getattr(trace, m, None) is not None for m in cls.reads_trace)
+        return not cls.missing_from(trace)
+
+    @classmethod
+    def missing_from(cls, trace: object | None) -> list[str]:
+        """What the method reads (:attr:`reads_trace`) that ``trace`` does not carry."""
+        return [m for m in cls.reads_trace if getattr(trace, m, None) is None]
 
     def observe(self, trace: object) -> None:
         """Take what the method reads from the trace it is about to replay
         (:attr:`reads_trace`); nothing for a method that reads only attention. ``ValueError`` if
         the trace lacks it, before any step."""
-        missing = [m for m in self.reads_trace if getattr(trace, m, None) is None]
-        if missing:
+        if missing := self.missing_from(trace):
             name = getattr(trace, "name", "this trace")
             raise ValueError(
                 f"{self.label} reads each position's {', '.join(missing)}, which {name!r} does "

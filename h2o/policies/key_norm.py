@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..trace import check_key_norms
 from .base import ScoredPolicy
 
 
@@ -50,11 +51,12 @@ class KeyNorm(ScoredPolicy):
         super().__init__(budget, recent_window, rng=rng)
         self._norms: np.ndarray | None = None
         if key_norms is not None:
-            self._norms = _checked(key_norms)
+            check_key_norms(key_norms)  # the trace's rules; kept at the precision given
+            self._norms = np.asarray(key_norms, dtype=np.float64)
 
     def observe(self, trace: object) -> None:
         super().observe(trace)
-        self._norms = _checked(trace.key_norms)  # type: ignore[attr-defined]
+        self._norms = trace.key_norms  # type: ignore[attr-defined]  # checked by the trace
 
     def _admission_score(self, pos: int) -> float:
         norms = self._norms
@@ -68,10 +70,3 @@ class KeyNorm(ScoredPolicy):
 
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         pass  # a key's score is fixed when it is written: attention is never read
-
-
-def _checked(norms: object) -> np.ndarray:
-    a = np.asarray(norms, dtype=np.float64)
-    if a.ndim != 1 or not (np.isfinite(a) & (a >= 0)).all():
-        raise ValueError("key_norms must be a 1-D array of finite, non-negative norms")
-    return a
