@@ -207,7 +207,10 @@ def test_every_two_policy_colours_stay_apart(vision):
 def test_no_policy_rests_on_colour_alone():
     """Every policy has a line style and marker of its own, so two lines the same colour to a
     reader still differ (and so do coinciding curves, drawn one over another)."""
-    assert set(POLICY_STYLES) == set(POLICY_COLOURS)
+    from h2o.policies.registry import BUILT_IN
+
+    # every built-in method declares both on its class, so every one is checked here
+    assert set(POLICY_STYLES) == set(POLICY_COLOURS) == {c.name for c in BUILT_IN}
     markers = [symbol for _dash, symbol, _size in POLICY_STYLES.values()]
     assert len(set(markers)) == len(markers), POLICY_STYLES
     styles = [(dash, symbol) for dash, symbol, _size in POLICY_STYLES.values()]

@@ -24,35 +24,24 @@ import plotly.graph_objects as go
 
 from h2o.player.colours import ColourScale  # noqa: F401  (the player's; figures read it here)
 from h2o.player.constants import COLOURS
+from h2o.policies.registry import BUILT_IN
 
 from ..bytecache import ByteCache
 
 FONT = 15
 
-#: One colour per policy, on every page and in the browser's step view (policy A or B alike).
-#: Any two, and each with the oracle's, stay at least ΔE00 10 apart under simulated
-#: deuteranopia, protanopia and tritanopia (tests/test_palette.py). Three were moved for that
-#: (from Scissorhands #2CA58D, sliding window #9C755F, random #8C8C8C): Scissorhands and random
-#: were 0.9 apart under deuteranopia, the sliding window and the oracle 2.2 under protanopia.
-POLICY_COLOURS = {
-    "h2o": "#3D9DF3",
-    "scissorhands": "#249A80",
-    "streaming-llm": "#F28E2B",
-    "tova": "#B07AA1",
-    "sliding-window": "#9E622E",
-    "random": "#A3A3A4",
-}
+#: One colour per policy, on every page and in the browser's step view (policy A or B alike),
+#: each declared by its class (``colour``). Any two, and each with the oracle's, stay at least
+#: ΔE00 10 apart under simulated deuteranopia, protanopia and tritanopia (tests/test_palette.py).
+#: Three were moved for that (from Scissorhands #2CA58D, sliding window #9C755F, random #8C8C8C):
+#: Scissorhands and random were 0.9 apart under deuteranopia, the sliding window and the oracle
+#: 2.2 under protanopia.
+POLICY_COLOURS = {c.name: c.declares("colour") for c in BUILT_IN if c.declares("colour")}
 
-#: And one line style per policy, so that curves which coincide (H2O, Scissorhands and TOVA at a
-#: wide enough window) stay visible one over another: dash pattern, marker, marker size.
-POLICY_STYLES = {
-    "h2o": ("solid", "circle-open", 13),
-    "scissorhands": ("dash", "square", 8),
-    "tova": ("dot", "diamond", 6),
-    "streaming-llm": ("solid", "triangle-up", 9),
-    "sliding-window": ("dashdot", "x", 8),
-    "random": ("longdash", "cross", 8),
-}
+#: And one line style per policy (its class's ``line_style``), so that curves which coincide
+#: (H2O, Scissorhands and TOVA at a wide enough window) stay visible one over another: dash
+#: pattern, marker, marker size.
+POLICY_STYLES = {c.name: c.declares("line_style") for c in BUILT_IN if c.declares("line_style")}
 
 #: Policies loaded from a file (``--policy``) take these, in order of registration.
 EXTRA_COLOURS = ("#4E79A7", "#59A14F", "#EDC948", "#FF9DA7", "#76B7B2")

@@ -93,6 +93,11 @@ class Policy:
     reads_trace: ClassVar[tuple[str, ...]] = ()
     #: What ``scores`` means for this policy, for axis labels and hovers.
     score_label: ClassVar[str] = "score"
+    #: Its colour and line style (dash, marker, marker size) on every chart, declared by the class
+    #: itself (:meth:`declares`: a subclass is another method and gets a spare); the built-in
+    #: colours are checked together for colour-blind readers (``tests/test_palette.py``).
+    colour: ClassVar[str | None] = None
+    line_style: ClassVar[tuple[str, str, int] | None] = None
     #: Whether it keeps the attention sinks by rule (pinned slots), not by score.
     pins_sinks: ClassVar[bool] = False
     #: Whether its recent window is part of its rule (TOVA protects only the newest position),

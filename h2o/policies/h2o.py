@@ -32,6 +32,7 @@ from .base import ScoredPolicy
 class H2O(ScoredPolicy):
     name = "h2o"
     label = "H2O"
+    colour, line_style = "#3D9DF3", ("solid", "circle-open", 13)  # on every chart
     score_label = "cumulative attention"
     #: The authors' generation code can also read a prompt with full attention and choose the
     #: heavy hitters from its accumulated attention before decoding (:mod:`h2o.model.prefill`).

@@ -36,6 +36,7 @@ from .base import ScoredPolicy
 class KeyNorm(ScoredPolicy):
     name = "key-norm"
     label = "K-norm"
+    colour, line_style = "#665191", ("dash", "star", 9)  # on every chart
     score_label = "−key norm"
     reads_attention = False
     reads_trace = ("key_norms",)

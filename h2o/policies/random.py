@@ -15,6 +15,7 @@ from .base import ScoredPolicy
 class RandomEviction(ScoredPolicy):
     name = "random"
     label = "Random"
+    colour, line_style = "#A3A3A4", ("longdash", "cross", 8)  # on every chart
     reads_attention = False
     score_label = "(no score)"
     bank = "scored"  # its draws run in numpy, lane by lane (no compiled rule)

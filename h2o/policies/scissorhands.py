@@ -30,6 +30,7 @@ from .base import ScoredPolicy
 class Scissorhands(ScoredPolicy):
     name = "scissorhands"
     label = "Scissorhands"
+    colour, line_style = "#249A80", ("dash", "square", 8)  # on every chart
     score_label = "votes (steps above fair share)"
     bank = "scored"
     compiled_rule = "vote"

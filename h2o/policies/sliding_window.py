@@ -16,6 +16,7 @@ class SlidingWindow(StreamingLLM):
     name = "sliding-window"
     bank = "ring"
     label = "Sliding window"
+    colour, line_style = "#9E622E", ("dashdot", "x", 8)  # on every chart
     pins_sinks = False  # StreamingLLM with zero sinks
 
     def __init__(self, budget: int = 512, *, rng: np.random.Generator | None = None) -> None:

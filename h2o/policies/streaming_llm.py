@@ -25,6 +25,7 @@ class StreamingLLM(Policy):
     name = "streaming-llm"
     bank = "ring"
     label = "StreamingLLM"
+    colour, line_style = "#F28E2B", ("solid", "triangle-up", 9)  # on every chart
     reads_attention = False
     pins_sinks = True
     score_label = "(no score)"

@@ -23,6 +23,7 @@ from .base import ScoredPolicy
 class TOVA(ScoredPolicy):
     name = "tova"
     label = "TOVA"
+    colour, line_style = "#B07AA1", ("dot", "diamond", 6)  # on every chart
     score_label = "last step's attention"
 
     default_recent_window = 1
