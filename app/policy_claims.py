@@ -28,6 +28,21 @@ def join(items: Sequence[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def refused_window(shown: Mapping[str, Sequence[int]]) -> str:
+    """The policies that refuse the shared recent_window, ``{label: the windows the table shows
+    it at}``, in a sentence: "H2O and Scissorhands refuse it, so the table shows them at
+    recent_window 32, 64 only" (policies shown at different windows are named apiece)."""
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for label, ws in shown.items():
+        groups.setdefault(tuple(sorted(set(ws))), []).append(label)
+    at = [(join(ls), ", ".join(map(str, ws))) for ws, ls in groups.items()]
+    verb = "refuses" if len(shown) == 1 else "refuse"
+    said = f"{join(list(shown))} {verb} it, so the table shows "
+    if len(at) == 1:
+        return said + f"{'it' if len(shown) == 1 else 'them'} at recent_window {at[0][1]} only"
+    return said + "; ".join(f"{ls} at recent_window {ws}" for ls, ws in at) + " only"
+
+
 def percent(x: float) -> str:
     """``x`` as a percentage, with a decimal when whole numbers would round it up to 100 %
     (99.6 % of the oracle bound is not the oracle bound)."""

@@ -626,7 +626,7 @@ def test_stale_spike_page_computes_its_story():
     ("page", "words"),
     [
         ("views/window_explorer.py", "marks none as yours"),
-        ("views/all_policies.py", "the table shows them at recent_window 32, 64 only"),
+        ("views/all_policies.py", "the table shows H2O and Scissorhands at recent_window 32, 64"),
     ],
 )
 def test_a_window_the_budget_refuses_is_named_not_dropped(page, words):

@@ -151,3 +151,7 @@ def test_the_app_reads_a_toy_kind_from_the_library(toy) -> None:
     (point,) = accuracy_points([cell], 512)
     assert point.group == "evict" and point.family == "First tokens"
     assert cache_facts(point) == ("first", None, 0)
+    from app.figures.needle import family_style
+
+    style = family_style("evict", "first", None, None, 0)  # drawn as its class says
+    assert (style["color"], style["symbol"]) == ("#8C564B", "x")

@@ -141,3 +141,35 @@ def test_the_page_says_what_its_bars_show():
     )
     assert want in page
     assert "no floor" in want and "H2O (recent\\_window=32) (0.578)" in want
+
+
+def test_a_refused_window_names_who_refuses_and_where_each_is_shown():
+    """Every policy that takes the sidebar's window and refuses it is named, each with the windows
+    the table shows it at (read from the lineup, not from a list of names)."""
+    same = policy_claims.refused_window({"H2O": [32, 64], "Scissorhands": [64, 32]})
+    assert same == (
+        "H2O and Scissorhands refuse it, so the table shows them at recent_window 32, 64 only"
+    )
+    one = policy_claims.refused_window({"H2O": [16]})
+    assert one == "H2O refuses it, so the table shows it at recent_window 16 only"
+    shown = {"H2O": [32, 64], "Scissorhands": [32, 64], "Random": [32]}
+    mixed = policy_claims.refused_window(shown)
+    assert mixed == (
+        "H2O, Scissorhands and Random refuse it, so the table shows H2O and Scissorhands at "
+        "recent_window 32, 64; Random at recent_window 32 only"
+    )
+
+
+def test_the_page_names_every_policy_that_refuses_the_sidebars_window():
+    """At recent_window 300 over budget 256 on the canonical trace, H2O, Scissorhands and random
+    eviction take the sidebar's window and refuse it; TOVA keeps its own and is not named."""
+    at = AppTest.from_file(MAIN, default_timeout=300)
+    at.query_params["budget"] = "256"
+    at.query_params["recent_window"] = "300"
+    at.run()
+    at.switch_page("views/all_policies.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    warned = " ".join(w.value for w in at.warning)
+    assert "H2O, Scissorhands and Random refuse it" in warned
+    assert "H2O and Scissorhands at recent_window 32, 64; Random at recent_window 32 only" in warned
+    assert "TOVA" not in warned

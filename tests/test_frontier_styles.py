@@ -6,6 +6,8 @@ from __future__ import annotations
 from app.figures import needle as figures
 from app.figures.base import POLICY_COLOURS, policy_colour
 from app.needle import frontier
+from h2o.alloc import ALLOCATORS
+from h2o.model import caches
 
 
 def point(row: str, group: str, family: str = "a family named for people", **kw) -> frontier.Point:
@@ -29,8 +31,8 @@ def test_styles_follow_the_row_not_the_family_name():
     snap = style(point("snapkv@256", "evict"))  # its policy field empty, as in older files
     assert snap["color"] == (POLICY_COLOURS.get("snapkv") or policy_colour("snapkv"))
     assert snap["color"] != style(point("h2o@256", "evict"))["color"]
-    assert style(point("h2o@128/pyramid", "evict"))["dash"] == figures.ALLOC_DASH["pyramid"]
-    assert style(point("h2o@128/duo", "evict"))["dash"] == figures.ALLOC_DASH["duo"]
+    assert style(point("h2o@128/pyramid", "evict"))["dash"] == ALLOCATORS["pyramid"].dash
+    assert style(point("h2o@128/duo", "evict"))["dash"] == ALLOCATORS["duo"].dash
     assert style(point("h2o@128", "evict"))["dash"] == "solid"
     assert style(point("kivi4+sinks", "compress", bits=4))["symbol"] == "diamond-open"
     assert style(point("kivi4", "compress", bits=4))["symbol"] == "diamond"
@@ -59,9 +61,30 @@ def test_the_methods_that_choose_once_are_told_apart():
     assert figures.family_style("both", "snapkv", 4, None, 0)["dash"] == "dash"
 
 
+def test_each_allocation_is_dashed_its_own_way():
+    """The allocators' dashes are facts on their classes, one apiece; no allocation is solid but
+    the uniform one (the same line as no allocation)."""
+    dashes = {name: cls.dash for name, cls in ALLOCATORS.items()}
+    assert len(set(dashes.values())) == len(dashes)
+    assert [n for n, d in dashes.items() if d == "solid"] == ["uniform"]
+    assert figures.alloc_dash(None) == figures.alloc_dash("not an allocation") == "solid"
+
+
+def test_a_subclass_of_a_method_is_not_drawn_as_it():
+    """A kind's colour is read from its own class: a subclass of K-norm that changes the rule
+    gets the policy colours' fallback, not K-norm's mark."""
+    sub = type("Sharper", (caches.Knorm,), {"kind": "sharper"})
+    caches.register(sub)
+    try:
+        assert figures.method_mark("sharper") is None
+        assert figures.method_mark("knorm") == (caches.Knorm.colour, caches.Knorm.marker)
+    finally:
+        caches.unregister("sharper")
+
+
 def test_a_selection_row_is_styled_by_its_kind():
     """Quest has no policy: its style still comes from its row (its kind), not its name."""
     p = point("quest@128", "select", policy=None)
     assert frontier.cache_facts(p) == ("quest", None, 0)
-    assert style(p)["color"] == figures.METHOD_MARKS["quest"][0]
+    assert (style(p)["color"], style(p)["symbol"]) == (caches.Quest.colour, caches.Quest.marker)
     assert frontier.cache_facts(point("kivi4", "compress", bits=4))[0] is None

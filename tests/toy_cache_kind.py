@@ -21,6 +21,7 @@ class FirstTokens(Budgeted):
     kind = "first"
     quantizable = False
     closed_loop = False  # it chooses once, after a prompt
+    colour, marker = "#8C564B", "x"  # its line on the memory frontier
 
     @classmethod
     def parse_head(cls, head: str, label: str) -> dict[str, Any] | None:

@@ -14,9 +14,10 @@ import numpy as np
 import plotly.graph_objects as go
 
 from app.needle.frontier import TOLERANCE, FigureLine
+from h2o.alloc import ALLOCATORS
+from h2o.model.caches import CACHE_KINDS
 
 from .base import (
-    EXTRA_COLOURS,
     FONT,
     NEUTRAL_LINE,
     POLICY_COLOURS,
@@ -31,19 +32,22 @@ from .budget import GRID_SCALE
 #: KIVI-style quantized caches, by bit width (a hue no policy uses); combinations take their
 #: policy's colour with a dashed line.
 BITS_COLOURS = {2: "#E15759", 4: "#C9A227", 8: "#59A14F", 16: "#76B7B2"}
-ALLOC_DASH = {None: "solid", "uniform": "solid", "pyramid": "dot", "adaptive": "dashdot"}
-ALLOC_DASH["duo"] = "longdash"
 
-#: The methods that choose once, after a prompt (kinds of cache, not policies of the registry): a
-#: colour and a marker each, so that their lines stay apart on the frontier (SnapKV keeps the
-#: first spare colour it always had).
-METHOD_MARKS = {
-    "snapkv": (EXTRA_COLOURS[0], "circle"),
-    "knorm": ("#FF9DA7", "square"),
-    "kvzip": ("#EDC948", "triangle-up"),
-    "expected-attention": ("#604848", "diamond-tall"),
-    "quest": ("#4830C0", "hexagon"),  # selection: it holds every key
-}
+
+def alloc_dash(allocation: str | None) -> str:
+    """The dash of an allocation's line: the allocator's own (:attr:`h2o.alloc.Allocator.dash`),
+    solid for none or one this server does not know."""
+    cls = ALLOCATORS.get(allocation or "")
+    return cls.dash if cls is not None else "solid"
+
+
+def method_mark(kind: str) -> tuple[str, str] | None:
+    """The colour and marker of a kind of cache that is a method of its own (SnapKV, K-norm,
+    KVzip, Expected Attention, Quest: each declares them on its class), or None."""
+    cls = CACHE_KINDS.get(kind)
+    colour = cls.declares("colour") if cls is not None else None
+    return (str(colour), cls.marker) if colour and cls is not None else None
+
 
 #: A line of the frontier (``app.needle.frontier.figure_lines`` builds them from the rows' labels).
 FrontierLine = FigureLine
@@ -63,11 +67,11 @@ def family_style(
         colour = BITS_COLOURS.get(bits or 16, NEUTRAL_LINE)
         return {"color": colour, "dash": "solid", "symbol": "diamond-open" if sinks else "diamond"}
     name = method or ""
-    colour, symbol = METHOD_MARKS.get(name, (POLICY_COLOURS.get(name), "circle"))
+    colour, symbol = method_mark(name) or (POLICY_COLOURS.get(name), "circle")
     colour = colour or policy_colour(name)
     if group == "both":
         return {"color": colour, "dash": "dash", "symbol": "star"}
-    return {"color": colour, "dash": ALLOC_DASH.get(allocation, "solid"), "symbol": symbol}
+    return {"color": colour, "dash": alloc_dash(allocation), "symbol": symbol}
 
 
 def frontier(

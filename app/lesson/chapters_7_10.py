@@ -14,6 +14,7 @@ from app.lesson import Chapter, open_in
 from app.lesson import needle as needle_chapters
 from app.needle.data import Cell
 from app.real_model import claims
+from h2o.model.generate import label_policy
 from h2o.model.rows import Row
 from h2o.stats import p_text, paired, share
 
@@ -89,8 +90,8 @@ def windows_said(policies: Iterable[str], budget: int) -> str:
 def run_policies(runs: dict[int, list[dict]]) -> tuple[list[str], int]:
     """The policies of the answers' runs (labels ``"h2o@256"``), in their order, and the
     smallest budget they ran at."""
-    heads = [str(r.get("label", "")).split("@") for rs in runs.values() for r in rs]
-    return list(dict.fromkeys(h[0] for h in heads if len(h) == 2)), min(runs)
+    names = [label_policy(str(r.get("label", ""))) for rs in runs.values() for r in rs]
+    return list(dict.fromkeys(n for n in names if n is not None)), min(runs)
 
 
 def answer_table(runs: dict[int, list[dict]]) -> pd.DataFrame:
@@ -100,8 +101,9 @@ def answer_table(runs: dict[int, list[dict]]) -> pd.DataFrame:
     for budget, results in runs.items():
         row: dict[str, object] = {"budget": budget}
         for r in results:
-            name = str(r.get("label", "")).split("@")[0]
-            label = h2o.POLICIES[name].label if name in h2o.POLICIES else name
+            label = str(r.get("label", ""))
+            name = label_policy(label)
+            label = h2o.POLICIES[name].label if name in h2o.POLICIES else label
             row[label] = str(r.get("text", "")).strip()
         rows.append(row)
     return pd.DataFrame(rows).set_index("budget")

@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from h2o.model.generate import label_policy
+
 #: H2O beats StreamingLLM on a layer when it retains this much more attention mass.
 MARGIN = 0.05
 #: Where the story's one statement of the answer ("brass owl") starts in the prompt's tokens
@@ -74,7 +76,7 @@ def grade(runs: Mapping[int, Sequence[Mapping]]) -> list[Graded]:
             if label == "full cache":
                 full = text
             else:
-                answers[label.split("@")[0]] = text
+                answers[label_policy(label) or label] = text
         expected = answer_key(full)
         right = {p: is_right(expected, t) for p, t in answers.items()}
         out.append(Graded(budget, expected, n, answers, right))

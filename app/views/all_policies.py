@@ -39,20 +39,28 @@ lineup += [  # policies loaded from a file (streamlit run app/main.py -- --polic
     for n in h2o.policies.custom_policies()
     if controls.refusal(n, ctx.budget, ctx.recent_window, ctx.sinks) is None
 ]
-if ctx.recent_window >= ctx.budget:
-    used = sorted({p["recent_window"] for n, p in lineup if n == "h2o"})
+names = list(dict.fromkeys(n for n, _ in lineup))
+# The policies that take the sidebar's window (a class keeping its own, TOVA, does not).
+windowed = [n for n in names if "recent_window" in controls.policy_settings(n, 0, 0)]
+if ctx.recent_window >= ctx.budget and windowed:
+    shown = {
+        h2o.POLICIES[n].label: [p["recent_window"] for m, p in lineup if m == n] for n in windowed
+    }
     st.warning(
         f"The sidebar's recent_window ({ctx.recent_window}) is not below the budget "
-        f"({ctx.budget}): H2O and Scissorhands refuse it, so the table shows them at "
-        f"recent_window {', '.join(map(str, used))} only. Lower recent_window below "
+        f"({ctx.budget}): {policy_claims.refused_window(shown)}. Lower recent_window below "
         f"{ctx.budget} to add yours.",
         icon=":material/warning:",
     )
-sinks_problem = controls.refusal("streaming-llm", ctx.budget, ctx.recent_window, ctx.sinks)
-if sinks_problem is None:
-    lineup = [(n, {"sinks": ctx.sinks} if n == "streaming-llm" else p) for n, p in lineup]
+# The sidebar's sinks go to every policy that pins sinks, unless one of them refuses them.
+pinning = [n for n in names if "sinks" in controls.policy_settings(n, 0, 0)]
+sinks_problems = [
+    p for n in pinning if (p := controls.refusal(n, ctx.budget, ctx.recent_window, ctx.sinks))
+]
+if not sinks_problems:
+    lineup = [(n, {**p, "sinks": ctx.sinks} if n in pinning else p) for n, p in lineup]
 else:
-    st.error(sinks_problem + " The table uses the standard lineup's sinks instead.")
+    st.error(" ".join(sinks_problems) + " The table uses the standard lineup's sinks instead.")
 
 rows = sweeps.bench(ctx.ref.ident, ctx.trace, ctx.budget, ctx.top_k, sweeps.freeze_lineup(lineup))
 oracle = rows[0]["oracle_mass"]

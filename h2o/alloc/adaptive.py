@@ -97,6 +97,7 @@ def adapts(policy: Policy) -> bool:
 class Adaptive(Allocator):
     name = "adaptive"
     label = "adaptive per head (Ada-KV-style)"
+    dash = "dashdot"
     unlike_paper = (
         "Ada-KV selects once after the prompt (on top of SnapKV or PyramidKV), sharing each "
         "layer's budget among its heads by observation-window scores; here the same cross-head "

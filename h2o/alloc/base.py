@@ -146,6 +146,8 @@ class Allocator:
     label: ClassVar[str] = ""
     #: For a rule named after a paper ("-style"): in one sentence, how it differs from that paper.
     unlike_paper: ClassVar[str] = ""
+    #: How its line is dashed on the memory frontier (a Plotly dash; its method gives the colour).
+    dash: ClassVar[str] = "solid"
 
     def allocate(
         self,

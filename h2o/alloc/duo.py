@@ -36,6 +36,7 @@ RETRIEVAL, STREAMING = "retrieval", "streaming"
 class Duo(Allocator):
     name = "duo"
     label = "head classes (DuoAttention-style)"
+    dash = "longdash"
     unlike_paper = (
         "DuoAttention learns a gate per head on synthetic passkey-retrieval data and gives its "
         "retrieval heads the full cache; here heads are ranked by their attention share outside "

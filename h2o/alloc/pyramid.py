@@ -38,6 +38,7 @@ def pyramid_layer_values(n_layers: int, cap: int, window: int, beta: float) -> n
 class Pyramid(Allocator):
     name = "pyramid"
     label = "pyramid (PyramidKV-style)"
+    dash = "dot"
     unlike_paper = (
         "PyramidKV selects once after the prompt, by the attention of an observation window of "
         "its last queries; here only its depth schedule is used, and a decode-time policy (H2O, "

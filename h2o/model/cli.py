@@ -553,7 +553,7 @@ def _final_fill(run) -> dict[str, object]:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from h2o.model.generate import generate
+    from h2o.model.generate import generate, run_label
     from h2o.model.quality import FULL_CACHE, policy_factory
 
     # Every input is checked before the model loads (seconds) or anything runs.
@@ -578,7 +578,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     ids = model.encode(text.rstrip())
     results = []
     for n, f in factories.items():
-        label = FULL_CACHE if f is None else f"{n}@{args.budget}"
+        label = FULL_CACHE if f is None else run_label(n, args.budget)
         r = generate(model, ids, args.max_new, f, _progress(args, label), label=label)
         results.append(r)
         if not args.json:
@@ -595,7 +595,7 @@ def _generate_allocations(args: argparse.Namespace, text: str, names: list[str])
         held_bytes,
         make_allocation,
     )
-    from h2o.model.generate import generate
+    from h2o.model.generate import generate, run_label
     from h2o.model.quality import FULL_CACHE, policy_factory
     from h2o.model.snapkv import check_snapkv, snapkv_generate
     from h2o.policies.snapkv import snapkv_keep
@@ -625,7 +625,7 @@ def _generate_allocations(args: argparse.Namespace, text: str, names: list[str])
             if n == "snapkv":  # PyramidKV's window is SnapKV's observation window
                 ap["window"] = args.snapkv_window if a == "pyramid" else ap["window"]
             alloc = make_allocation(model, a, args.budget, shares, **ap)
-            label = f"{n}/{a}@{args.budget}"
+            label = run_label(n, args.budget, a)
             if n == "snapkv":
                 check_snapkv(alloc, len(ids), args.snapkv_window)
                 plan.append((n, label, alloc, None))

@@ -9,6 +9,7 @@ model answer?
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,6 +45,23 @@ class GenerationResult:
             "seconds": round(self.seconds, 3),
             "stopped": self.stopped,
         }
+
+
+#: The label of a run under eviction: ``NAME@BUDGET``, or ``NAME/ALLOCATION@BUDGET``.
+_RUN_LABEL = re.compile(r"^(?P<name>[A-Za-z0-9_\-]+)(?:/(?P<alloc>[a-z]+))?@(?P<budget>\d+)$")
+
+
+def run_label(name: str, budget: int, allocation: str | None = None) -> str:
+    """The label ``python -m h2o generate`` gives a run: ``"h2o@256"``, ``"h2o/pyramid@128"``
+    (:func:`label_policy` reads the method back)."""
+    return f"{name}{'' if allocation is None else '/' + allocation}@{int(budget)}"
+
+
+def label_policy(label: str) -> str | None:
+    """The method a run's label names (``"h2o@256"``, ``"h2o/pyramid@128"`` → ``"h2o"``); None for
+    the full cache or a label :func:`run_label` did not write."""
+    m = _RUN_LABEL.match(str(label))
+    return None if m is None else m["name"]
 
 
 def check_prompt(prompt_ids: Sequence[int], max_new: int) -> list[int]:

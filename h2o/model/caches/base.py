@@ -104,9 +104,20 @@ class CacheKind:
     #: a method of the family since H2O: what it answers of H2O's limits, as a clause the app
     #: writes after the method's name ("" for the others)
     since_h2o: ClassVar[str] = ""
+    #: its line's colour and marker on the memory frontier, for a kind that is a method of its
+    #: own (None: the row's policy gives the colour, as for ``h2o@128``); read with
+    #: :meth:`declares`, so a subclass picks its own
+    colour: ClassVar[str | None] = None
+    marker: ClassVar[str] = "circle"
 
     def __init__(self, row: Row) -> None:
         self.row = row
+
+    @classmethod
+    def declares(cls, fact: str) -> object:
+        """A fact this class sets itself (its own ``__dict__``), or None: a subclass is a method
+        of its own and is not drawn as its parent."""
+        return vars(cls).get(fact)
 
     # -- the grammar -------------------------------------------------------------------------
     @classmethod

@@ -119,6 +119,8 @@ class ExpectedAttention(ContextCompression):
     queries are expected to pay each key."""
 
     kind = "expected-attention"
+    colour = "#604848"
+    marker = "diamond-tall"
     since_h2o = (
         "predicts the attention a key will receive from the queries to come, instead of "
         "summing what it received, so an old key has no head start"

@@ -46,6 +46,8 @@ class Knorm(ContextCompression):
     """The context compressed once to ``budget - 32`` slots a head by its keys' norms."""
 
     kind = "knorm"
+    colour = "#FF9DA7"
+    marker = "square"
     since_h2o = (
         "reads no attention weight, so it runs where a fused attention kernel never writes them "
         "out (H2O, TOVA and SnapKV cannot)"

@@ -102,6 +102,8 @@ class Kvzip(ContextCompression):
     all as ``budget - 32`` a head."""
 
     kind = "kvzip"
+    colour = "#EDC948"
+    marker = "triangle-up"
     since_h2o = (
         "chooses without the question: it keeps what the model reads while it repeats the "
         "context, so a second question finds it there (SnapKV keeps what the first one read)"

@@ -116,6 +116,8 @@ class Quest(CacheKind):
     bound on ``q . k`` is highest, up to ``budget`` tokens (``quest@BUDGET``)."""
 
     kind = "quest"
+    colour = "#4830C0"
+    marker = "hexagon"
     group = "select"
     takes = ("budget",)
     since_h2o = (

@@ -20,6 +20,8 @@ class SnapKV(Budgeted):
     """The prompt compressed once to ``budget`` slots per KV head, then nothing evicted."""
 
     kind = "snapkv"
+    colour = "#4E79A7"
+    marker = "circle"
     options = ("pooling",)
     closed_loop = False  # it compresses a prompt once: no perplexity over a text
 
