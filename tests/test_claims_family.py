@@ -128,3 +128,32 @@ def test_a_row_that_reads_a_part_says_what_it_reads() -> None:
     # a line without the field reads all it holds
     old = [_cell("quest@128", L, d, n, True, kv=4000) for L, d, n in keys]
     assert "a decoding step reads" not in family.family_sentence(old, "quest@128")
+
+
+def test_how_they_run_says_each_pipeline_and_where_a_decode_time_twin_steps() -> None:
+    """The presses compress before the question, SnapKV reads the question first, a selection
+    reads a part of a whole cache; a method whose score a registry policy also evicts by (K-norm)
+    is pointed to Step through, with the trace member that policy reads — from the classes."""
+    import h2o
+    from h2o.model import caches
+
+    def how(*rows: str) -> str:
+        return family.how_they_run([_cell(r, 512, 0, "a", True) for r in (*rows, "snapkv@128")])
+
+    knorm = how("knorm@128")
+    assert "K-norm compresses the context and then reads the question" in knorm
+    assert "SnapKV reads the question first" in knorm
+    policy = h2o.POLICIES[caches.Knorm.decode_policy]
+    assert f"{policy.label} also runs as the model decodes" in knorm
+    assert f"carry each position's `{policy.reads_trace[0]}`" in knorm
+    kvzip = how("kvzip@128")
+    assert "KVzip compresses" in kvzip and "as the model decodes" not in kvzip
+    both = how("knorm@128", "kvzip@128")
+    assert "K-norm and KVzip compress the context and then read the question" in both
+    assert "Quest evicts nothing" in how("quest@128")
+    assert family.how_they_run([_cell("h2o@128", 512, 0, "a", True)]) == ""
+
+
+def test_the_model_refuses_a_trace_reading_policy_and_names_its_row() -> None:
+    with pytest.raises(ValueError, match="knorm@B runs K-norm on the model as kvpress does"):
+        Row.parse("key-norm@128")

@@ -108,3 +108,26 @@ def test_the_sinks_have_the_smallest_key_norms_on_the_shipped_layer_8_traces():
     for name in ("lighthouse-L8-mean.npz", "library-L8-mean.npz"):
         norms = load_trace(ROOT / "traces" / name).key_norms
         assert norms[0] <= np.quantile(norms, 0.05)
+
+
+def test_the_player_colours_its_panel_by_its_score():
+    """Its scores are minus a key's norm, all below 0: the player colours its panel by them (a
+    range from its lowest to its highest score, shared with no other kind of score), beside an
+    H2O panel whose scale still starts at 0 and a StreamingLLM panel that has no score."""
+    from h2o import H2O, StreamingLLM
+    from h2o.player import playback
+
+    trace = load_trace(ROOT / "traces" / "lighthouse-L8-mean.npz")
+    reps = [
+        replay(KeyNorm(128, recent_window=32), trace),
+        replay(H2O(128, recent_window=32), trace),
+        replay(StreamingLLM(128, sinks=4), trace),
+    ]
+    ranges = playback.colour_ranges([playback.Panel(r.label, "#000", r) for r in reps])
+    ks = reps[0].kept_score[np.isfinite(reps[0].kept_score)]
+    assert ranges[0] == (pytest.approx(float(ks.min())), pytest.approx(float(ks.max())))
+    assert ranges[0][1] < 0
+    assert ranges[1][0] == 0.0 and ranges[1][1] > 0
+    assert ranges[2] is None
+    block = playback.range_block(reps[0], trace, 200, 260)
+    assert "scores" in block.arrays  # the browser gets the scores it colours by

@@ -97,6 +97,31 @@ def test_the_browsers_colour_scale_is_the_servers(modules):
             i += 1
 
 
+def test_a_scale_of_scores_below_zero_is_the_servers_too(modules):
+    """K-norm's scores are minus a key's norm: the scale is linear from the lowest score, on both
+    sides, whichever way the colour toggle is set."""
+    spans = [(-19.5, -5.9), (-3.0, 2.0)]
+    scores = [-19.5, -12.25, -5.9, 0.0, 2.0]
+    got = run(
+        modules,
+        f"const spans = {json.dumps(spans)}, scores = {json.dumps(scores)};"
+        "return spans.flatMap(([lo, hi]) => [true, false].map((log) => {"
+        " const s = common.scaleOf({ scored: true, hi, lo, score_label: 'x' }, log, 100);"
+        " return { zmin: s.zmin, zmax: s.zmax, v: scores.map(s.value) }; }));",
+    )
+    i = 0
+    for lo, hi in spans:
+        for log in (True, False):
+            scale = figures.ColourScale(hi, log=log, floor=lo)
+            assert not scale.log
+            zmin, zmax = scale.zrange()
+            assert got[i]["zmin"] == pytest.approx(zmin) and got[i]["zmax"] == pytest.approx(zmax)
+            assert zmin < lo  # the lowest score is never the background's colour
+            want = scale.values(np.asarray(scores, dtype=np.float64))
+            np.testing.assert_allclose(got[i]["v"], want, rtol=1e-6)
+            i += 1
+
+
 def test_the_browser_reads_the_servers_payload_as_the_server_does(modules):
     trace = h2o.toy_trace()
     panels = [

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import h2o
 from app.needle.data import Cell, parsed
 from app.needle.frontier import TOLERANCE
 from app.needle.grid import rows as ordered_rows
@@ -53,10 +54,11 @@ def how_they_run(cells: Sequence[Cell], budget: int | None = None) -> str:
         return ""
     parts = []
     if press:
-        verb = "compresses" if len(press) == 1 else "compress"
+        one = len(press) == 1
         parts.append(
-            f"{names(press)} {verb} the context and then read the question through the "
-            "compressed cache (kvpress's pipeline)"
+            f"{names(press)} {'compresses' if one else 'compress'} the context and then "
+            f"{'reads' if one else 'read'} the question through the compressed cache (kvpress's "
+            "pipeline)"
         )
     parts.append("SnapKV reads the question first and chooses by it")
     if select:
@@ -65,7 +67,28 @@ def how_they_run(cells: Sequence[Cell], budget: int | None = None) -> str:
             "is read in full and each step after it reads only the pages of keys its query "
             "can attend to"
         )
-    return "Each runs as its authors run it: " + "; ".join(parts) + "."
+    return "Each runs as its authors run it: " + "; ".join(parts) + "." + decode_time(cells, budget)
+
+
+def decode_time(cells: Sequence[Cell], budget: int | None = None) -> str:
+    """For the file's methods whose score a policy of the registry also evicts by, one position
+    a token (:attr:`~h2o.model.caches.CacheKind.decode_policy`: K-norm): where to step it ("" if
+    none)."""
+    classes = []
+    for _, row in _family(cells, budget):
+        cls = h2o.POLICIES.get(row.cache.decode_policy)
+        if cls is not None and cls not in classes:
+            classes.append(cls)
+    if not classes:
+        return ""
+    needs = names([f"`{m}`" for m in dict.fromkeys(m for c in classes for m in c.reads_trace)])
+    one = len(classes) == 1
+    return (
+        f" {names([c.label for c in classes])} also {'runs' if one else 'run'} as the model "
+        f"decodes, one eviction a token by the same score: choose {'it' if one else 'them'} as "
+        "a policy in Step through, on a trace captured from the model (those carry each "
+        f"position's {needs})."
+    )
 
 
 def partner(row: str) -> str:

@@ -26,10 +26,17 @@ class ColourScale:
     hi: float
     log: bool = True
     decades: float = float(LOG_DECADES)
+    #: The smallest score, when scores go below 0 (K-norm's minus a key's norm): such a scale is
+    #: linear from there, whatever ``log`` asks (a logarithm has no negative scores).
+    floor: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.floor < 0 and self.log:
+            object.__setattr__(self, "log", False)
 
     @property
     def lo(self) -> float:
-        return self.hi * 10.0**-self.decades if self.log else 0.0
+        return self.hi * 10.0**-self.decades if self.log else min(0.0, self.floor)
 
     def values(self, z: np.ndarray) -> np.ndarray:
         if not self.log:
@@ -41,7 +48,7 @@ class ColourScale:
         if self.log:
             top = math.log10(self.hi)
             return top - self.decades * 1.3, top
-        return -0.3 * self.hi, self.hi
+        return self.lo - 0.3 * (self.hi - self.lo), self.hi
 
     def colorbar(self, title: str) -> dict:
         bar: dict = {"title": {"text": title, "side": "right"}, "thickness": 14}

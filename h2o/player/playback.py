@@ -135,18 +135,28 @@ def story(rep: h2o.Replay, trace: h2o.Trace, t: int) -> str:
 
 
 def scored(rep: h2o.Replay) -> bool:
-    """Whether the panel colours by score (a policy that reads attention and ever scored > 0)."""
-    return rep.reads_attention and score_max(rep) > 0
+    """Whether the panel colours by score: the policy ever held a score other than 0 (a policy
+    without a score, StreamingLLM's or random eviction's, holds only zeros). K-norm's scores are
+    negative (minus a key's norm): its panel is scored on a linear scale that starts below 0."""
+    lo, hi = score_range(rep)
+    return hi > 0 or lo < 0
 
 
 def score_max(rep: h2o.Replay) -> float:
-    """The largest score the replay ever held (0 if none), computed once per replay."""
-    if "score_max" not in rep.extra:
+    """The largest score the replay ever held (0 if none)."""
+    return score_range(rep)[1]
+
+
+def score_range(rep: h2o.Replay) -> tuple[float, float]:
+    """The smallest and largest score the replay ever held ((0, 0) if none), computed once per
+    replay."""
+    if "score_range" not in rep.extra:
         ks = rep.kept_score
-        rep.extra["score_max"] = (
-            float(np.nanmax(ks)) if ks is not None and np.isfinite(ks).any() else 0.0
+        finite = ks[np.isfinite(ks)] if ks is not None else np.empty(0)
+        rep.extra["score_range"] = (
+            (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
         )
-    return rep.extra["score_max"]
+    return rep.extra["score_range"]
 
 
 def range_block(rep: h2o.Replay, trace: h2o.Trace, a: int, b: int) -> Block:
@@ -216,18 +226,27 @@ class Panel:
     dash: str = "solid"
 
 
-def colour_his(panels: Sequence[Panel]) -> list[float | None]:
-    """The top of each panel's colour scale: panels that show the same kind of score share it
-    (the largest over the whole run, so colours do not shift while stepping); None if unscored."""
-    hi: dict[str, float] = {}
+def colour_ranges(panels: Sequence[Panel]) -> list[tuple[float, float] | None]:
+    """The bottom and top of each panel's colour scale: panels that show the same kind of score
+    share them (over the whole run, so colours do not shift while stepping); the bottom is 0 but
+    for scores below 0 (K-norm's); None if unscored."""
+    seen: dict[str, tuple[float, float]] = {}
     for p in panels:
         if p.replay is not None and scored(p.replay):
-            label = p.replay.score_label
-            hi[label] = max(hi.get(label, 0.0), score_max(p.replay))
+            lo, hi = score_range(p.replay)
+            was = seen.get(p.replay.score_label, (lo, hi))
+            seen[p.replay.score_label] = (min(was[0], lo), max(was[1], hi))
     return [
-        hi.get(p.replay.score_label) if p.replay is not None and scored(p.replay) else None
+        (min(0.0, seen[p.replay.score_label][0]), seen[p.replay.score_label][1])
+        if p.replay is not None and scored(p.replay)
+        else None
         for p in panels
     ]
+
+
+def colour_his(panels: Sequence[Panel]) -> list[float | None]:
+    """The top of each panel's colour scale (:func:`colour_ranges`); None if unscored."""
+    return [None if r is None else r[1] for r in colour_ranges(panels)]
 
 
 def encode(
@@ -251,9 +270,9 @@ def encode(
     a, b = rng
     pk = _Packer()
     oracle = next((p.replay.oracle for p in panels if p.replay is not None), None)
-    his = colour_his(panels)
+    ranges = colour_ranges(panels)
     out_panels = []
-    for p, hi, rb, wb in zip(panels, his, range_blocks, run_blocks, strict=True):
+    for p, span, rb, wb in zip(panels, ranges, range_blocks, run_blocks, strict=True):
         entry: dict[str, Any] = {"title": p.title, "colour": p.colour, "dash": p.dash}
         rep = p.replay
         if rep is None or rb is None or wb is None:
@@ -268,9 +287,10 @@ def encode(
         entry |= {
             "policy": rep.policy,
             "label": rep.label,
-            "scored": hi is not None,
+            "scored": span is not None,
             "score_label": rep.score_label,
-            "hi": hi,
+            "hi": None if span is None else span[1],
+            "lo": None if span is None else span[0],
             "budget": rep.budget,
             "window": rep.window,
             "sinks": rep.sinks,

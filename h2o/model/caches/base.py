@@ -109,6 +109,9 @@ class CacheKind:
     #: :meth:`declares`, so a subclass picks its own
     colour: ClassVar[str | None] = None
     marker: ClassVar[str] = "circle"
+    #: the registry's policy that evicts by the same score as a model decodes, one position per
+    #: token (the player steps it on captured traces); "" for none
+    decode_policy: ClassVar[str] = ""
 
     def __init__(self, row: Row) -> None:
         self.row = row

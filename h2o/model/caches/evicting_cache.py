@@ -68,10 +68,17 @@ class Evicting(Budgeted):
                 f"unknown policy {r.policy!r}; choose from {', '.join(_policies())} or snapkv"
             )
         if _policies()[r.policy].reads_trace:
+            from h2o.model.caches import CACHE_KINDS
+
+            twin = [c for c in CACHE_KINDS.values() if c.decode_policy == r.policy]
             raise ValueError(
                 f"{r.policy} reads a trace's {', '.join(_policies()[r.policy].reads_trace)}, "
-                "which a model run does not hand it; knorm@B runs K-norm on the model as kvpress "
-                "does (the prompt compressed once)"
+                "which a model run does not hand it"
+                + "".join(
+                    f"; {c.kind}@B runs {_policies()[r.policy].label} on the model as kvpress "
+                    "does (the prompt compressed once)"
+                    for c in twin
+                )
             )
         super().check()
         if r.window is not None or r.window_pct is not None:

@@ -97,14 +97,24 @@ export function colourscale(seq) {
   return seq.map((c, i) => [i / (seq.length - 1), c]);
 }
 
-/** Score → colour value, as app/figures.py ColourScale: log keeps young positions and heavy
- * hitters visible at once; the bottom is pushed below the smallest shown value. */
+/** Whether a scored panel's scores go below 0 (K-norm's minus a key's norm): its scale is linear
+ * from its lowest score, whatever the colour toggle says. */
+export function signed(panel) {
+  return panel.scored && panel.lo != null && panel.lo < 0;
+}
+
+/** Score → colour value, as h2o/player/colours.py ColourScale: log keeps young positions and
+ * heavy hitters visible at once; the bottom is pushed below the smallest shown value. */
 export function scaleOf(panel, log, steps) {
   if (!panel.scored) {
     const top = Math.log10(Math.max(steps, 2));
     return { value: (age) => Math.log10(age + 1), zmin: -0.3 * top, zmax: top, ticks: logTicks(0, top, (d) => Math.pow(10, d) - 1), title: "age (steps, log)" };
   }
   const hi = panel.hi;
+  if (signed(panel)) {
+    const lo = panel.lo;
+    return { value: (s) => s, zmin: lo - 0.3 * (hi - lo), zmax: hi, ticks: null, title: panel.score_label };
+  }
   if (log) {
     const top = Math.log10(hi);
     const lo = hi * Math.pow(10, -LOG_DECADES);

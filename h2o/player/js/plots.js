@@ -2,7 +2,7 @@
  * the cursor leaves the steps it shows), the whole-run overview and the metrics (drawn once per
  * view), and the kept slots (every step, on a canvas: slots.js). */
 import { C, LOG_DECADES } from "./constants.js";
-import { clamp, colourscale, el, esc, fmt, scaleOf } from "./common.js";
+import { clamp, colourscale, el, esc, fmt, scaleOf, signed } from "./common.js";
 export const PlotMethods = {
   plotBox(parent, cls, height) {
     const cell = el("div", "h2o-cell");
@@ -252,8 +252,8 @@ export const PlotMethods = {
     const { pos, score, victims } = this.keptAt(i, t);
     const n = pos.length;
     const meta = P.meta;
-    const log = !meta.scored || this.st.colour === "log";
-    const lo = meta.scored ? (log ? meta.hi * Math.pow(10, -LOG_DECADES) : 0) : 0.5;
+    const log = !meta.scored || (this.st.colour === "log" && !signed(meta));
+    const lo = meta.scored ? (log ? meta.hi * Math.pow(10, -LOG_DECADES) : Math.min(0, meta.lo ?? 0)) : 0.5;
     const hi = meta.scored ? meta.hi : Math.max(this.h.steps, 2);
     const values = new Float64Array(n);
     const gone = new Uint8Array(n);

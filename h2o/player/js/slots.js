@@ -58,8 +58,9 @@ export class SlotChart {
     const ph = H - t - b;
     const n = spec.n;
     const bw = pw / Math.max(n, 1);
-    const y0 = spec.log ? Math.log10(spec.lo) : 0;
-    const y1 = spec.log ? Math.log10(spec.hi) : spec.hi * 1.02;
+    // Linear bars start at lo: 0, or a lowest score below 0 (K-norm's).
+    const y0 = spec.log ? Math.log10(spec.lo) : Math.min(0, spec.lo);
+    const y1 = spec.log ? Math.log10(spec.hi) : spec.hi + 0.02 * (spec.hi - y0);
     const ypx = (v) => {
       const u = spec.log ? Math.log10(Math.max(v, spec.lo)) : v;
       return t + ph - ((u - y0) / (y1 - y0 || 1)) * ph;
@@ -86,8 +87,8 @@ export class SlotChart {
     if (spec.log) {
       for (let d = Math.ceil(y0); d <= Math.floor(y1); d++) ticks.push(Math.pow(10, d));
     } else {
-      const step = niceStep(y1 / 5);
-      for (let v = 0; v <= y1; v += step) ticks.push(v);
+      const step = niceStep((y1 - y0) / 5);
+      for (let v = Math.ceil(y0 / step) * step; v <= y1; v += step) ticks.push(v);
     }
     for (const v of ticks) {
       const y = Math.round(ypx(v)) + 0.5;
