@@ -7,6 +7,7 @@ widgets and kept in the URL); this module draws the controls and reads them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -268,9 +269,20 @@ def policy_settings(name: str, recent_window: int, sinks: int) -> dict[str, int]
     return out
 
 
+def library_refusal(name: str, budget: int, params: dict[str, int]) -> str | None:
+    """``h2o.policies.refusal(name, budget, **params)``, asked once per server for the same
+    class and settings (it builds the policy to ask it; a page asks dozens of times a run)."""
+    return _refusal(h2o.POLICIES[name], name, int(budget), tuple(sorted(params.items())))
+
+
+@functools.lru_cache(maxsize=4096)
+def _refusal(cls: type, name: str, budget: int, params: tuple) -> str | None:
+    return h2o.policies.refusal(name, budget, **dict(params))
+
+
 def refusal(name: str, budget: int, recent_window: int, sinks: int) -> str | None:
     """``analysis.refusal`` for the controls' values (its message names the fix), or None."""
-    problem = h2o.policies.refusal(name, budget, **policy_settings(name, recent_window, sinks))
+    problem = library_refusal(name, budget, policy_settings(name, recent_window, sinks))
     if problem is not None and h2o.POLICIES[name].own_window:
         problem += (
             f" In this app {h2o.POLICIES[name].label} always keeps its own recent_window of "

@@ -86,6 +86,7 @@ def _panel(
     return ax
 
 
+@by_arguments
 def head_shares(
     *,
     panels: Sequence[tuple[str, np.ndarray]],
@@ -185,6 +186,7 @@ def allocation_grids(
     return make_figure(data, layout)
 
 
+@by_arguments
 def allocation_perplexity(
     *,
     allocations: Sequence[str],

@@ -7,10 +7,11 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .base import NEUTRAL_LINE, ColourScale, base_layout, make_figure
+from .base import NEUTRAL_LINE, ColourScale, base_layout, by_arguments, make_figure
 
 
 # -- the step-through heatmap ----------------------------------------------------------------------
+@by_arguments
 def score_heatmap(
     *,
     z: np.ndarray,

@@ -14,6 +14,7 @@ from .base import (
     POLICY_COLOURS,
     Curve,
     base_layout,
+    by_arguments,
     make_figure,
     policy_colour,
     styled_lines,
@@ -31,6 +32,7 @@ def gib(b: float) -> str:
     return f"{b / 2**20:.0f} MiB" if b >= 10 * 2**20 else f"{b / 2**20:.1f} MiB"
 
 
+@by_arguments
 def kv_memory(
     *,
     models: Sequence[str],
@@ -85,6 +87,7 @@ def kv_memory(
     return make_figure(data, layout, legend_width=700)
 
 
+@by_arguments
 def attention_received(
     *,
     received: np.ndarray,
@@ -145,6 +148,7 @@ def attention_received(
     return make_figure(data, layout, legend_width=900)
 
 
+@by_arguments
 def decision_bars(
     *,
     positions: np.ndarray,
@@ -193,6 +197,7 @@ def decision_bars(
     return make_figure(data, layout, legend_width=900)
 
 
+@by_arguments
 def kept_score_lines(*, curves: Sequence[Curve], title: str, height: int = 380) -> go.Figure:
     """A position's score under each policy while it is kept (a curve ends at its eviction)."""
     data = styled_lines(curves, "step", "%{y:.4g}")

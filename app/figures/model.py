@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .base import NEUTRAL_LINE, ORACLE_COLOUR, base_layout, make_figure
+from .base import NEUTRAL_LINE, ORACLE_COLOUR, base_layout, by_arguments, make_figure
 
 # -- the real model --------------------------------------------------------------------------------
 #: Where attention goes, layer by layer: the sinks StreamingLLM pins, the recent band every policy
@@ -15,6 +15,7 @@ from .base import NEUTRAL_LINE, ORACLE_COLOUR, base_layout, make_figure
 REGION_COLOURS = {"sink": "#F28E2B", "recent": "#2CA58D", "middle": "#3D9DF3"}
 
 
+@by_arguments
 def grouped_bars(
     *,
     categories: Sequence[str],
@@ -64,6 +65,7 @@ def grouped_bars(
     return make_figure(data, layout, legend_width=900)
 
 
+@by_arguments
 def attention_shares(
     *,
     layers: Sequence[int],
@@ -101,6 +103,7 @@ def attention_shares(
     return make_figure(data, layout, legend_width=900)
 
 
+@by_arguments
 def layer_mass(
     *,
     layers: Sequence[int],

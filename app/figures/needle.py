@@ -74,6 +74,7 @@ def family_style(
     return {"color": colour, "dash": alloc_dash(allocation), "symbol": symbol}
 
 
+@by_arguments
 def frontier(
     *,
     lines: Sequence[FrontierLine],
@@ -320,6 +321,7 @@ def _cell_markers(
     }
 
 
+@by_arguments
 def held_bars(*, held: Sequence[float], title: str, height: int = 300) -> go.Figure:
     """Per layer, the share of its KV heads whose cache still held every needle token."""
     h = np.asarray(held, dtype=np.float64)

@@ -14,6 +14,7 @@ from .base import (
     SETTING_COLOUR,
     Curve,
     base_layout,
+    by_arguments,
     make_figure,
     policy_colour,
     styled_lines,
@@ -21,6 +22,7 @@ from .base import (
 
 
 # -- sweeps and tables -----------------------------------------------------------------------------
+@by_arguments
 def window_sweep(
     *,
     windows: Sequence[int],
@@ -87,6 +89,7 @@ def window_sweep(
     return make_figure(data, layout | {"shapes": shapes})
 
 
+@by_arguments
 def policy_bars(
     *,
     policies: Sequence[str],
@@ -140,6 +143,7 @@ def policy_bars(
     return make_figure(data, layout | {"shapes": shapes}, legend_width=900)
 
 
+@by_arguments
 def budget_curves(
     *,
     curves: Sequence[Curve],
@@ -170,6 +174,7 @@ def budget_curves(
     return make_figure(data, layout, legend_width=900)
 
 
+@by_arguments
 def perplexity_curves(
     *,
     curves: Sequence[Curve],

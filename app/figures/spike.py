@@ -13,12 +13,13 @@ from collections.abc import Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .base import FONT, PLOT_BG, shared_figure
+from .base import FONT, PLOT_BG, by_arguments, shared_figure
 
 #: Mid-tone colours that read on light and dark themes, none of them a policy's colour.
 LINE_COLOURS = ("#E15759", "#4E79A7", "#59A14F", "#EDC948", "#76B7B2")
 
 
+@by_arguments
 def received_lines(
     *,
     curves: Sequence[tuple[str, np.ndarray]],

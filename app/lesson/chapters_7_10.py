@@ -12,7 +12,7 @@ import h2o
 from app import card, charts, data, figures, model_runs, pages, state, sweeps
 from app.lesson import Chapter, open_in
 from app.lesson import needle as needle_chapters
-from app.needle.data import Cell
+from app.needle.data import Cell, derived
 from app.real_model import claims
 from h2o.model.generate import label_policy
 from h2o.model.rows import Row
@@ -376,7 +376,7 @@ def fact_note(runs: dict[int, list[dict]] | None, cells: Sequence[Cell] = ()) ->
     """Chapter 9's note on the card's "a fact stated once": what the needle grid shows of a
     fact hidden in the middle (:func:`grid_fact`, when the file has the rows), then chapter 7's
     brass owl (:func:`anecdote_note`); each says which recent window it is about."""
-    grid = grid_fact(cells)
+    grid = derived(cells, "lesson grid fact", lambda: grid_fact(cells))  # once per file version
     return f"{grid}; {anecdote_note(runs)}" if grid else anecdote_note(runs)
 
 

@@ -121,13 +121,18 @@ curve_rows, oracle_by_budget = sweeps.budget_curves(
     ctx.ref.ident, ctx.trace, sweeps.freeze_lineup(curve_lineup), tuple(budgets), ctx.top_k
 )
 refused = {
-    b: [h2o.POLICIES[n].label for n, p in curve_lineup if h2o.policies.refusal(n, b, **p)]
+    b: [h2o.POLICIES[n].label for n, p in curve_lineup if controls.library_refusal(n, b, p)]
     for b in budgets
 }
 skipped = "; ".join(f"{', '.join(who)} at budget {b}" for b, who in refused.items() if who)
+own = "; ".join(  # a class that keeps its own window (TOVA) is not given the sidebar's
+    f"{h2o.POLICIES[n].label} keeps its own recent_window of {controls.own_window(n)}"
+    for n, _ in curve_lineup
+    if h2o.POLICIES[n].own_window
+)
 settings = (
-    f"recent_window {w} and sinks {s} from the sidebar, at every budget (TOVA keeps its own "
-    f"recent_window of {controls.own_window('tova')})"
+    f"recent_window {w} and sinks {s} from the sidebar, at every budget"
+    + (f" ({own})" if own else "")
     + (f". Skipped where a policy refuses its settings: {skipped}." if skipped else ".")
 )
 tabs = st.tabs(["Retained mass", f"Top-{ctx.top_k} recall"])
