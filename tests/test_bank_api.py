@@ -133,7 +133,7 @@ def test_blocks_of_any_weight_dtype_step_as_the_instances(dtype, name, trusted):
 @pytest.mark.parametrize(
     ("name", "budgets", "stepwise"),
     [
-        ("h2o", (32, 32), False),  # the shared fill, then the steady runs
+        ("h2o", (32, 32), False),  # the caches fill in lock-step, then the steady runs
         ("h2o", (600, 600), False),
         ("h2o", (32, 40), True),  # budgets differ: every step on its own
         ("random", (32, 32), True),  # random eviction: every step on its own

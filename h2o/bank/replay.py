@@ -17,9 +17,8 @@ the trace is 0 or at least 2**-29 (rows sum to 1 within 2e-3, as every trace is 
 then holds every partial sum exactly (:func:`_exact_sums`). Traces that do not qualify and
 random eviction keep the per-step numpy path.
 
-Before the first eviction the lanes of such a bank are all alike: those steps run once, on one
-row (:func:`_fill_shared`). A ring bank (StreamingLLM, the sliding window) reads no attention,
-so on such a trace its whole replay is closed-form (:func:`_rings_closed`).
+A ring bank (StreamingLLM, the sliding window) reads no attention, so on such a trace its whole
+replay is closed-form (:func:`_rings_closed`).
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from h2o.progress import Progress
 from h2o.replay import Replay, check_top_k, replay, result
 from h2o.trace import ROW_SUM_TOLERANCE, Trace
 
-from .kernels import replay_steady, rule_id
+from .kernels import replay_steady
 
 if TYPE_CHECKING:  # the bank's classes build on this module (PolicyBank mixes it in)
     from .base import PolicyBank
@@ -77,9 +76,7 @@ class LockstepReplay:
         f64, f32, total = np.float64, np.float32, np.add.reduce
         reads, weights = self.reads_attention, trace.weights  # row t starts at t(t-1)/2
         steady = self._steady_from(trace)
-        start = self._fill_shared(weights, steps, mass, fill, progress)
-        if self._rings_closed(trace, mass, fill, n_kept, evictions):
-            start = steps  # nothing left to step
+        start = steps if self._rings_closed(trace, mass, fill, n_kept, evictions) else 0
         for t in range(start, steps):
             if progress is not None and t % PROGRESS_EVERY == 0:
                 progress(t, steps, "steps")
@@ -154,45 +151,6 @@ class LockstepReplay:
         self._adopt()
         report(steps)
         return out
-
-    def _fill_shared(
-        self,
-        weights: np.ndarray,
-        steps: int,
-        mass: np.ndarray,
-        fill: np.ndarray,
-        progress: Progress | None,
-    ) -> int:
-        """Until the first eviction every lane of a scored bank whose lanes share a budget keeps
-        ``0..t-1`` and sees the same row: run those steps on lane 0's row alone — the single
-        replay's arithmetic, on 1-D arrays — and copy it to every row. Returns the next step (0 if
-        the bank does not qualify)."""
-        if not (
-            self.kind == "scored"
-            and _shared_fill(type(self._lanes[0]))
-            and self._budget >= 1
-            and self.reads_attention
-            and not self._own_checks
-        ):
-            return 0
-        stop = min(self._budget, steps)  # step t admits t + 1 <= budget positions: none evicted
-        pos, score, rule = self._pos[0], self._score[0], self._rule
-        f64, f32, total = np.float64, np.float32, np.add.reduce
-        for t in range(stop):
-            if progress is not None and t % PROGRESS_EVERY == 0:
-                progress(t, steps, "steps")
-            if t:
-                o = t * (t - 1) // 2
-                row = weights[o : o + t]
-                m = total(row, dtype=f64)
-                mass[t] = m
-                rule(score[:t], row / f32(m) if m > 0 else row)
-            pos[t], score[t] = t, 0.0
-            fill[t] = t + 1
-        self._pos[1:, :stop] = pos[:stop]
-        self._score[1:, :stop] = score[:stop]
-        self._fill, self._last_pos, self._stale = stop, stop - 1, True
-        return stop
 
     def _rings_closed(
         self,
@@ -314,12 +272,6 @@ def _victims(evictions: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]]) 
 #: Traces whose float64 sums of kept weights are exact in any order (see the module docstring).
 _EXACT: weakref.WeakKeyDictionary[Trace, bool] = weakref.WeakKeyDictionary()
 _TINY = 2.0**-29
-
-
-def _shared_fill(cls: type) -> bool:
-    """Whether the class's rule reads only the step's weights (so lanes that keep the same
-    positions and see the same row stay equal): the compiled rules do."""
-    return rule_id(cls) >= 0
 
 
 def _exact_sums(trace: Trace) -> bool:
