@@ -59,7 +59,7 @@ def uploads() -> dict[str, data.Upload]:
 
 
 def hold_uploads(keep: Iterable[str] | None = None) -> None:
-    """Tell the server which uploads this session holds (what the cache keeps for them goes
+    """Tell the server which uploads this browser session holds (what the cache keeps for them goes
     when the last session holding them ends). ``keep``: drop the session's other uploads."""
     pool = uploads()
     if keep is not None:

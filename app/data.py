@@ -173,7 +173,7 @@ def _session() -> _Session:
 
 
 def hold_uploads(digests: Iterable[str]) -> None:
-    """This session holds exactly these uploads (by digest); call it in a script run."""
+    """This browser session holds exactly these uploads (by digest); call it in a script run."""
     token = _session()
     token.holds.hold(token, digests)
 
@@ -230,7 +230,9 @@ def load(key: str, uploads: dict[str, Upload]) -> TraceRef:
     if key.startswith(UPLOAD_PREFIX):
         up = uploads.get(key)
         if up is None:
-            raise ValueError(f"{key!r} is not in this session (uploads are not shared): upload it")
+            raise ValueError(
+                f"{key!r} is not in this browser session (uploads are not shared): upload it"
+            )
         trace = _upload(up.digest, MAX_UPLOAD_STEPS, up.name, up.data)
         return TraceRef(key, f"{UPLOAD_PREFIX}{up.digest}", trace)
     path = (ROOT / key).resolve()

@@ -7,7 +7,7 @@ in the query string, so a copied link reopens the exact view.
 The folder is ``views/``, not ``pages/``: Streamlit treats a ``pages/`` folder next to the main
 script as an old-style multipage app, and a fresh server's first run then resolves the URL
 against that folder's file names (``window_explorer``, not ``window-explorer``) and shows a
-"Page not found" dialog over a pasted deep link (streamlit#8860, #9992).
+"Page not found" dialog over a pasted deep link (streamlit#8860, streamlit#9992).
 """
 
 from __future__ import annotations

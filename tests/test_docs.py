@@ -5,6 +5,7 @@ running); and no page speaks of work sessions or of the project's tracker issues
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import re
@@ -165,6 +166,46 @@ def test_no_page_speaks_of_sessions_or_tracker_issues(path):
         for m in rx.finditer(text)
     ]
     assert not found, found
+
+
+#: The code whose docstrings, messages and labels users read (the API reference is built from the
+#: docstrings; the app shows its strings).
+CODE = sorted(p for d in ("h2o", "app", "examples") for p in (ROOT / d).rglob("*.py"))
+#: A colour in code ("#444", "#665191") is not a tracker reference.
+_COLOUR = re.compile(r"^#(?:[0-9a-fA-F]{3}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})$")
+
+
+def code_strings(path: Path) -> list[tuple[int, str]]:
+    """Every string constant of a module (docstrings, messages, labels), with its line."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    ]
+
+
+def test_no_docstring_or_message_speaks_of_sessions_or_tracker_issues():
+    """The words the pages are held to, in the code's strings too: a student reads a docstring in
+    the API reference and a message in the app."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {what}: {m.group(0)!r}"
+        for path in CODE
+        for line, text in code_strings(path)
+        for what, rx in FORBIDDEN.items()
+        for m in rx.finditer(text)
+        if not (what == "a bare #N" and _COLOUR.match(m.group(0)))
+    ]
+    assert not found, found
+
+
+def test_the_code_check_reads_strings_and_knows_a_colour(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('"""Fixed in issue 12."""\nCOLOUR = "#444"\nsay = f"see #9992 {1}"\n')
+    texts = [t for _, t in code_strings(module)]
+    assert "Fixed in issue 12." in texts and "#444" in texts
+    assert _COLOUR.match("#444") and _COLOUR.match("#665191") and not _COLOUR.match("#9992")
+    assert any(FORBIDDEN["a bare #N"].search(t) for t in texts if not _COLOUR.match(t))
 
 
 def test_the_word_checks_catch_what_they_should():

@@ -110,8 +110,8 @@ def answer_table(runs: dict[int, list[dict]]) -> pd.DataFrame:
 
 
 def answer_runs() -> dict[int, list[dict]] | None:
-    """The answers table's rows: the shipped files, with what this session recomputed in place of
-    theirs; None while a budget has neither."""
+    """The answers table's rows: the shipped files, with what this browser session recomputed in
+    place of theirs; None while a budget has neither."""
     runs = {b: shipped(f"lighthouse-generate-{b}.json") for b in ANSWER_BUDGETS}
     runs |= st.session_state.get(FRESH_ANSWERS, {})  # recomputed here replaces what was shipped
     return None if any(r is None for r in runs.values()) else runs

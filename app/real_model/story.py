@@ -206,7 +206,7 @@ def draw(texts: list[str], default_text: str, cfg: Settings, captured: list[data
             icon=":material/play_circle:",
             on_click=_open_layer,
             args=(story_text, int(story_tokens)),
-            help="Adds the layer's trace to this session's trace list (like an upload) and "
+            help="Adds the layer's trace to your browser session's trace list (like an upload) and "
             "opens it "
             "with H2O vs StreamingLLM (running the model again if the server has since dropped the "
             "capture).",
