@@ -126,6 +126,20 @@ def test_the_model_runs_a_toy_kind(toy, model) -> None:
         row_perplexity(model, ids, row)
 
 
+def test_the_kinds_come_in_their_rank_order(toy) -> None:
+    """Tables list the kinds by their class's rank: the built-in ones first (the full cache,
+    eviction, the presses, Quest, KIVI-style), a kind registered later after them."""
+    from app.needle.grid import row_order
+    from h2o.model import rows
+
+    assert kinds()[-1] == "first"
+    assert kinds()[:-1] == rows.KINDS and rows.KINDS[0] == "full" and rows.KINDS[-1] == "kivi"
+    ranks = [caches.CACHE_KINDS[k].rank for k in kinds()]
+    assert ranks == sorted(ranks)
+    first, kivi = (SimpleNamespace(kind=k, row=k) for k in ("first", "kivi"))
+    assert row_order(kivi) < row_order(first)
+
+
 def test_the_app_reads_a_toy_kind_from_the_library(toy) -> None:
     from app.needle.data import parse_cell
     from app.needle.frontier import accuracy_points, cache_facts

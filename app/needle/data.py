@@ -37,8 +37,6 @@ MAX_LINES = 200_000
 MAX_LINE = 64 * 2**10
 #: Problems listed by name; past this many, only their count.
 MAX_PROBLEMS = 20
-#: The kinds of row a file may name: the library's (``h2o.model.rows``), not a copy.
-KINDS = rows.KINDS
 
 #: Row label → its parsed :class:`~h2o.model.rows.Row`, for the labels this server could parse
 #: (a label's meaning never changes; one that failed may parse once its policy is loaded, so

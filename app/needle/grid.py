@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.needle.data import KINDS, Cell, parsed
+from app.needle.data import Cell, parsed
 from h2o.alloc import ALLOCATORS
+from h2o.model.rows import kinds as cache_kinds
 
 #: The two things a heatmap can colour: the share of the cell's needles answered right, or the
 #: answer's mean teacher-forced log-probability.
@@ -23,9 +24,9 @@ METRIC_BUTTONS = {"correct": "answered right", "logprob": "log-prob"}
 
 def row_order(rec: Cell | object) -> tuple:
     """Full cache first, then eviction, SnapKV, KIVI-style; by policy, allocation, budget, bits."""
-    kind = getattr(rec, "kind", "")
+    kind, order = getattr(rec, "kind", ""), cache_kinds()  # the kinds' own order (their rank)
     return (
-        KINDS.index(kind) if kind in KINDS else len(KINDS),
+        order.index(kind) if kind in order else len(order),
         getattr(rec, "bits", None) is not None,
         str(getattr(rec, "policy", None) or ""),
         str(getattr(rec, "allocation", None) or ""),

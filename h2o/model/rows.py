@@ -56,14 +56,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from h2o.alloc import slot_bytes
+from h2o.model.caches import BUILT_IN as BUILT_IN_KINDS
 from h2o.model.caches import CACHE_KINDS, CacheKind, parse_order
 from h2o.model.caches.base import ALLOCATIONS, MODES
 from h2o.model.caches.kivi_cache import parse_kivi
 from h2o.model.caches.snapkv_cache import DEFAULT_POOLING
 from h2o.model.quant import BITS, GROUP, RESIDUAL, KiviSpec, kivi_bytes, kivi_bytes_kept
 
-#: The built-in kinds of cache (:data:`h2o.model.caches.CACHE_KINDS` holds any added since).
-KINDS = ("full", "policy", "snapkv", "knorm", "kvzip", "expected-attention", "quest", "kivi")
 __all__ = ["ALLOCATIONS", "DEFAULT_POOLING", "DEFAULT_SINKS", "KINDS", "MODES", "Row", "kinds"]
 #: Sinks kept in fp16 by "+sinks" (KVQuant's observation; StreamingLLM's 4).
 DEFAULT_SINKS = 4
@@ -73,8 +72,13 @@ _OPTIONS = {"window": None, "window_pct": None, "mode": "decode", "pooling": Non
 
 
 def kinds() -> tuple[str, ...]:
-    """Every kind of cache a row can name now (the built-in ones and any registered)."""
-    return tuple(CACHE_KINDS)
+    """Every kind of cache a row can name now (the built-in ones and any registered), in their
+    order in tables and menus (:attr:`~h2o.model.caches.CacheKind.rank`)."""
+    return tuple(sorted(CACHE_KINDS, key=lambda k: CACHE_KINDS[k].rank))
+
+
+#: The built-in kinds of cache, in their order in tables (:func:`kinds` adds any registered since).
+KINDS = tuple(k for k in kinds() if k in BUILT_IN_KINDS)
 
 
 @dataclass(frozen=True)

@@ -109,6 +109,9 @@ class CacheKind:
     #: :meth:`declares`, so a subclass picks its own
     colour: ClassVar[str | None] = None
     marker: ClassVar[str] = "circle"
+    #: where its rows come in tables and menus (lower first; kinds registered later, at 100,
+    #: after the built-in ones)
+    rank: ClassVar[int] = 100
     #: the registry's policy that evicts by the same score as a model decodes, one position per
     #: token (the player steps it on captured traces); "" for none
     decode_policy: ClassVar[str] = ""

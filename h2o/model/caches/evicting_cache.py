@@ -34,6 +34,7 @@ class Evicting(Budgeted):
     """A policy of :data:`h2o.policies.POLICIES` evicting as it reads, at ``budget`` slots."""
 
     kind = "policy"
+    rank = 1
     options = ("window", "window_pct", "mode")
     fallback = True  # NAME@BUDGET with any name: an unknown one is refused by name
 

@@ -119,6 +119,7 @@ class ExpectedAttention(ContextCompression):
     queries are expected to pay each key."""
 
     kind = "expected-attention"
+    rank = 5
     colour = "#604848"
     marker = "diamond-tall"
     since_h2o = (

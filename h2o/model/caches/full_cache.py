@@ -12,6 +12,7 @@ class Full(CacheKind):
     """Every key and value of every token, none evicted, none quantized."""
 
     kind = "full"
+    rank = 0
     group = "full"
 
     @classmethod

@@ -45,6 +45,7 @@ class Kivi(CacheKind):
     """Every token kept, at ``bits`` bits (the quantizer lives in the row: :attr:`Row.kivi`)."""
 
     kind = "kivi"
+    rank = 7
     quantizable = True
 
     @property

@@ -46,6 +46,7 @@ class Knorm(ContextCompression):
     """The context compressed once to ``budget - 32`` slots a head by its keys' norms."""
 
     kind = "knorm"
+    rank = 3
     decode_policy = "key-norm"  # h2o/policies/key_norm.py: the same score, at every token
     colour = "#FF9DA7"
     marker = "square"

@@ -102,6 +102,7 @@ class Kvzip(ContextCompression):
     all as ``budget - 32`` a head."""
 
     kind = "kvzip"
+    rank = 4
     colour = "#EDC948"
     marker = "triangle-up"
     since_h2o = (

@@ -116,6 +116,7 @@ class Quest(CacheKind):
     bound on ``q . k`` is highest, up to ``budget`` tokens (``quest@BUDGET``)."""
 
     kind = "quest"
+    rank = 6
     colour = "#4830C0"
     marker = "hexagon"
     group = "select"

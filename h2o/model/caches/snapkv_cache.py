@@ -20,6 +20,7 @@ class SnapKV(Budgeted):
     """The prompt compressed once to ``budget`` slots per KV head, then nothing evicted."""
 
     kind = "snapkv"
+    rank = 2
     colour = "#4E79A7"
     marker = "circle"
     options = ("pooling",)
