@@ -157,3 +157,24 @@ def test_how_they_run_says_each_pipeline_and_where_a_decode_time_twin_steps() ->
 def test_the_model_refuses_a_trace_reading_policy_and_names_its_row() -> None:
     with pytest.raises(ValueError, match="knorm@B runs K-norm on the model as kvpress does"):
         Row.parse("key-norm@128")
+
+
+def test_the_methods_without_a_perplexity_are_named_by_their_kinds() -> None:
+    """The one-shot kinds (no closed loop) of the needle file that the perplexity chart lacks
+    are named, each once (its plain row's name), and no other: a kind the chart has is not."""
+    from app.needle import claims
+
+    cells = [
+        _cell(r, 512, 0, "a", True)
+        for r in ("full", "h2o@128", "snapkv@128/pyramid", "snapkv@128", "knorm@128", "quest@128")
+    ]
+    said = claims.one_shot_note(cells, ["full", "h2o@128", "quest@128"])
+    assert said.startswith("SnapKV and K-norm compress a prompt once")
+    assert "SnapKV (pyramid)" not in said and "Quest" not in said and "H2O" not in said
+    one = claims.one_shot_note([_cell("kvzip@128", 512, 0, "a", True)], [])
+    assert one.startswith("KVzip compresses a prompt once") and "it is on the needle chart" in one
+    assert claims.one_shot_note(cells[:2], ["full"]) == ""
+    # every kind this note names has no closed loop, by its class
+    for r in ("snapkv@128", "knorm@128", "kvzip@128", "expected-attention@128"):
+        assert not Row.parse(r).cache.closed_loop
+    assert Row.parse("quest@128").cache.closed_loop and Row.parse("h2o@128").cache.closed_loop

@@ -592,3 +592,14 @@ def test_clicking_a_heatmap_cell_opens_it_below(server, browser):
         assert not errors, errors
     finally:
         ctx.close()
+
+
+def test_evict_or_compress_says_which_methods_have_no_perplexity():
+    """On the shipped files: the methods of the needle grid that compress a prompt once are named
+    under the perplexity chart, as the claim computes them from the two files."""
+    at = open_page(EC_PAGE)
+    fr = data.read_frontier(data.RESULTS_DIR / data.FRONTIER_FILE).records
+    gr = data.read_grid(data.RESULTS_DIR / data.GRID_FILE).records
+    want = claims.one_shot_note(gr, [p.row for p in frontier.ppl_points(fr)])
+    assert want.startswith("SnapKV, K-norm, KVzip and Expected Attention compress a prompt once")
+    assert want in [m.value for m in at.markdown]

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.needle import frontier
-from app.needle.data import Cell, FollowUpCell
+from app.needle.data import Cell, FollowUpCell, parsed
 from app.needle.frontier import GROUPS, Point
 from app.needle.grid import RowScore
+from app.needle.grid import rows as grid_rows
 from app.real_model.claims import esc, names
 from h2o.stats import Paired, p_text, paired, share
 
@@ -446,4 +447,31 @@ def window_sweep_sentence(cells: Sequence[Cell], rows: Sequence[str], length: in
         return text + f", and {where['outside']} wholly outside it."
     return text + (
         ", none outside it: what H2O recalls here, its window kept, not its heavy hitters."
+    )
+
+
+def one_shot_note(cells: Sequence[Cell], on_chart: Iterable[str]) -> str:
+    """The needle file's methods that have no point on the perplexity chart because their kind
+    of cache compresses a prompt once (:attr:`~h2o.model.caches.CacheKind.closed_loop` false:
+    SnapKV, K-norm, KVzip, Expected Attention), named, with why ("" if none). ``on_chart``: the
+    rows of the perplexity chart."""
+    charted = {row.kind for r in on_chart if (row := parsed(r)) is not None}
+    said: dict[str, str] = {}
+    for r in grid_rows(cells):
+        row = parsed(r)
+        if row is None or row.cache.closed_loop or row.kind in charted:
+            continue
+        plain = row.allocation is None and row.bits is None
+        if row.kind not in said or plain:
+            said[row.kind] = row.cache.name() if plain else said.get(row.kind, row.cache.name())
+    if not said:
+        return ""
+    many = len(said) > 1
+    verb, their, them, are = (
+        ("compress", "their", "them", "they are") if many else ("compresses", "its", "it", "it is")
+    )
+    return (
+        f"{names([esc(n) for n in said.values()])} {verb} a prompt once, after reading it, as "
+        f"{their} authors run {them}: a perplexity over a text read one token at a time does not "
+        f"apply, so {are} on the needle chart below only."
     )

@@ -123,6 +123,8 @@ if shipped.report(fr, fr_path, "frontier"):
         elif ref is not None:
             not_on(f"the perplexity chart ({PPL_TEXT}, {PPL_TOKENS:,} tokens)")
         st.caption(counted)
+        if one_shot := claims.one_shot_note(gr.records, [p.row for p in ppl]):
+            st.markdown(one_shot)
         shipped.provenance(fr, "frontier")
 
 # -- needle accuracy -------------------------------------------------------------------------------
