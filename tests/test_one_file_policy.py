@@ -1,9 +1,10 @@
 """A built-in method is its file and its line in the registry: nothing else is edited.
 
 A copy of the library gets one new file, ``h2o/policies/decayed_h2o.py`` (the example policy,
-declaring that a scored bank runs it), and its import and entry in ``registry.py``'s
-``BUILT_IN``. A fresh interpreter that imports the copy finds the method everywhere the library's
-own methods are: the registry, ``python -m h2o bench``, a lock-step bank (the same numbers as
+declaring that a scored bank runs it and its rule in the form the compiled loops run), and its
+import and entry in ``registry.py``'s ``BUILT_IN``. A fresh interpreter that imports the copy
+finds the method everywhere the library's own methods are: the registry, ``python -m h2o
+bench``, a lock-step bank in the compiled loops (the same numbers as
 its instances), the model's closed loop (a row of the row grammar) and the app's Step through and
 All policies pages."""
 
@@ -22,15 +23,16 @@ POLICY = '''"""Decayed H2O: H2O's sum, times a factor below one before each step
 
 import numpy as np
 
-from .base import ScoredPolicy
+from .base import LinearRule, ScoredPolicy
 
 
 class DecayedH2O(ScoredPolicy):
     name = "decayed-h2o"
     label = "Decayed H2O"
     score_label = "decayed attention (x0.99 a step)"
-    bank = "scored"  # lanes of it run together (its rule in numpy: no compiled rule declared)
+    bank = "scored"  # lanes of it run together
     decay = 0.99
+    compiled_rule = LinearRule(keep=decay, add=1.0)  # the same rule, for the compiled loops
 
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         score *= self.decay
@@ -67,6 +69,9 @@ trace = canonical_trace()
 specs = [cls(64, recent_window=w) for w in (8, 16)]
 lanes = make_bank(specs).replay(trace, 32)
 alone = [h2o.replay(cls(64, recent_window=w), trace, 32, record=False) for w in (8, 16)]
+from h2o.bank.lane import compiled_rule
+
+found["compiled"] = compiled_rule(cls(64, recent_window=8)) is not None
 found["bank_same"] = all(
     np.array_equal(a.mass, b.mass) and np.array_equal(a.victim_pos, b.victim_pos)
     for a, b in zip(lanes, alone)
@@ -153,7 +158,7 @@ def test_a_method_in_one_file_and_its_registry_line_is_everywhere(tmp_path):
     assert found["built_in"]
     assert found["lineup"][-1] == "decayed-h2o"
     assert "Decayed H2O (recent_window=32)" in found["bench"]
-    assert found["bank_same"]
+    assert found["compiled"] and found["bank_same"]  # its own rule, in the compiled loops
     assert found["closed_loop"] == ["Decayed H2O, window 4", True, True]
     app = found["app"]
     assert app["options"] and app["step_errors"] == [] and app["errors"] == []

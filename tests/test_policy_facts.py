@@ -34,8 +34,8 @@ def test_a_class_declares_its_bank_and_compiled_rule_and_a_subclass_inherits_nei
     import pytest
 
     from h2o.bank import BANKS, RingBank, ScoredBank, bank_class
-    from h2o.bank.kernels import RULE_IDS, rule_id
-    from h2o.bank.lane import RING_RULE, compiled_rule
+    from h2o.bank.kernels import rule_of
+    from h2o.bank.lane import NO_RULE, compiled_rule
     from h2o.policies import H2O, TOVA, RandomEviction, Scissorhands, SlidingWindow, StreamingLLM
     from h2o.policies.key_norm import KeyNorm
     from h2o.policies.registry import BUILT_IN
@@ -49,11 +49,14 @@ def test_a_class_declares_its_bank_and_compiled_rule_and_a_subclass_inherits_nei
         for c in BUILT_IN
         if c.declares("bank")
     } == BANKS
-    assert {c: rule_id(c) for c in (H2O, Scissorhands, TOVA, RandomEviction)} == {
-        H2O: RULE_IDS["add"], Scissorhands: RULE_IDS["vote"], TOVA: RULE_IDS["replace"],
-        RandomEviction: -1,
+    # the rule as the card's classes state it: H2O adds, Scissorhands votes, TOVA replaces
+    assert {c: rule_of(c).tolist() for c in (H2O, Scissorhands, TOVA)} == {
+        H2O: [1.0, 1.0, 0.0], Scissorhands: [1.0, 0.0, 1.0], TOVA: [0.0, 1.0, 0.0],
     }  # fmt: skip
-    assert compiled_rule(SlidingWindow(8)) == compiled_rule(StreamingLLM(8)) == RING_RULE
+    assert rule_of(RandomEviction) is None
+    for ring in (SlidingWindow(8), StreamingLLM(8)):
+        is_ring, rule = compiled_rule(ring)
+        assert is_ring and rule is NO_RULE
 
     class Mine(H2O):
         name = "mine"
@@ -61,9 +64,9 @@ def test_a_class_declares_its_bank_and_compiled_rule_and_a_subclass_inherits_nei
         def _accumulate(self, score, attn):
             score += 2 * attn
 
-    assert Mine.compiled_rule == "add"  # inherited as an attribute, but not declared:
-    assert Mine.declares("compiled_rule") is None and rule_id(Mine) == -1
-    assert compiled_rule(Mine(8, 2)) == -1
+    assert Mine.compiled_rule == H2O.compiled_rule  # inherited as an attribute, not declared:
+    assert Mine.declares("compiled_rule") is None and rule_of(Mine) is None
+    assert compiled_rule(Mine(8, 2)) is None
     with pytest.raises(ValueError, match="no bank holds Mine policies"):
         bank_class(Mine(8, 2))
 

@@ -136,9 +136,9 @@ def test_which_classes_compile():
     class Mine(h2o.H2O):
         name = "mine"
 
-    assert all(lane.compiled_rule(build(n, 8, 1)) >= 0 for n in COMPILED)
-    assert lane.compiled_rule(RandomEviction(8, 1)) == -1
-    assert lane.compiled_rule(Mine(8, 1)) == -1
+    assert all(lane.compiled_rule(build(n, 8, 1)) is not None for n in COMPILED)
+    assert lane.compiled_rule(RandomEviction(8, 1)) is None
+    assert lane.compiled_rule(Mine(8, 1)) is None
     trace = h2o.canonical_trace(steps=40)
     assert lane.replay_compiled(RandomEviction(8, 1), trace, 8, True) is None
     assert lane.replay_compiled(h2o.H2O(8, 1), trace, 8, True) is not None
@@ -162,3 +162,55 @@ def test_warm_compiles_the_replay_loop_for_what_replay_passes():
         for record in (False, True):
             replay(build(name, 16, 1), trace, 8, record=record)
     assert set(map(str, lane.replay_lane.signatures)) == before
+
+
+class Halving(h2o.H2O):
+    """A rule that is none of the card's: the old sum halves each step before the new weight is
+    added. Declared once in numpy (``_accumulate``) and once for the compiled loops."""
+
+    name = "halving"
+    bank = "scored"  # lanes of it run together
+    compiled_rule = h2o.policies.LinearRule(keep=0.5, add=1.0)
+
+    def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
+        score *= 0.5
+        score += attn
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_loops_run_the_rule_a_class_declares(seed):
+    """The compiled loops take the rule from the class (its ``LinearRule``), not from a list of
+    the library's rules: a new class's own rule replays, compiled, and in a lock-step bank as its
+    numpy instances do, bit for bit."""
+    from h2o.bank.kernels import rule_of
+
+    assert rule_of(Halving).tolist() == [0.5, 1.0, 0.0]
+    rng = np.random.default_rng(seed)
+    trace = packed([rng.dirichlet(np.ones(t)).astype(np.float32) for t in range(1, 90)])
+    fast = lane.replay_compiled(Halving(12, recent_window=3), trace, 8, True)
+    slow = replay_stepwise(Halving(12, recent_window=3), trace, 8, record=True)
+    assert fast is not None
+    for f in FIELDS:
+        x, y = getattr(fast, f), getattr(slow, f)
+        if x is None or y is None:
+            assert x is None and y is None, f
+            continue
+        np.testing.assert_array_equal(x, y, err_msg=f, strict=True)
+    # and stepped in a scored bank's compiled loops, lane by lane equal to the instances
+    from h2o.bank import ScoredBank
+
+    lanes = [Halving(12, recent_window=w) for w in (0, 3, 6)]
+    bank = ScoredBank([Halving(12, recent_window=w) for w in (0, 3, 6)])
+    for t in range(1, 60):
+        row = trace.row(t)
+        for p in lanes:
+            w = row[p.kept]
+            p.on_decode_step(t, (w / np.float32(w.sum(dtype=np.float64))).astype(np.float32))
+            p.evict()
+        block = np.stack([row[bank[i].kept] for i in range(len(lanes))])
+        block /= block.sum(axis=1, dtype=np.float64).astype(np.float32)[:, None]
+        bank.on_decode_step(t, block)
+        bank.evict()
+        for i, p in enumerate(lanes):
+            assert bank[i].kept.tolist() == p.kept.tolist(), (t, i)
+            assert bank[i].scores.tobytes() == p.scores.tobytes(), (t, i)

@@ -6,8 +6,10 @@ they are vectorised. These loops (numba, compiled once and cached on disk) run t
 pseudocode itself on each lane's row of the bank's arrays — the same storage, in kept order —
 so their results are the instances' by construction:
 
-* the accumulation is the class's rule, in float64, on the float32 weights: H2O adds, TOVA
-  replaces, Scissorhands adds a vote where the weight beats the float64 fair share ``1 / n``;
+* the accumulation is the rule the class declares (``compiled_rule``, a
+  :class:`~h2o.policies.base.LinearRule`: the loops know no policy by name), in float64, on the
+  float32 weights: H2O adds, TOVA replaces, Scissorhands adds a vote where the weight beats the
+  float64 fair share ``1 / n``, and a class of your own may declare any ``keep``, ``add``, ``vote``;
 * the victim is the first minimum of the evictable prefix (ties to the lower position), and
   the survivors close the gap in arrival order;
 * a replay's weights are renormalised by a float32 division, as :func:`h2o.replay` does it.
@@ -21,32 +23,36 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-#: The rules these loops know, by the name a policy class declares (``compiled_rule``).
-H2O_RULE, SCISSORHANDS_RULE, TOVA_RULE = 0, 1, 2
-RULE_IDS = {"add": H2O_RULE, "vote": SCISSORHANDS_RULE, "replace": TOVA_RULE}
 
-
-def rule_id(cls: type) -> int:
-    """The loops' rule for policy class ``cls``: the one it declares itself, or -1 (numpy)."""
+def rule_of(cls: type) -> np.ndarray | None:
+    """The loops' rule for policy class ``cls``: the coefficients of the
+    :class:`~h2o.policies.base.LinearRule` it declares itself, or None (its rule runs in numpy)."""
     declares = getattr(cls, "declares", None)
-    name = declares("compiled_rule") if declares is not None else None
-    return RULE_IDS.get(name, -1) if isinstance(name, str) else -1
+    rule = declares("compiled_rule") if declares is not None else None
+    return rule.coefficients() if hasattr(rule, "coefficients") else None
 
 
 @njit(cache=True, nogil=True, inline="always")
 def apply_rule(score, q, n, rule, fair):
-    """The class's rule on ``score[:n]`` with the float32 weights ``q`` (one loop per rule, so
-    each compiles to vector instructions; widening float32 to float64 is exact)."""
-    if rule == H2O_RULE:
+    """The class's rule on ``score[:n]`` with the float32 weights ``q``: ``rule`` holds a
+    :class:`~h2o.policies.base.LinearRule`'s ``[keep, add, vote]``, so each slot's score becomes
+    ``keep * score + add * w``, plus ``vote`` where ``w`` beats the float64 fair share ``fair``.
+    A term that changes nothing (keep 1, add 0, vote 0) is skipped, and each other is a loop of
+    its own, so each compiles to vector instructions (widening float32 to float64 is exact)."""
+    keep, add, vote = rule[0], rule[1], rule[2]
+    if keep != 1.0:
+        for j in range(n):
+            score[j] *= keep
+    if add == 1.0:
         for j in range(n):
             score[j] += q[j]
-    elif rule == SCISSORHANDS_RULE:
+    elif add != 0.0:
+        for j in range(n):
+            score[j] += add * np.float64(q[j])
+    if vote != 0.0:
         for j in range(n):
             if q[j] > fair:
-                score[j] += 1.0
-    else:
-        for j in range(n):
-            score[j] = q[j]
+                score[j] += vote
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -335,6 +341,10 @@ def steady_rows(p, pos, score, n, t0, i0, windows, rule, mask, pk, w, sig, stack
     return c
 
 
+#: A rule for :func:`warm` to compile the loops with (H2O's: every rule has the same types).
+_H2O = np.array([1.0, 1.0, 0.0])
+
+
 def warm() -> None:
     """Compile every loop (the first run after install: a second or two each) or load it from
     the disk cache, for the argument types the library passes — so the first sweep a server
@@ -348,21 +358,21 @@ def warm() -> None:
     weights = np.full(64, 0.125, dtype=np.float32)
     weights.flags.writeable = False  # a trace's weights are read-only
     victims = np.empty((1, 2), dtype=np.intp)
-    replay_steady(weights, 4, 5, pos, score, 3, windows, H2O_RULE, np.zeros((5, 2)), victims)
+    replay_steady(weights, 4, 5, pos, score, 3, windows, _H2O, np.zeros((5, 2)), victims)
     for dtype in (np.float32, np.float64):
         block = np.full((2, 9), 0.25, dtype=dtype)
         for attn in (block[:, :3], np.ascontiguousarray(block[:, :3])):  # a slice and a copy
             for check in (False, True):
-                advance_lanes(pos, score, 3, 5, attn, H2O_RULE, check, 1.0)
-    advance_lanes(pos, score, 3, 5, np.zeros((0, 0)), H2O_RULE, False, 1.0)
+                advance_lanes(pos, score, 3, 5, attn, _H2O, check, 1.0)
+    advance_lanes(pos, score, 3, 5, np.zeros((0, 0)), _H2O, False, 1.0)
     evict_lanes(pos, score, 4, windows, go, out)
     for attn in (np.full((2, 3), 0.25, dtype=np.float32), np.zeros((0, 0))):
-        step_lanes(pos, score, 3, 5, attn, H2O_RULE, windows)
+        step_lanes(pos, score, 3, 5, attn, _H2O, windows)
     p = np.full((2, 3, 4, 8), 0.125, dtype=np.float32)
     gather_kept(p, pos, 3, 0, np.zeros((2, 4, 8), dtype=np.bool_), np.empty((2, 3, 3), np.float32))
     scratch = (np.empty((2, 3, 3), np.float32), np.empty((2, 3), np.float32))
     scratch += (np.empty((2, 3), np.float32), np.empty((64, 4)))
-    steady_rows(p, pos, score, 3, 5, 0, windows, H2O_RULE, np.zeros((2, 4, 8), np.bool_), *scratch)
+    steady_rows(p, pos, score, 3, 5, 0, windows, _H2O, np.zeros((2, 4, 8), np.bool_), *scratch)
     from .lane import warm as warm_lane  # one replay's compiled loop (it builds on this module)
 
     warm_lane()

@@ -27,21 +27,23 @@ from h2o.policies import Policy
 from h2o.replay import Replay, result
 from h2o.trace import Trace
 
-from .kernels import PW_BLOCK, apply_rule_to_row, first_min, pairwise_block, rule_id
+from .kernels import PW_BLOCK, apply_rule_to_row, first_min, pairwise_block, rule_of
 
-#: The rule for the ring policies (StreamingLLM, the sliding window): no score, the oldest after
-#: the sinks goes.
-RING_RULE = 3
+#: The ring policies (StreamingLLM, the sliding window) keep no score: the oldest after the sinks
+#: goes. Their "rule" is never applied.
+NO_RULE = np.zeros(3)
 #: The buffer a cast reduction fills (numpy sums each pairwise: ``kernels.pairwise_block``).
 _BUFFER = 8192
 
 
-def compiled_rule(policy: Policy) -> int:
-    """The rule :func:`replay_lane` runs for ``policy``, or -1 if it must run in Python (random
+def compiled_rule(policy: Policy) -> tuple[bool, np.ndarray] | None:
+    """What :func:`replay_lane` runs for ``policy`` — whether it is a ring, and its class's
+    rule (:func:`~h2o.bank.kernels.rule_of`) — or None if it must run in Python (random
     eviction, a subclass, a policy of your own)."""
     if type(policy).declares("bank") == "ring":
-        return RING_RULE
-    return rule_id(type(policy))
+        return True, NO_RULE
+    rule = rule_of(type(policy))
+    return None if rule is None else (False, rule)
 
 
 @njit(cache=True, nogil=True)
@@ -66,8 +68,8 @@ def _numpy_sum(a, n):
 
 @njit(cache=True, nogil=True)
 def replay_lane(
-    weights, steps, budget, window, sinks, rule, pos, score, record, kept_pos, kept_score, mass,
-    recall, topk, n_kept, v_step, v_pos, v_score,
+    weights, steps, budget, window, sinks, is_ring, rule, pos, score, record, kept_pos,
+    kept_score, mass, recall, topk, n_kept, v_step, v_pos, v_score,
 ):  # fmt: skip
     """:func:`h2o.replay` of one fresh policy, every step in one call.
 
@@ -87,7 +89,7 @@ def replay_lane(
     nv = 0
     for t in range(steps):
         o = t * (t - 1) // 2
-        if rule == RING_RULE:
+        if is_ring:
             if t <= budget:  # 0..t-1: one run of the row
                 n = t
                 for j in range(n):
@@ -109,7 +111,7 @@ def replay_lane(
             for j in range(valid):
                 hits += held[topk[t, j]]
             recall[t] = hits / valid
-        if rule == RING_RULE:
+        if is_ring:
             if record:
                 for j in range(n):
                     kept_pos[t, j] = j if (t <= budget or j < sinks) else t - ring + j - sinks
@@ -148,7 +150,7 @@ def replay_lane(
                 score[j] = score[j + 1]
             n -= 1
             nv += 1
-    if rule == RING_RULE:  # the final kept set, for the policy
+    if is_ring:  # the final kept set, for the policy
         n -= 1 if n > budget else 0
         for j in range(n):
             pos[j] = j if (steps <= budget or j < sinks) else steps - ring + j - sinks
@@ -164,8 +166,8 @@ def warm() -> None:
     steps, budget = 8, 3
     for record in (False, True):
         replay_lane(
-            weights, steps, budget, 1, 0, 0, np.zeros(5, np.int32), np.zeros(5), record,
-            np.full((steps, 4), -1, np.int32), np.full((steps, 4), np.nan), np.ones(steps),
+            weights, steps, budget, 1, 0, False, NO_RULE, np.zeros(5, np.int32), np.zeros(5),
+            record, np.full((steps, 4), -1, np.int32), np.full((steps, 4), np.nan), np.ones(steps),
             np.ones(steps), topk, np.zeros(steps, np.int32), np.zeros(steps, np.int32),
             np.zeros(steps, np.int32), np.zeros(steps),
         )  # fmt: skip
@@ -174,8 +176,8 @@ def warm() -> None:
 def replay_compiled(policy: Policy, trace: Trace, top_k: int, record: bool) -> Replay | None:
     """:func:`h2o.replay` of a fresh ``policy`` through :func:`replay_lane`, the policy left as
     the loop leaves it (``None`` if its class runs in Python: see :func:`compiled_rule`)."""
-    rule = compiled_rule(policy)
-    if rule < 0 or trace.weights.dtype != np.float32:
+    compiled = compiled_rule(policy)
+    if compiled is None or trace.weights.dtype != np.float32:
         return None
     steps, budget = trace.steps, policy.budget
     cap = min(budget + 1, steps) + 1
@@ -189,7 +191,7 @@ def replay_compiled(policy: Policy, trace: Trace, top_k: int, record: bool) -> R
     window = int(getattr(policy, "recent_window", 0))
     sinks = int(getattr(policy, "sinks", 0))
     n = replay_lane(
-        trace.weights, steps, budget, window, sinks, rule, pos, score, record, kept_pos,
+        trace.weights, steps, budget, window, sinks, *compiled, pos, score, record, kept_pos,
         kept_score, mass, recall, trace.top_k(top_k), n_kept, v_step, v_pos, v_score,
     )  # fmt: skip
     policy.resume(pos[:n], score[:n], steps - 1)

@@ -202,7 +202,7 @@ class LockstepReplay:
         """The step from which :func:`_steady` runs this bank over this trace (-1: never)."""
         if not (
             self.kind == "scored"
-            and self._compiled >= 0  # a rule the compiled loop knows (not random eviction)
+            and self._compiled is not None  # a rule the compiled loop runs (not random eviction)
             and self.reads_attention
             and 0 <= self._budget < trace.steps
             and not self._own_checks

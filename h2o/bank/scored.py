@@ -26,7 +26,7 @@ from h2o.policies.base import MAX_WEIGHT
 from h2o.policies.registry import BUILT_IN
 
 from .base import NO_VICTIMS, PolicyBank
-from .kernels import advance_lanes, evict_lanes, rule_id, steady_rows, step_lanes
+from .kernels import advance_lanes, evict_lanes, rule_of, steady_rows, step_lanes
 
 #: Weights the compiled loops read (each dtype is compiled once, then cached on disk).
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -57,7 +57,7 @@ class ScoredBank(PolicyBank):
         # one lane's (n,) arrays (elementwise, attn.shape[0] = kept count) is the same rule.
         self._rule = lane.accumulate
         self._by_argmin = type(lane).evicts_by_argmin()
-        self._compiled = rule_id(type(lane))  # -1: no compiled rule (random), the numpy path
+        self._compiled = rule_of(type(lane))  # None: no compiled rule (random), the numpy path
         self._go = np.ones(self.size, dtype=np.bool_)
         self._out = np.empty(self.size, dtype=np.int64)
         self._rows_scratch: tuple[np.ndarray, ...] | None = None  # step_rows' buffers
@@ -84,7 +84,7 @@ class ScoredBank(PolicyBank):
 
     def _compiles(self, attn: np.ndarray | None) -> bool:
         """Whether the compiled loops take this step (its weights are float32 or float64)."""
-        return self._compiled >= 0 and (attn is None or attn.dtype in _FLOATS)
+        return self._compiled is not None and (attn is None or attn.dtype in _FLOATS)
 
     def _advance_block(self, pos: int, attn: np.ndarray) -> bool:
         if not self._compiles(attn):
@@ -135,7 +135,7 @@ class ScoredBank(PolicyBank):
             n != self._budget
             or n < 1
             or n >= self._cap
-            or self._compiled < 0
+            or self._compiled is None
             or p.dtype != np.float32
             or p.shape[0] != self.size
             or n == t0 + i0  # nothing evicted yet: the per-row path's causal case

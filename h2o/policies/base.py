@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -290,6 +291,28 @@ class Policy:
         return {"budget": self.budget}
 
 
+@dataclass(frozen=True)
+class LinearRule:
+    """A scoring rule in the form the compiled loops run (:mod:`h2o.bank.kernels`), declared by a
+    :class:`ScoredPolicy` subclass as ``compiled_rule``. At each step every kept slot's float64
+    score becomes
+
+        score = keep * score + add * w + (vote if w > 1 / n else 0)
+
+    with ``w`` the slot's float32 weight (renormalised over the ``n`` kept) widened exactly. H2O
+    adds (keep 1, add 1), TOVA replaces (keep 0, add 1), Scissorhands votes (keep 1, add 0,
+    vote 1). Multiplying by 1 and adding 0 are exact, so the loops compute what the class's
+    ``_accumulate`` computes, bit for bit — which the tests check by replaying both."""
+
+    keep: float
+    add: float
+    vote: float = 0.0
+
+    def coefficients(self) -> np.ndarray:
+        """``[keep, add, vote]`` as the loops take them (float64)."""
+        return np.array([self.keep, self.add, self.vote], dtype=np.float64)
+
+
 class ScoredPolicy(Policy):
     """Score, protect the recent window, evict by repeated argmin.
 
@@ -311,10 +334,10 @@ class ScoredPolicy(Policy):
 
     #: ``recent_window`` when none is given (TOVA protects only the newest position).
     default_recent_window: ClassVar[int] = 32
-    #: The compiled loops' name for this class's ``_accumulate`` (:mod:`h2o.bank.kernels`): "add"
-    #: (H2O), "vote" (Scissorhands), "replace" (TOVA); None runs it in numpy. Declared by the
-    #: class itself (:meth:`Policy.declares`), with a differential test against the instance.
-    compiled_rule: ClassVar[str | None] = None
+    #: This class's ``_accumulate`` as the compiled loops run it (:mod:`h2o.bank.kernels`), a
+    #: :class:`LinearRule`; None runs it in numpy. Declared by the class itself
+    #: (:meth:`Policy.declares`), with a differential test against the instance.
+    compiled_rule: ClassVar[LinearRule | None] = None
     #: Storage per slot: the card's int32 position, float64 score and one byte of scratch.
     POS_DTYPE, SCORE_DTYPE, SCRATCH_DTYPE = (
         np.dtype(np.int32),

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .base import ScoredPolicy
+from .base import LinearRule, ScoredPolicy
 
 
 class H2O(ScoredPolicy):
@@ -38,7 +38,7 @@ class H2O(ScoredPolicy):
     #: heavy hitters from its accumulated attention before decoding (:mod:`h2o.model.prefill`).
     prefill_selection = True
     bank = "scored"
-    compiled_rule = "add"
+    compiled_rule = LinearRule(keep=1.0, add=1.0)  # score += w
 
     @classmethod
     def bench_settings(cls, budget: int, windows: Sequence[int]) -> list[dict[str, int]]:

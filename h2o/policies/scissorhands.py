@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .base import ScoredPolicy
+from .base import LinearRule, ScoredPolicy
 
 
 class Scissorhands(ScoredPolicy):
@@ -33,7 +33,7 @@ class Scissorhands(ScoredPolicy):
     colour, line_style = "#249A80", ("dash", "square", 8)  # on every chart
     score_label = "votes (steps above fair share)"
     bank = "scored"
-    compiled_rule = "vote"
+    compiled_rule = LinearRule(keep=1.0, add=0.0, vote=1.0)  # score += w > 1/n
 
     @classmethod
     def bench_settings(cls, budget: int, windows: Sequence[int]) -> list[dict[str, int]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import ScoredPolicy
+from .base import LinearRule, ScoredPolicy
 
 
 class TOVA(ScoredPolicy):
@@ -29,7 +29,7 @@ class TOVA(ScoredPolicy):
     default_recent_window = 1
     own_window = True  # the paper's TOVA protects nothing but the token just admitted
     bank = "scored"
-    compiled_rule = "replace"
+    compiled_rule = LinearRule(keep=0.0, add=1.0)  # score = w
 
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
         score[:] = attn
