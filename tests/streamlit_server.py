@@ -47,10 +47,11 @@ def serve() -> Iterator[str]:
 
 @contextlib.contextmanager
 def serve_process(
-    env: dict[str, str] | None = None, script: Path | None = None
+    env: dict[str, str] | None = None, script: Path | None = None, cwd: Path = ROOT
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """:func:`serve`, also yielding the server's process (for its CPU time and memory);
-    ``script``: another Streamlit script than the app (a benchmark's floor page)."""
+    ``script``: another Streamlit script than the app (a benchmark's floor page); ``cwd``: the
+    checkout whose app runs (a benchmark's "before")."""
     port = free_port()
     # The app starts as `make run` starts it (app/serve.py); another script as `streamlit run`.
     start = ["app.serve"] if script is None else ["streamlit", "run", str(script)]
@@ -66,7 +67,7 @@ def serve_process(
     ]
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"h2o-streamlit-{port}.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
     )
     url = f"http://127.0.0.1:{port}"
     try:
