@@ -163,12 +163,9 @@ def test_a_refused_window_names_who_refuses_and_where_each_is_shown():
 def test_the_page_names_every_policy_that_refuses_the_sidebars_window():
     """At recent_window 300 over budget 256 on the canonical trace, H2O, Scissorhands and random
     eviction take the sidebar's window and refuse it; TOVA keeps its own and is not named."""
-    at = AppTest.from_file(MAIN, default_timeout=300)
-    at.query_params["budget"] = "256"
-    at.query_params["recent_window"] = "300"
-    at.run()
-    at.switch_page("views/all_policies.py").run()
-    assert not at.exception, [e.value for e in at.exception]
+    from test_app import open_app
+
+    at = open_app("views/all_policies.py", budget=256, recent_window=300)
     warned = " ".join(w.value for w in at.warning)
     assert "H2O, Scissorhands and Random refuse it" in warned
     assert "H2O and Scissorhands at recent_window 32, 64; Random at recent_window 32 only" in warned
