@@ -461,9 +461,8 @@ def one_shot_note(cells: Sequence[Cell], on_chart: Iterable[str]) -> str:
         row = parsed(r)
         if row is None or row.cache.closed_loop or row.kind in charted:
             continue
-        plain = row.allocation is None and row.bits is None
-        if row.kind not in said or plain:
-            said[row.kind] = row.cache.name() if plain else said.get(row.kind, row.cache.name())
+        if row.kind not in said or (row.allocation is None and row.bits is None):
+            said[row.kind] = row.cache.name()  # a plain row's name over an allocated one's
     if not said:
         return ""
     many = len(said) > 1

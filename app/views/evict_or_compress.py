@@ -15,6 +15,7 @@ import streamlit as st
 
 from app import a11y, charts, figures, pages, painted, state
 from app.needle import claims, frontier, shipped
+from app.needle.data import derived
 from app.needle.frontier import GROUPS, PPL_TEXT, PPL_TOKENS
 from h2o.stats import share
 
@@ -123,7 +124,13 @@ if shipped.report(fr, fr_path, "frontier"):
         elif ref is not None:
             not_on(f"the perplexity chart ({PPL_TEXT}, {PPL_TOKENS:,} tokens)")
         st.caption(counted)
-        if one_shot := claims.one_shot_note(gr.records, [p.row for p in ppl]):
+        charted = tuple(p.row for p in ppl)  # once per version of the two files
+        one_shot = derived(
+            gr.records,
+            ("one-shot note", charted),
+            lambda: claims.one_shot_note(gr.records, charted),
+        )
+        if one_shot:
             st.markdown(one_shot)
         shipped.provenance(fr, "frontier")
 

@@ -180,13 +180,15 @@ st.dataframe(
 
 shipped.provenance(loaded, "needle grid")
 
-family_text = derived(cells, "family sentences", lambda: family.family_sentences(cells))
+family_text, family_how = derived(
+    cells, "family sentences", lambda: (family.family_sentences(cells), family.how_they_run(cells))
+)
 if family_text:
     st.subheader("The family since H2O", divider="gray")
     st.markdown(
         "Methods since H2O, each answering one of its limits; choose their rows above to see "
         "their heatmaps. Each is set beside SnapKV at the same budget, on the cells both have. "
-        + family.how_they_run(cells)
+        + family_how
     )
     for sentence in family_text:
         st.markdown(sentence)
