@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from .trace_vectors import HeadVectors, check_vectors
+
 FORMAT = "h2o-trace/1"
 #: Largest trace ``load_trace`` accepts (a packed float32 trace of 8192 steps is 134 MB).
 MAX_STEPS = 8192
@@ -58,6 +60,10 @@ class Trace:
     #: Optional: the L2 norm of the key at each position (float32, ``(T,)``), for policies that
     #: score keys without attention (K-norm); captured traces of the real model carry it.
     key_norms: np.ndarray | None = None
+    #: Optional: each position's queries, keys and value norms in the trace's heads
+    #: (:class:`~h2o.trace_vectors.HeadVectors`), for methods that score keys by their vectors
+    #: (Expected Attention); captured traces of the real model carry them.
+    vectors: HeadVectors | None = None
 
     def __post_init__(self) -> None:
         w = self.weights
@@ -74,6 +80,8 @@ class Trace:
         w.flags.writeable = False
         if self.key_norms is not None:
             object.__setattr__(self, "key_norms", check_key_norms(self.key_norms, steps))
+        if self.vectors is not None:
+            check_vectors(self.vectors, steps)
         object.__setattr__(self, "_steps", steps)
 
     # -- construction ------------------------------------------------------------------------
@@ -87,6 +95,7 @@ class Trace:
         *,
         normalize: bool = False,
         key_norms: np.ndarray | None = None,
+        vectors: HeadVectors | None = None,
     ) -> Trace:
         """From a ``(T, T)`` matrix whose row ``t`` holds row(t) in columns ``0..t-1``.
 
@@ -104,6 +113,7 @@ class Trace:
             normalize=normalize,
             take=True,
             key_norms=key_norms,
+            vectors=vectors,
         )
 
     @classmethod
@@ -116,6 +126,7 @@ class Trace:
         *,
         normalize: bool = False,
         key_norms: np.ndarray | None = None,
+        vectors: HeadVectors | None = None,
     ) -> Trace:
         """From a list of rows, row ``t`` of length ``t`` (row 0 empty)."""
         for t, r in enumerate(rows):
@@ -130,6 +141,7 @@ class Trace:
             normalize=normalize,
             take=True,
             key_norms=key_norms,
+            vectors=vectors,
         )
 
     @classmethod
@@ -144,6 +156,7 @@ class Trace:
         sums: np.ndarray | None = None,
         take: bool = False,
         key_norms: np.ndarray | None = None,
+        vectors: HeadVectors | None = None,
     ) -> Trace:
         """From rows packed back to back, as float32, each row rescaled to sum to 1 if
         ``normalize`` — by ``sums`` if given (row sums at the precision the weights had before
@@ -167,6 +180,7 @@ class Trace:
             dict(meta or {}),
             tuple(str(s) for s in tokens) if tokens is not None else None,
             key_norms,
+            vectors,
         )
 
     # -- access ------------------------------------------------------------------------------
@@ -350,6 +364,8 @@ def save_trace(trace: Trace, path: str | os.PathLike[str], *, float16: bool = Fa
         arrays["tokens"] = np.array(trace.tokens, dtype=np.str_)
     if trace.key_norms is not None:
         arrays["key_norms"] = trace.key_norms
+    if trace.vectors is not None:
+        arrays.update(trace.vectors.arrays())
     np.savez_compressed(path, **arrays)
 
 

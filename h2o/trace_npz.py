@@ -36,6 +36,7 @@ from .trace import (
     row_of,
     steps_for,
 )
+from .trace_vectors import MAX_WIDTH, MEMBERS, HeadVectors
 
 MAX_NAME_CHARS = 256
 MAX_META_CHARS = 65536
@@ -43,7 +44,7 @@ MAX_TOKEN_CHARS = 256
 #: Deepest nesting of lists and objects accepted in ``meta`` (the format's meta is flat).
 MAX_META_DEPTH = 32
 #: The archive members a trace may have (``<key>.npy``); any other member is never read.
-_KEYS = ("format", "name", "meta", "tokens", "weights", "attention", "key_norms")
+_KEYS = ("format", "name", "meta", "tokens", "weights", "attention", "key_norms", *MEMBERS)
 _MAX_MEMBERS = 64
 _MAX_FORMAT_CHARS = 64
 _MAX_HEADER = 10_000  # bytes of .npy header dictionary (numpy's own limit)
@@ -94,6 +95,7 @@ def load_trace(
                 f"'key_norms' must be a 1-D float array of {steps} norms (one a step), "
                 f"got {norms.shape} {norms.dtype}"
             )
+        vec = _vectors_header(arrays, steps)
         # Every header fits: now the data, smallest first.
         fmt = _read_strings(zf, arrays["format"]) if "format" in arrays else FORMAT
         if fmt != FORMAT:
@@ -102,6 +104,7 @@ def load_trace(
         meta = _parse_meta(_read_strings(zf, arrays["meta"])) if "meta" in arrays else {}
         tokens = _read_strings(zf, arrays["tokens"]) if "tokens" in arrays else None
         key_norms = _read_floats(zf, norms) if norms is not None else None
+        vectors = _read_vectors(zf, vec) if vec is not None else None
         packed_bytes = offset(steps) * 4
         if packed_bytes > 8 * w.info.compress_size:
             # Far more compressible than attention rows are: validate every row in a first pass
@@ -112,7 +115,15 @@ def load_trace(
         sums = _scan_weights(zf, w, steps, out=packed)
     name = name or stored_name or "uploaded"
     return Trace.from_packed(
-        name, packed, meta, tokens, normalize=True, sums=sums, take=True, key_norms=key_norms
+        name,
+        packed,
+        meta,
+        tokens,
+        normalize=True,
+        sums=sums,
+        take=True,
+        key_norms=key_norms,
+        vectors=vectors,
     )
 
 
@@ -317,6 +328,35 @@ def _read_strings(zf: zipfile.ZipFile, m: _Member) -> Any:
         return [v.decode("utf-8") for v in values]
     except UnicodeDecodeError as e:
         raise ValueError(f"{m.key!r} is not valid UTF-8 ({e.reason})") from None
+
+
+def _vectors_header(arrays: dict[str, _Member], steps: int) -> dict[str, _Member] | None:
+    """The head vectors' members (all or none), their shapes checked against the trace's steps
+    and :data:`~h2o.trace_vectors.MAX_WIDTH` before any is read; :class:`HeadVectors` checks
+    how they fit together and every value."""
+    found = {k: arrays[k] for k in MEMBERS if k in arrays}
+    if not found:
+        return None
+    if len(found) != len(MEMBERS):
+        missing = ", ".join(repr(k) for k in MEMBERS if k not in found)
+        raise ValueError(f"a trace's head vectors come together: {missing} missing")
+    want = {"queries": 3, "keys": 3, "value_norms": 2, "rope_base": 0}
+    for key, m in found.items():
+        if len(m.shape) != want[key] or m.dtype.kind != "f":
+            raise ValueError(
+                f"{key!r} must be a {want[key]}-D float array, got {m.shape} {m.dtype}"
+            )
+        if want[key] and m.shape[0] != steps:
+            raise ValueError(f"{key!r} has {m.shape[0]} positions for a trace of {steps} steps")
+        width = math.prod(m.shape[1:])
+        if width > MAX_WIDTH:
+            raise ValueError(f"{key!r} holds {width} numbers a position; at most {MAX_WIDTH}")
+    return found
+
+
+def _read_vectors(zf: zipfile.ZipFile, found: dict[str, _Member]) -> HeadVectors:
+    q, k, v, base = (_read_floats(zf, found[key]) for key in MEMBERS)
+    return HeadVectors(q, k, v, float(base))
 
 
 def _read_floats(zf: zipfile.ZipFile, m: _Member) -> np.ndarray:

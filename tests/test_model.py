@@ -255,7 +255,7 @@ def test_capture_rows_are_softmax_over_previous_positions(model, tiny) -> None:
     ids = token_ids(24)
     _, probs = _ref_forward(tiny[1], ids)
     for head in ("mean", 3):
-        dense, meta, tokens, _ = capture_attention(model, ids, 1, head, text="s", licence="l")
+        dense, meta, tokens, *_ = capture_attention(model, ids, 1, head, text="s", licence="l")
         P = probs[1]
         ref = np.zeros((24, 24))
         for t in range(1, 24):
@@ -291,21 +291,46 @@ def test_capture_records_each_positions_key_norm(model, tiny) -> None:
         x = _ref_layer_rest(w, i, x, att)
     ref = np.sqrt((k**2).sum(-1))  # (NKV, T)
     for head in ("mean", 0, NH - 1):
-        *_, norms = capture_attention(model, ids, 1, head)
+        _, _, _, norms, _ = capture_attention(model, ids, 1, head)
         want = ref.mean(0) if head == "mean" else ref[head // (NH // NKV)]
         np.testing.assert_allclose(norms, want, rtol=1e-4)
         assert norms.dtype == np.float32 and norms.shape == (24,)
+
+
+def test_capture_records_each_positions_head_vectors(model, tiny) -> None:
+    """The head vectors are the captured layer's queries before RoPE, keys after RoPE and value
+    norms (the reference forward's, float64), of the head and its KV head or of every head."""
+    ids = token_ids(24)
+    w = tiny[1]
+    x = w["token_embd.weight"][ids].astype(np.float64)
+    pos = np.arange(24, dtype=np.float64)
+    h0 = _ref_rms(x, w["blk.0.attn_norm.weight"])
+    _, k, v = _ref_layer_qkv(w, 0, x, pos)
+    pre_q = (h0 @ w["blk.0.attn_q.weight"].T).reshape(24, NH, HD)  # before RoPE
+    for head in ("mean", NH - 1):
+        vec = capture_attention(model, ids, 0, head).vectors
+        heads = list(range(NH)) if head == "mean" else [head]
+        kv = sorted({h // (NH // NKV) for h in heads})
+        np.testing.assert_allclose(vec.queries, pre_q[:, heads], rtol=2e-3, atol=2e-3)
+        np.testing.assert_allclose(vec.keys, k[kv].transpose(1, 0, 2), rtol=2e-3, atol=2e-3)
+        np.testing.assert_allclose(vec.value_norms, np.linalg.norm(v[:, kv], axis=-1), rtol=1e-3)
+        assert vec.rope_base == model.config.rope_base and vec.group_size == len(heads) // len(kv)
 
 
 def test_capture_wraps_into_a_trace(model, tmp_path) -> None:
     trace_mod = pytest.importorskip("h2o.trace_npz")
     from h2o.model.capture import save_capture, to_trace
 
-    dense, meta, tokens, norms = capture_attention(model, token_ids(20), 0, "mean")
-    tr = to_trace("tiny", dense, meta, tokens, norms)
+    dense, meta, tokens, norms, vectors = capture_attention(model, token_ids(20), 0, "mean")
+    tr = to_trace("tiny", dense, meta, tokens, norms, vectors)
     np.testing.assert_allclose(tr.row(7), dense[7, :7], atol=1e-6)
-    save_capture(tmp_path / "t.npz", "tiny", dense, meta, tokens, key_norms=norms)
+    assert tr.vectors is vectors
+    save_capture(tmp_path / "t.npz", "tiny", dense, meta, tokens, key_norms=norms, vectors=vectors)
     back = trace_mod.load_trace(tmp_path / "t.npz")
+    for name in ("queries", "keys"):  # stored float16: within its rounding
+        a, b = getattr(back.vectors, name), getattr(vectors, name)
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3 * np.abs(b).max())
+    np.testing.assert_array_equal(back.vectors.value_norms, vectors.value_norms)
     assert back.steps == 20 and back.meta["layer"] == 0 and back.tokens == tuple(tokens)
     np.testing.assert_array_equal(back.key_norms, norms)  # stored float32, bit for bit
     np.testing.assert_allclose(back.row(19), dense[19, :19], atol=2e-3)

@@ -45,7 +45,7 @@ def test_capture_layers_equals_one_capture_per_layer(model, head) -> None:
     )
     assert len(traces) == NL and seen == [(i + 1, NL) for i in range(NL)]
     for layer, tr in enumerate(traces):
-        dense, meta, tokens, _ = capture_attention(model, ids, layer, head)
+        dense, meta, tokens, *_ = capture_attention(model, ids, layer, head)
         assert tr.steps == 40 and tr.tokens == tuple(tokens)
         for t in range(1, 40):
             np.testing.assert_array_equal(tr.row(t), dense[t, :t])

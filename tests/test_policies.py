@@ -7,10 +7,17 @@ import pytest
 
 from h2o import H2O, POLICIES, TOVA, RandomEviction, Scissorhands, SlidingWindow, StreamingLLM
 from h2o.reference import CARD_POLICIES
+from h2o.trace_vectors import HeadVectors
 
 ALL = list(POLICIES)
 #: K-norm's key norms: one a position for every position these tests admit.
 NORMS = np.random.default_rng(0).gamma(2, 3, 5000)
+#: Expected Attention's queries, keys and value norms, as many positions.
+VECTORS = HeadVectors(
+    *(np.random.default_rng(1).normal(size=s) for s in ((5000, 2, 8), (5000, 1, 8))),
+    np.random.default_rng(2).gamma(2, 1, (5000, 1)),
+    10000.0,
+)
 
 
 def make(name, budget=8, **kw):
@@ -22,6 +29,7 @@ def make(name, budget=8, **kw):
         "sliding-window": {},
         "random": {"recent_window": 2, "rng": np.random.default_rng(0)},
         "key-norm": {"recent_window": 2, "key_norms": NORMS},
+        "expected-attention": {"recent_window": 2, "vectors": VECTORS},
     }[name]
     return POLICIES[name](budget, **{**defaults, **kw})
 
@@ -42,6 +50,7 @@ def snapshot(p):
 
 def test_registry_names():
     assert set(POLICIES) == {
+        "expected-attention",
         "key-norm",
         "h2o",
         "streaming-llm",
@@ -62,8 +71,10 @@ def test_contract_budget_respected_victims_ascending_and_gone(name):
         before = set(p.kept.tolist()) | {t}
         p.on_decode_step(t, w)
         # admitted with score 0 (the card's rule), or K-norm's score known on arrival: -‖k‖
+        # (Expected Attention rescores every kept key at every step, the newest too)
         admitted = -NORMS[t] if name == "key-norm" else 0.0
-        assert p.kept[-1] == t and p.scores[-1] == admitted
+        assert p.kept[-1] == t
+        assert p.scores[-1] == admitted or name == "expected-attention"
         victims = p.evict()
         assert len(p) == min(t + 1, 8)
         assert victims == sorted(victims)
@@ -241,7 +252,11 @@ def test_null_attention_is_accepted_and_admits(name):
     before = list(p.scores)
     p.on_decode_step(10, None)
     assert p.kept[-1] == 10
-    assert list(p.scores[:-1]) == before
+    if name == "expected-attention":
+        # Reads no attention (every step is None to it): each step's query rescores every key
+        assert list(p.scores[:-1]) != before
+    else:
+        assert list(p.scores[:-1]) == before
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -7,7 +7,10 @@ we drop that self-weight and renormalise over ``0..t-1`` — equivalently, take 
 query's scores restricted to ``0..t-1``. That is what a cache of earlier tokens "receives" from
 the query, and what a policy is shown at step ``t``. ``head="mean"`` averages these per-head rows
 over all query heads. Each position's key norm (the L2 norm of its key, what K-norm scores) is
-captured beside it: of the query head's KV head, or the mean over the KV heads for ``"mean"``.
+captured beside it: of the query head's KV head, or the mean over the KV heads for ``"mean"``;
+and the heads' queries (before RoPE), keys and value norms (:class:`~h2o.trace_vectors.HeadVectors`:
+what Expected Attention scores by), of the query head and its KV head, or of every head for
+``"mean"``.
 
 Where the attention goes (sinks / recent / middle, every layer) is in :mod:`h2o.model.layers`.
 """
@@ -21,6 +24,7 @@ import numpy as np
 
 from h2o.model.forward import AttnChunk, AttnHook, SmolLM
 from h2o.progress import Progress
+from h2o.trace_vectors import HeadVectors
 
 if TYPE_CHECKING:
     from h2o.trace import Trace
@@ -29,12 +33,44 @@ Head = int | Literal["mean"]
 
 
 class Capture(NamedTuple):
-    """One captured trace: its dense rows, metadata, token strings and key norms."""
+    """One captured trace: its dense rows, metadata, token strings, key norms and head vectors."""
 
     dense: np.ndarray
     meta: dict[str, Any]
     tokens: list[str]
     key_norms: np.ndarray
+    vectors: HeadVectors | None = None
+
+
+class VectorsHook:
+    """A forward hook keeping, for one layer, each position's queries before RoPE (unscaled),
+    keys after RoPE and value norms in the query heads ``heads`` and the KV heads they read."""
+
+    def __init__(self, model: SmolLM, layer: int, T: int, head: Head) -> None:
+        cfg = model.config
+        self.layer, self.cfg = layer, cfg
+        self.heads = list(range(cfg.n_heads)) if head == "mean" else [int(head)]
+        self.kv = sorted({h // cfg.group_size for h in self.heads})
+        d = cfg.head_dim
+        self.q = np.zeros((T, len(self.heads), d), dtype=np.float32)
+        self.k = np.zeros((T, len(self.kv), d), dtype=np.float32)
+        self.v = np.zeros((T, len(self.kv)), dtype=np.float32)
+
+    def __call__(self, ch: AttnChunk) -> None:
+        from h2o.model.forward import apply_rope, rope_tables
+
+        if ch.layer != self.layer or ch.queries is None or ch.keys is None or ch.values is None:
+            return
+        d, rows = self.cfg.head_dim, slice(ch.start, ch.start + ch.rows)
+        cos, sin = rope_tables(np.arange(ch.start, ch.start + ch.rows), d, self.cfg.rope_base)
+        # undo the rotation (minus the angle) and the 1/sqrt(d) scale the hook's queries carry
+        q = apply_rope(ch.queries[self.heads].astype(np.float64), cos, -sin) * np.sqrt(d)
+        self.q[rows] = q.transpose(1, 0, 2)
+        self.k[rows] = ch.keys[self.kv].transpose(1, 0, 2)
+        self.v[rows] = np.linalg.norm(ch.values[self.kv].astype(np.float64), axis=-1).T
+
+    def vectors(self) -> HeadVectors:
+        return HeadVectors(self.q, self.k, self.v, float(self.cfg.rope_base))
 
 
 #: Position of the "layer story" split: sinks = the first 4 positions, recent = the last 64.
@@ -141,10 +177,15 @@ def capture_attention(
     T = len(ids)
     dense = np.zeros((T, T), dtype=np.float32)
     norms = np.zeros(T, dtype=np.float32)
-    hook = rows_hook(dense, head, layer, norms)
+    rows, vec = rows_hook(dense, head, layer, norms), VectorsHook(model, layer, T, head)
+
+    def hook(ch: AttnChunk) -> None:
+        rows(ch)
+        vec(ch)
+
     model.forward(ids, attn_hook=hook, progress=progress, stop_after_layer=layer)
     meta = capture_meta(model, layer, head, T, text, licence)
-    return Capture(dense, meta, model.tokenizer.token_strings(ids), norms)
+    return Capture(dense, meta, model.tokenizer.token_strings(ids), norms, vec.vectors())
 
 
 def trace_name(source: str, layer: int, head: Head) -> str:
@@ -159,11 +200,12 @@ def to_trace(
     meta: dict[str, Any],
     tokens: list[str],
     key_norms: np.ndarray | None = None,
+    vectors: HeadVectors | None = None,
 ) -> Trace:
     """Wrap a capture in the policy library's :class:`h2o.trace.Trace`."""
     from h2o.trace import Trace
 
-    return Trace.from_dense(name, dense, meta, tokens, key_norms=key_norms)
+    return Trace.from_dense(name, dense, meta, tokens, key_norms=key_norms, vectors=vectors)
 
 
 def save_capture(
@@ -174,12 +216,13 @@ def save_capture(
     tokens: list[str],
     float16: bool = True,
     key_norms: np.ndarray | None = None,
+    vectors: HeadVectors | None = None,
 ) -> None:
-    """Save a capture as an ``h2o-trace`` ``.npz`` (float16 weights by default: half the size;
-    rows are renormalised on load; the key norms stay float32)."""
+    """Save a capture as an ``h2o-trace`` ``.npz`` (float16 weights and head vectors by default:
+    half the size; rows are renormalised on load; the norms stay float32)."""
     from h2o.trace import save_trace
 
-    save_trace(to_trace(name, dense, meta, tokens, key_norms), path, float16=float16)
+    save_trace(to_trace(name, dense, meta, tokens, key_norms, vectors), path, float16=float16)
 
 
 def all_heads_attention(
@@ -199,8 +242,11 @@ def all_heads_attention(
     T, H = len(ids), model.config.n_heads
     dense = np.zeros((H, T, T), dtype=np.float32)
     norms = np.zeros((H, T), dtype=np.float32)
+    vecs = [VectorsHook(model, layer, T, h) for h in range(H)]
 
     def hook(ch: AttnChunk) -> None:
+        for v in vecs:
+            v(ch)
         if ch.layer == layer:
             pp = ch.prev_probs()
             dense[:, ch.start : ch.start + ch.rows, : pp.shape[2]] = pp
@@ -210,6 +256,12 @@ def all_heads_attention(
     model.forward(ids, attn_hook=hook, progress=progress, stop_after_layer=layer)
     tokens = model.tokenizer.token_strings(ids)
     return [
-        Capture(dense[h], capture_meta(model, layer, h, T, text, licence), tokens, norms[h])
+        Capture(
+            dense[h],
+            capture_meta(model, layer, h, T, text, licence),
+            tokens,
+            norms[h],
+            vecs[h].vectors(),
+        )
         for h in range(H)
     ]

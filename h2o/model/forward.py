@@ -56,7 +56,8 @@ class AttnChunk:
     ``(n_heads, rows, keys)`` float32 and only valid during the hook call (buffers are reused).
     ``queries`` are the rows' queries ``(n_heads, rows, head_dim)`` as they score the keys:
     rotated at their positions and scaled by ``1/sqrt(d)``; ``keys`` the rows' own keys
-    ``(n_kv_heads, rows, head_dim)``, rotated at their positions (as the cache holds them).
+    ``(n_kv_heads, rows, head_dim)``, rotated at their positions (as the cache holds them);
+    ``values`` the rows' own values ``(n_kv_heads, rows, head_dim)``.
     """
 
     layer: int
@@ -65,6 +66,7 @@ class AttnChunk:
     probs: np.ndarray
     queries: np.ndarray | None = None
     keys: np.ndarray | None = None
+    values: np.ndarray | None = None
 
     @property
     def rows(self) -> int:
@@ -398,7 +400,11 @@ class SmolLM:
             p = _softmax_rows(s)
             if hook is not None:
                 sc, pr = s.reshape(H, c, kv), p.reshape(H, c, kv)
-                hook(AttnChunk(layer, t0 + cs, sc, pr, q[:, cs:ce], k[:, t0 + cs : kv]))
+                hook(
+                    AttnChunk(
+                        layer, t0 + cs, sc, pr, q[:, cs:ce], k[:, t0 + cs : kv], v[:, t0 + cs : kv]
+                    )
+                )
             first = c  # first row of the chunk whose cache had lost something
             if heads is not None:
                 mask = np.zeros((G, c, kv), dtype=bool)

@@ -12,6 +12,7 @@ import inspect
 from typing import Any
 
 from .base import Policy
+from .expected_attention import ExpectedAttention
 from .h2o import H2O
 from .key_norm import KeyNorm
 from .random import RandomEviction
@@ -29,6 +30,7 @@ BUILT_IN: tuple[type[Policy], ...] = (
     SlidingWindow,
     RandomEviction,
     KeyNorm,
+    ExpectedAttention,
 )
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in BUILT_IN}
 

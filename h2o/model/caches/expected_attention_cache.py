@@ -32,21 +32,18 @@ from __future__ import annotations
 import numpy as np
 
 from h2o.model.caches.base import ContextCompression
+from h2o.policies.expected_attention import N_FUTURE, N_SINK, averaged_rope, expected_attention
 
-N_FUTURE, N_SINK = 512, 4
-
-
-def averaged_rope(head_dim: int, base: float, first: int, n: int = N_FUTURE) -> np.ndarray:
-    """``(head_dim, head_dim)``: the rotation the model's RoPE applies at positions ``first ..
-    first + n - 1``, averaged (adjacent pairs, as :func:`h2o.model.forward.apply_rope`)."""
-    inv_freq = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    angles = np.outer(np.arange(first, first + n, dtype=np.float64), inv_freq)
-    c, s = np.cos(angles).mean(axis=0), np.sin(angles).mean(axis=0)
-    R = np.zeros((head_dim, head_dim))
-    i = np.arange(head_dim // 2)
-    R[2 * i, 2 * i], R[2 * i, 2 * i + 1] = c, -s
-    R[2 * i + 1, 2 * i], R[2 * i + 1, 2 * i + 1] = s, c
-    return R
+#: The rule's defaults and rotation live with the decode-time policy; this file runs it once.
+__all__ = [
+    "N_FUTURE",
+    "N_SINK",
+    "ExpectedAttention",
+    "QueryStats",
+    "averaged_rope",
+    "expected_attention_scores",
+    "top_keep",
+]
 
 
 def expected_attention_scores(
@@ -54,16 +51,11 @@ def expected_attention_scores(
 ) -> np.ndarray:
     """One KV head's scores ``(C,)`` for its context's cached ``keys``, ``values`` ``(C, d)``
     from its query heads' rotated query mean ``mu`` ``(gs, d)`` and covariance ``cov``
-    ``(gs, d, d)``; the first :data:`N_SINK` positions score the maximum plus one."""
+    ``(gs, d, d)`` (:func:`~h2o.policies.expected_attention.expected_attention`, times each
+    value's norm); the first :data:`N_SINK` positions score the maximum plus one."""
     k = np.asarray(keys, dtype=np.float64)[N_SINK:]
-    d = k.shape[1]
-    # k_j^T Sigma k_j for every j: (k Sigma) * k summed over the channel, as matrix products
-    # (a three-operand einsum loops in Python's order, six times slower at a 1,024-token prompt)
-    z = mu @ k.T / np.sqrt(d) + ((k @ cov) * k).sum(axis=2) / d / 2
-    z -= z.max(axis=1, keepdims=True)
-    p = np.exp(z)
-    p /= p.sum(axis=1, keepdims=True)
-    score = p.mean(axis=0) * np.linalg.norm(np.asarray(values, dtype=np.float64)[N_SINK:], axis=1)
+    v = np.asarray(values, dtype=np.float64)[N_SINK:]
+    score = expected_attention(k, mu, cov) * np.linalg.norm(v, axis=1)
     return np.concatenate([np.full(min(N_SINK, len(keys)), score.max() + 1.0), score])
 
 
@@ -119,6 +111,7 @@ class ExpectedAttention(ContextCompression):
     queries are expected to pay each key."""
 
     kind = "expected-attention"
+    decode_policy = "expected-attention"  # h2o/policies/expected_attention.py, every token
     rank = 5
     colour = "#604848"
     marker = "diamond-tall"

@@ -1,0 +1,161 @@
+"""Expected Attention — score a key by the attention the *next* queries are expected to pay it
+(Devoto, Jeblick and Jégou, 2025, "Expected Attention: KV Cache Compression by Estimating
+Attention from Future Queries Distribution", https://arxiv.org/abs/2510.00636; kvpress's
+``ExpectedAttentionPress``).
+
+H2O scores a key by the attention it *has* received, so an old key has had more steps to collect
+it (the age bias of the lesson's chapters 3–5). Expected Attention looks forward instead. Queries
+before RoPE are close to Gaussian; with their mean ``mu`` and covariance ``Sigma``, the expected
+``exp(q·k/√d)`` of a key has a closed form, and rotating the statistics by the RoPE of the
+positions to come (averaged) makes them the next queries'. In the card's decode-time mechanism::
+
+    on_decode_step(pos, attn):             # attn is not read
+        admit(pos)
+        mu, Sigma = mean and covariance of the queries before RoPE at positions n_sink .. pos
+        R         = the RoPE rotation averaged over positions pos + 1 .. pos + 512
+        z_h[j]    = k_j · R mu_h / √d  +  k_jᵀ R Sigma_h Rᵀ k_j / (2 d)     every kept j
+        score[j]  = mean over KV heads g of
+                    (mean over g's query heads h of softmax_j(z_h)[j]) × ‖v_gj‖
+        the first n_sink = 4 positions score max + 1 (always kept)
+
+    evict(budget):
+        evictable = kept[: len(kept) - recentWindow]
+        drop the `len(kept) - budget` lowest-scoring of those
+
+The closed form, the averaged rotation, the value norm and the sinks are kvpress's, with its
+defaults (``n_future_positions=512``, ``n_sink=4``, covariance and value norm on, ``epsilon=0``);
+the model's ``expected-attention@B`` rows run it once after the prompt, as kvpress does
+(:mod:`h2o.model.caches.expected_attention_cache`). Where this class differs, ours: it rescores
+every kept key at every step and evicts one position a step, with H2O's recent window (32 by
+default; kvpress keeps none); its statistics are of every query read so far (kvpress's decoding
+wrapper takes the last 256 at a compression every 512 steps); on a trace that averages a layer's
+query heads, one kept set serves every head, scored by the mean over the KV heads (kvpress keeps
+a set per KV head). Equal scores evict the lower position.
+
+It reads each position's queries, keys and value norms (a trace's ``vectors``, which captured
+traces of the real model carry) and no attention weight.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..trace_vectors import HeadVectors, check_vectors
+from .base import ScoredPolicy
+
+#: kvpress's defaults: the future positions the rotation is averaged over, the sinks kept.
+N_FUTURE, N_SINK = 512, 4
+
+
+def averaged_rope(head_dim: int, base: float, first: int, n: int = N_FUTURE) -> np.ndarray:
+    """``(head_dim, head_dim)``: the rotation RoPE applies at positions ``first .. first + n -
+    1``, averaged (adjacent pairs, as :func:`h2o.model.forward.apply_rope`).
+
+    The averages of ``cos`` and ``sin`` of ``θ·p`` over ``n`` consecutive positions have a closed
+    form (a sum of ``n`` equally spaced angles): ``sin(nθ/2) / (n sin(θ/2))`` times the cosine or
+    sine of the middle angle — one evaluation a frequency instead of ``n``, every step."""
+    inv_freq = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    gain = np.sin(n * inv_freq / 2) / (n * np.sin(inv_freq / 2))
+    middle = (first + (n - 1) / 2) * inv_freq
+    c, s = gain * np.cos(middle), gain * np.sin(middle)
+    R = np.zeros((head_dim, head_dim))
+    i = np.arange(head_dim // 2)
+    R[2 * i, 2 * i], R[2 * i, 2 * i + 1] = c, -s
+    R[2 * i + 1, 2 * i], R[2 * i + 1, 2 * i + 1] = s, c
+    return R
+
+
+def expected_attention(keys: np.ndarray, mu: np.ndarray, cov: np.ndarray) -> np.ndarray:
+    """``(n,)``: the expected attention of one KV head's query heads to its ``keys`` ``(n, d)``
+    (after RoPE), from their rotated query means ``mu`` ``(gs, d)`` and covariances ``cov``
+    ``(gs, d, d)``: the softmax over the keys of ``z``, averaged over the query heads."""
+    k = np.asarray(keys, dtype=np.float64)
+    d = k.shape[1]
+    # k_j^T Sigma k_j for every j: (k Sigma) * k summed over the channel, as matrix products
+    # (a three-operand einsum loops in Python's order, six times slower at a 1,024-token prompt)
+    z = mu @ k.T / np.sqrt(d) + ((k @ cov) * k).sum(axis=2) / d / 2
+    z -= z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    return p.mean(axis=0)
+
+
+class ExpectedAttention(ScoredPolicy):
+    name = "expected-attention"
+    label = "Expected Attention"
+    colour, line_style = "#447777", ("dashdot", "diamond-tall", 9)  # on every chart
+    score_label = "expected attention × ‖v‖"
+    reads_attention = False
+    reads_trace = ("vectors",)
+
+    def __init__(
+        self,
+        budget: int = 512,
+        recent_window: int | None = None,
+        *,
+        vectors: HeadVectors | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> None:
+        super().__init__(budget, recent_window, rng=rng)
+        self._take(vectors)
+
+    def observe(self, trace: object) -> None:
+        super().observe(trace)
+        self._take(trace.vectors)  # type: ignore[attr-defined]  # checked by the trace
+
+    def _take(self, vectors: HeadVectors | None) -> None:
+        self._vec = vectors
+        if vectors is None:
+            return
+        check_vectors(vectors, vectors.positions)
+        H, d = vectors.queries.shape[1:]
+        self._keys = vectors.keys.astype(np.float64)  # (T, G, d)
+        self._s1, self._s2, self._count = np.zeros((H, d)), np.zeros((H, d, d)), 0
+
+    def _admission_score(self, pos: int) -> float:
+        vec = self._vec
+        if vec is None or pos >= vec.positions:
+            have = "no vectors" if vec is None else f"vectors for {vec.positions} positions"
+            raise ValueError(
+                f"Expected Attention scores position {pos} by the queries, keys and value norms "
+                f"up to it and has {have}: give vectors=… or replay a trace that carries them"
+            )
+        return 0.0  # rescored with every kept key below
+
+    def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
+        pass  # attention is never read: every step rescores (_step)
+
+    def _step(self, pos: int, attn: np.ndarray | None) -> None:
+        super()._step(pos, None)  # admit pos
+        vec = self._vec
+        assert vec is not None  # _admission_score refused otherwise
+        if pos >= N_SINK:  # the statistics leave the sinks' queries out, as kvpress does
+            q = vec.queries[pos].astype(np.float64)  # (H, d)
+            self._s1 += q
+            self._s2 += q[:, :, None] * q[:, None, :]
+            self._count += 1
+        self._rescore(pos)
+
+    def _rescore(self, pos: int) -> None:
+        n = self._n
+        kept, score = self._pos[:n], self._score[:n]
+        sink = kept < N_SINK
+        if self._count == 0:  # only sinks are kept yet
+            score[:] = 1.0
+            return
+        vec = self._vec
+        assert vec is not None
+        G, gs, d = vec.keys.shape[1], vec.group_size, vec.keys.shape[2]
+        mu = self._s1 / self._count
+        cov = self._s2 / self._count - mu[:, :, None] * mu[:, None, :]
+        R = averaged_rope(d, vec.rope_base, pos + 1)
+        mu, cov = mu @ R.T, R @ cov @ R.T
+        rest = kept[~sink]
+        total = np.zeros(rest.shape[0])
+        for g in range(G):
+            h = slice(g * gs, (g + 1) * gs)
+            p = expected_attention(self._keys[rest, g], mu[h], cov[h])
+            total += p * vec.value_norms[rest, g]
+        total /= G
+        score[~sink] = total
+        score[sink] = total.max() + 1.0
