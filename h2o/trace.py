@@ -64,6 +64,9 @@ class Trace:
     #: (:class:`~h2o.trace_vectors.HeadVectors`), for methods that score keys by their vectors
     #: (Expected Attention); captured traces of the real model carry them.
     vectors: HeadVectors | None = None
+    #: Optional: each position's KVzip score — the most attention it receives while the model
+    #: repeats the whole text (float32, ``(T,)``); captured traces of the real model carry it.
+    kvzip_scores: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         w = self.weights
@@ -82,6 +85,8 @@ class Trace:
             object.__setattr__(self, "key_norms", check_key_norms(self.key_norms, steps))
         if self.vectors is not None:
             check_vectors(self.vectors, steps)
+        if self.kvzip_scores is not None:
+            object.__setattr__(self, "kvzip_scores", check_kvzip_scores(self.kvzip_scores, steps))
         object.__setattr__(self, "_steps", steps)
 
     # -- construction ------------------------------------------------------------------------
@@ -96,6 +101,7 @@ class Trace:
         normalize: bool = False,
         key_norms: np.ndarray | None = None,
         vectors: HeadVectors | None = None,
+        kvzip_scores: np.ndarray | None = None,
     ) -> Trace:
         """From a ``(T, T)`` matrix whose row ``t`` holds row(t) in columns ``0..t-1``.
 
@@ -114,6 +120,7 @@ class Trace:
             take=True,
             key_norms=key_norms,
             vectors=vectors,
+            kvzip_scores=kvzip_scores,
         )
 
     @classmethod
@@ -127,6 +134,7 @@ class Trace:
         normalize: bool = False,
         key_norms: np.ndarray | None = None,
         vectors: HeadVectors | None = None,
+        kvzip_scores: np.ndarray | None = None,
     ) -> Trace:
         """From a list of rows, row ``t`` of length ``t`` (row 0 empty)."""
         for t, r in enumerate(rows):
@@ -142,6 +150,7 @@ class Trace:
             take=True,
             key_norms=key_norms,
             vectors=vectors,
+            kvzip_scores=kvzip_scores,
         )
 
     @classmethod
@@ -157,6 +166,7 @@ class Trace:
         take: bool = False,
         key_norms: np.ndarray | None = None,
         vectors: HeadVectors | None = None,
+        kvzip_scores: np.ndarray | None = None,
     ) -> Trace:
         """From rows packed back to back, as float32, each row rescaled to sum to 1 if
         ``normalize`` — by ``sums`` if given (row sums at the precision the weights had before
@@ -181,6 +191,7 @@ class Trace:
             tuple(str(s) for s in tokens) if tokens is not None else None,
             key_norms,
             vectors,
+            kvzip_scores,
         )
 
     # -- access ------------------------------------------------------------------------------
@@ -317,17 +328,27 @@ def _pack_lower(dense: np.ndarray) -> np.ndarray:
 def check_key_norms(norms: object, steps: int | None = None) -> np.ndarray:
     """Key norms as a read-only float32 ``(steps,)`` array (any length without ``steps``): one
     finite, non-negative norm a position (``ValueError`` naming the first that is not)."""
-    a = np.asarray(norms)
+    return check_per_position("key_norms", "key norm", norms, steps)
+
+
+def check_kvzip_scores(scores: object, steps: int | None = None) -> np.ndarray:
+    """KVzip's scores, checked as :func:`check_key_norms` checks norms."""
+    return check_per_position("kvzip_scores", "KVzip score", scores, steps)
+
+
+def check_per_position(member: str, what: str, values: object, steps: int | None) -> np.ndarray:
+    """One finite, non-negative number a position, as a read-only float32 array."""
+    a = np.asarray(values)
     if a.ndim != 1 or a.dtype.kind not in "fiu":
-        raise ValueError(f"key_norms must be a 1-D array of numbers, got {a.shape} {a.dtype}")
+        raise ValueError(f"{member} must be a 1-D array of numbers, got {a.shape} {a.dtype}")
     if steps is not None and a.shape[0] != steps:
-        raise ValueError(f"{a.shape[0]} key norms for a trace of {steps} steps")
+        raise ValueError(f"{a.shape[0]} {what}s for a trace of {steps} steps")
     a = a.astype(np.float32)  # a copy: the trace owns it
     bad = np.flatnonzero(~(np.isfinite(a) & (a >= 0)))
     if bad.size:
         i = int(bad[0])
         raise ValueError(
-            f"key norm at position {i} is {float(a[i])!r}: each norm must be finite, non-negative"
+            f"{what} at position {i} is {float(a[i])!r}: each must be finite, non-negative"
         )
     a.flags.writeable = False
     return a
@@ -366,6 +387,8 @@ def save_trace(trace: Trace, path: str | os.PathLike[str], *, float16: bool = Fa
         arrays["key_norms"] = trace.key_norms
     if trace.vectors is not None:
         arrays.update(trace.vectors.arrays())
+    if trace.kvzip_scores is not None:
+        arrays["kvzip_scores"] = trace.kvzip_scores
     np.savez_compressed(path, **arrays)
 
 

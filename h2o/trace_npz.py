@@ -44,7 +44,17 @@ MAX_TOKEN_CHARS = 256
 #: Deepest nesting of lists and objects accepted in ``meta`` (the format's meta is flat).
 MAX_META_DEPTH = 32
 #: The archive members a trace may have (``<key>.npy``); any other member is never read.
-_KEYS = ("format", "name", "meta", "tokens", "weights", "attention", "key_norms", *MEMBERS)
+_KEYS = (
+    "format",
+    "name",
+    "meta",
+    "tokens",
+    "weights",
+    "attention",
+    "key_norms",
+    "kvzip_scores",
+    *MEMBERS,
+)
 _MAX_MEMBERS = 64
 _MAX_FORMAT_CHARS = 64
 _MAX_HEADER = 10_000  # bytes of .npy header dictionary (numpy's own limit)
@@ -89,12 +99,13 @@ def load_trace(
             if tok.shape[0] != steps:
                 raise ValueError(f"{tok.shape[0]} tokens for a trace of {steps} steps")
             _check_string_header(tok, (steps,), MAX_TOKEN_CHARS)
-        norms = arrays.get("key_norms")
-        if norms is not None and (norms.shape != (steps,) or norms.dtype.kind != "f"):
-            raise ValueError(
-                f"'key_norms' must be a 1-D float array of {steps} norms (one a step), "
-                f"got {norms.shape} {norms.dtype}"
-            )
+        norms, kvzip = arrays.get("key_norms"), arrays.get("kvzip_scores")
+        for m, what in ((norms, "norms"), (kvzip, "scores")):
+            if m is not None and (m.shape != (steps,) or m.dtype.kind != "f"):
+                raise ValueError(
+                    f"{m.key!r} must be a 1-D float array of {steps} {what} (one a step), "
+                    f"got {m.shape} {m.dtype}"
+                )
         vec = _vectors_header(arrays, steps)
         # Every header fits: now the data, smallest first.
         fmt = _read_strings(zf, arrays["format"]) if "format" in arrays else FORMAT
@@ -104,6 +115,7 @@ def load_trace(
         meta = _parse_meta(_read_strings(zf, arrays["meta"])) if "meta" in arrays else {}
         tokens = _read_strings(zf, arrays["tokens"]) if "tokens" in arrays else None
         key_norms = _read_floats(zf, norms) if norms is not None else None
+        kvzip_scores = _read_floats(zf, kvzip) if kvzip is not None else None
         vectors = _read_vectors(zf, vec) if vec is not None else None
         packed_bytes = offset(steps) * 4
         if packed_bytes > 8 * w.info.compress_size:
@@ -124,6 +136,7 @@ def load_trace(
         take=True,
         key_norms=key_norms,
         vectors=vectors,
+        kvzip_scores=kvzip_scores,
     )
 
 

@@ -147,7 +147,13 @@ def test_how_they_run_says_each_pipeline_and_where_a_decode_time_twin_steps() ->
     assert f"{policy.label} also runs as the model decodes" in knorm
     assert f"carry each position's `{policy.reads_trace[0]}`" in knorm
     kvzip = how("kvzip@128")
-    assert "KVzip compresses" in kvzip and "as the model decodes" not in kvzip
+    assert "KVzip compresses" in kvzip and "KVzip also runs as the model decodes" in kvzip
+    # its stepped score needs the whole text: said where it is pointed to, from its class
+    assert f"{h2o.POLICIES['kvzip'].hindsight}." in kvzip and "not yet read" in kvzip
+    assert "not yet read" not in knorm  # K-norm's score is known when its key is written
+    ea = how("expected-attention@128")
+    assert "Expected Attention also runs as the model decodes" in ea and "`vectors`" in ea
+    assert "as the model decodes" not in how("quest@128")
     both = how("knorm@128", "kvzip@128")
     assert "K-norm and KVzip compress the context and then read the question" in both
     assert "Quest evicts nothing" in how("quest@128")

@@ -291,7 +291,7 @@ def test_capture_records_each_positions_key_norm(model, tiny) -> None:
         x = _ref_layer_rest(w, i, x, att)
     ref = np.sqrt((k**2).sum(-1))  # (NKV, T)
     for head in ("mean", 0, NH - 1):
-        _, _, _, norms, _ = capture_attention(model, ids, 1, head)
+        _, _, _, norms, *_ = capture_attention(model, ids, 1, head)
         want = ref.mean(0) if head == "mean" else ref[head // (NH // NKV)]
         np.testing.assert_allclose(norms, want, rtol=1e-4)
         assert norms.dtype == np.float32 and norms.shape == (24,)
@@ -317,20 +317,38 @@ def test_capture_records_each_positions_head_vectors(model, tiny) -> None:
         assert vec.rope_base == model.config.rope_base and vec.group_size == len(heads) // len(kv)
 
 
+def test_capture_records_each_positions_kvzip_score(model) -> None:
+    """The KVzip scores are the layer's reconstruction scores (the model's ``kvzip@B`` rows'
+    own, tested against kvpress in test_kvzip.py), of the head's KV head or the mean over them."""
+    from h2o.model.caches.kvzip_cache import reconstruction_scores
+    from h2o.model.forward import KVCache
+
+    ids = token_ids(30)
+    cache = KVCache(model.config, 30)
+    model.read(ids, cache)
+    want = reconstruction_scores(model, ids, cache, 30)[1]  # (G, T)
+    for head in ("mean", NH - 1):
+        got = capture_attention(model, ids, 1, head).kvzip_scores
+        ref = want.mean(0) if head == "mean" else want[head // (NH // NKV)]
+        np.testing.assert_allclose(got, ref, rtol=1e-6)
+        assert (got[:4] == 1.0).all() and got.dtype == np.float32
+
+
 def test_capture_wraps_into_a_trace(model, tmp_path) -> None:
     trace_mod = pytest.importorskip("h2o.trace_npz")
     from h2o.model.capture import save_capture, to_trace
 
-    dense, meta, tokens, norms, vectors = capture_attention(model, token_ids(20), 0, "mean")
-    tr = to_trace("tiny", dense, meta, tokens, norms, vectors)
+    dense, meta, tokens, norms, vectors, kvzip = capture_attention(model, token_ids(20), 0, "mean")
+    tr = to_trace("tiny", dense, meta, tokens, norms, vectors, kvzip)
     np.testing.assert_allclose(tr.row(7), dense[7, :7], atol=1e-6)
     assert tr.vectors is vectors
-    save_capture(tmp_path / "t.npz", "tiny", dense, meta, tokens, key_norms=norms, vectors=vectors)
+    save_capture(tmp_path / "t.npz", "tiny", dense, meta, tokens, True, norms, vectors, kvzip)
     back = trace_mod.load_trace(tmp_path / "t.npz")
     for name in ("queries", "keys"):  # stored float16: within its rounding
         a, b = getattr(back.vectors, name), getattr(vectors, name)
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3 * np.abs(b).max())
     np.testing.assert_array_equal(back.vectors.value_norms, vectors.value_norms)
+    np.testing.assert_array_equal(back.kvzip_scores, kvzip)
     assert back.steps == 20 and back.meta["layer"] == 0 and back.tokens == tuple(tokens)
     np.testing.assert_array_equal(back.key_norms, norms)  # stored float32, bit for bit
     np.testing.assert_allclose(back.row(19), dense[19, :19], atol=2e-3)

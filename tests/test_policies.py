@@ -30,6 +30,7 @@ def make(name, budget=8, **kw):
         "random": {"recent_window": 2, "rng": np.random.default_rng(0)},
         "key-norm": {"recent_window": 2, "key_norms": NORMS},
         "expected-attention": {"recent_window": 2, "vectors": VECTORS},
+        "kvzip": {"recent_window": 2, "kvzip_scores": NORMS / NORMS.max()},
     }[name]
     return POLICIES[name](budget, **{**defaults, **kw})
 
@@ -52,6 +53,7 @@ def test_registry_names():
     assert set(POLICIES) == {
         "expected-attention",
         "key-norm",
+        "kvzip",
         "h2o",
         "streaming-llm",
         "scissorhands",
@@ -72,7 +74,9 @@ def test_contract_budget_respected_victims_ascending_and_gone(name):
         p.on_decode_step(t, w)
         # admitted with score 0 (the card's rule), or K-norm's score known on arrival: -‖k‖
         # (Expected Attention rescores every kept key at every step, the newest too)
-        admitted = -NORMS[t] if name == "key-norm" else 0.0
+        admitted = {"key-norm": -NORMS[t], "kvzip": np.float32(NORMS[t] / NORMS.max())}.get(
+            name, 0.0
+        )
         assert p.kept[-1] == t
         assert p.scores[-1] == admitted or name == "expected-attention"
         victims = p.evict()

@@ -87,7 +87,7 @@ def decode_time(cells: Sequence[Cell], budget: int | None = None) -> str:
         f" {names([c.label for c in classes])} also {'runs' if one else 'run'} as the model "
         f"decodes, one eviction a token by the same score: choose {'it' if one else 'them'} as "
         "a policy in Step through, on a trace captured from the model (those carry each "
-        f"position's {needs})."
+        f"position's {needs})." + "".join(f" {c.hindsight}." for c in classes if c.hindsight)
     )
 
 

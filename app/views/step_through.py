@@ -54,6 +54,8 @@ for i, name in enumerate(chosen):
     policy, error = controls.policy_or_error(ctx, name)
     if error is not None:
         cols[i].error(error, icon=":material/error:")
+    elif hindsight := h2o.POLICIES[name].hindsight:  # what it knows that a decoder would not
+        cols[i].caption(f"{hindsight}.")
     label = (
         analysis.describe(name, policy.params()) if policy is not None else h2o.POLICIES[name].label
     )

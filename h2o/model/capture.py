@@ -40,6 +40,28 @@ class Capture(NamedTuple):
     tokens: list[str]
     key_norms: np.ndarray
     vectors: HeadVectors | None = None
+    kvzip_scores: np.ndarray | None = None
+
+
+def kvzip_scores(model: SmolLM, ids: list[int], layer: int) -> np.ndarray:
+    """``(n_kv_heads, T)``: each position's KVzip score in ``layer`` — the most attention it
+    receives from the model's queries while it repeats the whole text
+    (:func:`h2o.model.caches.kvzip_cache.reconstruction_scores`; the first 4 score 1). The text
+    is read once more, then repeated: two passes beyond the capture's own."""
+    from h2o.model.caches.kvzip_cache import reconstruction_scores
+    from h2o.model.forward import KVCache
+
+    cache = KVCache(model.config, len(ids))
+    model.read(ids, cache)
+    return reconstruction_scores(model, ids, cache, len(ids))[layer].astype(np.float32)
+
+
+def head_kvzip(scores: np.ndarray, head: Head, n_heads: int) -> np.ndarray:
+    """A trace's KVzip scores from :func:`kvzip_scores`: of query head ``head``'s KV head, or
+    the mean over the KV heads for ``"mean"`` (as :func:`key_norms`)."""
+    if head == "mean":
+        return scores.mean(axis=0).astype(np.float32)
+    return scores[head // (n_heads // scores.shape[0])]
 
 
 class VectorsHook:
@@ -149,6 +171,9 @@ def capture_meta(
         ),
         "key_norms": "L2 norm of each position's key"
         + (", mean over the KV heads" if head == "mean" else " in this query head's KV head"),
+        "kvzip_scores": "most attention each position receives while the model repeats the "
+        "whole text (KVzip)"
+        + (", mean over the KV heads" if head == "mean" else " in this query head's KV head"),
     }
 
 
@@ -185,7 +210,9 @@ def capture_attention(
 
     model.forward(ids, attn_hook=hook, progress=progress, stop_after_layer=layer)
     meta = capture_meta(model, layer, head, T, text, licence)
-    return Capture(dense, meta, model.tokenizer.token_strings(ids), norms, vec.vectors())
+    kvzip = head_kvzip(kvzip_scores(model, ids, layer), head, model.config.n_heads)
+    tokens = model.tokenizer.token_strings(ids)
+    return Capture(dense, meta, tokens, norms, vec.vectors(), kvzip)
 
 
 def trace_name(source: str, layer: int, head: Head) -> str:
@@ -201,11 +228,14 @@ def to_trace(
     tokens: list[str],
     key_norms: np.ndarray | None = None,
     vectors: HeadVectors | None = None,
+    kvzip_scores: np.ndarray | None = None,
 ) -> Trace:
     """Wrap a capture in the policy library's :class:`h2o.trace.Trace`."""
     from h2o.trace import Trace
 
-    return Trace.from_dense(name, dense, meta, tokens, key_norms=key_norms, vectors=vectors)
+    return Trace.from_dense(
+        name, dense, meta, tokens, key_norms=key_norms, vectors=vectors, kvzip_scores=kvzip_scores
+    )
 
 
 def save_capture(
@@ -217,12 +247,14 @@ def save_capture(
     float16: bool = True,
     key_norms: np.ndarray | None = None,
     vectors: HeadVectors | None = None,
+    kvzip_scores: np.ndarray | None = None,
 ) -> None:
     """Save a capture as an ``h2o-trace`` ``.npz`` (float16 weights and head vectors by default:
     half the size; rows are renormalised on load; the norms stay float32)."""
     from h2o.trace import save_trace
 
-    save_trace(to_trace(name, dense, meta, tokens, key_norms, vectors), path, float16=float16)
+    trace = to_trace(name, dense, meta, tokens, key_norms, vectors, kvzip_scores)
+    save_trace(trace, path, float16=float16)
 
 
 def all_heads_attention(
@@ -255,6 +287,7 @@ def all_heads_attention(
 
     model.forward(ids, attn_hook=hook, progress=progress, stop_after_layer=layer)
     tokens = model.tokenizer.token_strings(ids)
+    kvzip = kvzip_scores(model, ids, layer)
     return [
         Capture(
             dense[h],
@@ -262,6 +295,7 @@ def all_heads_attention(
             tokens,
             norms[h],
             vecs[h].vectors(),
+            head_kvzip(kvzip, h, H),
         )
         for h in range(H)
     ]

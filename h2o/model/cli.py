@@ -345,7 +345,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
     if isinstance(head, int) and head >= model.config.n_heads:
         raise ValueError(f"--head must be below {model.config.n_heads}, got {head}")
     ids = _ids(model, text, args.tokens, args.quiet)
-    dense, meta, tokens, norms, vectors = capture_attention(
+    dense, meta, tokens, norms, vectors, kvzip = capture_attention(
         model,
         ids,
         args.layer,
@@ -356,7 +356,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
     )
     name = args.name or trace_name(args.text, args.layer, head)  # type: ignore[arg-type]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    save_capture(args.out, name, dense, meta, tokens, not args.float32, norms, vectors)
+    save_capture(args.out, name, dense, meta, tokens, not args.float32, norms, vectors, kvzip)
     print(f"wrote {args.out}: {name!r}, {len(ids)} steps, {Path(args.out).stat().st_size} bytes")
     return 0
 
@@ -372,12 +372,12 @@ def _capture_all_heads(args: argparse.Namespace, text: str) -> int:
     source = args.text_source or Path(args.text).name
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     progress = _progress(args, f"capture layer {args.layer}, every head")
-    for h, (dense, meta, tokens, norms, vectors) in enumerate(
+    for h, (dense, meta, tokens, norms, vectors, kvzip) in enumerate(
         all_heads_attention(model, ids, args.layer, progress, source, args.licence)
     ):
         out = f"{stem}-h{h}.npz"
         name = (args.name + f" · head {h}") if args.name else trace_name(args.text, args.layer, h)
-        save_capture(out, name, dense, meta, tokens, not args.float32, norms, vectors)
+        save_capture(out, name, dense, meta, tokens, not args.float32, norms, vectors, kvzip)
         print(f"wrote {out}: {name!r}, {len(ids)} steps, {Path(out).stat().st_size} bytes")
     return 0
 

@@ -101,6 +101,9 @@ class Policy:
     line_style: ClassVar[tuple[str, str, int] | None] = None
     #: Whether it keeps the attention sinks by rule (pinned slots), not by score.
     pins_sinks: ClassVar[bool] = False
+    #: What it knows that a decoder reading the text in order would not, in a sentence (KVzip's
+    #: score needs the whole text), shown beside it wherever it is stepped; "" for none.
+    hindsight: ClassVar[str] = ""
     #: Whether its recent window is part of its rule (TOVA protects only the newest position),
     #: so a shared window control leaves it alone.
     own_window: ClassVar[bool] = False

@@ -15,6 +15,7 @@ from .base import Policy
 from .expected_attention import ExpectedAttention
 from .h2o import H2O
 from .key_norm import KeyNorm
+from .kvzip import KVzip
 from .random import RandomEviction
 from .scissorhands import Scissorhands
 from .sliding_window import SlidingWindow
@@ -31,6 +32,7 @@ BUILT_IN: tuple[type[Policy], ...] = (
     RandomEviction,
     KeyNorm,
     ExpectedAttention,
+    KVzip,
 )
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in BUILT_IN}
 

@@ -102,6 +102,7 @@ class Kvzip(ContextCompression):
     all as ``budget - 32`` a head."""
 
     kind = "kvzip"
+    decode_policy = "kvzip"  # h2o/policies/kvzip.py: the same score, stepped (with hindsight)
     rank = 4
     colour = "#EDC948"
     marker = "triangle-up"
