@@ -295,10 +295,11 @@ def policy_or_error(ctx: Context, name: str) -> tuple[h2o.Policy | None, str | N
     """A fresh policy from the shared controls, or the refusal that says what to change."""
     cls = h2o.POLICIES[name]
     if missing := cls.missing_from(ctx.trace):  # the trace's name shown safely, not the library's
+        fits = [f for f in data.trace_files() if cls.runs_on(data.load(f, {}).trace)]
+        where = f"pick {' or '.join(fits)} in the sidebar" if fits else "no trace here does"
         return None, (
             f"{cls.label} reads each position's {', '.join(missing)}, which "
-            f"{shown(ctx.trace.name, 60)} does not carry: pick a trace captured from the real "
-            "model in the sidebar (lighthouse or library)."
+            f"{shown(ctx.trace.name, 60)} does not carry: {where}."
         )
     problem = refusal(name, ctx.budget, ctx.recent_window, ctx.sinks)
     if problem is not None:

@@ -34,7 +34,7 @@ def standard_lineup(
     return [
         (cls.name, s)
         for cls in BUILT_IN
-        if cls.runs_on(trace)
+        if cls.runs_on(trace) and not cls.selects  # Quest holds every position: not compared
         for s in cls.bench_settings(budget, ws)
     ]
 

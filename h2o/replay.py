@@ -111,6 +111,14 @@ class Replay:
         """One sentence on what happened at step ``t``."""
         self._require_record()
         n = int(self.n_kept[t])
+        if self.extra.get("selects"):  # a selection (Quest): it holds every position
+            from .policies.quest import PAGE
+
+            return (
+                f"step {t}: position {t} admitted, all {t + 1} held; the query reads {n} of the "
+                f"{t} before it, the pages of {PAGE} whose bound on its q·k is highest — "
+                "nothing is evicted"
+            )
         victims = self.victims_at(t)
         prot = self.protected_at(t)
         window = f"; positions {prot[0]}–{prot[1]} are protected" if prot else ""
@@ -231,6 +239,10 @@ def replay(policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True
     """
     if len(policy) or policy.last_pos >= 0:
         raise ValueError("replay needs a fresh policy (this one has already taken steps)")
+    if policy.selects:  # it reads a part of a whole cache each step (Quest)
+        from .selection import replay_selection
+
+        return replay_selection(policy, trace, top_k, record=record)
     top_k = check_top_k(top_k)
     policy.observe(trace)  # what it reads beyond attention (K-norm: the key norms)
     from .bank.lane import replay_compiled  # the engine is built on this module

@@ -153,7 +153,9 @@ def test_how_they_run_says_each_pipeline_and_where_a_decode_time_twin_steps() ->
     assert "not yet read" not in knorm  # K-norm's score is known when its key is written
     ea = how("expected-attention@128")
     assert "Expected Attention also runs as the model decodes" in ea and "`vectors`" in ea
-    assert "as the model decodes" not in how("quest@128")
+    quest = how("quest@128")
+    assert "as the model decodes" not in quest and "Quest also steps in Step through" in quest
+    assert "the pages it reads, and nothing leaves the cache" in quest
     both = how("knorm@128", "kvzip@128")
     assert "K-norm and KVzip compress the context and then read the question" in both
     assert "Quest evicts nothing" in how("quest@128")

@@ -9,7 +9,8 @@ from h2o import H2O, POLICIES, TOVA, RandomEviction, Scissorhands, SlidingWindow
 from h2o.reference import CARD_POLICIES
 from h2o.trace_vectors import HeadVectors
 
-ALL = list(POLICIES)
+#: Every policy that evicts (Quest holds every position: tests/test_quest_policy.py).
+ALL = [n for n, cls in POLICIES.items() if not cls.selects]
 #: K-norm's key norms: one a position for every position these tests admit.
 NORMS = np.random.default_rng(0).gamma(2, 3, 5000)
 #: Expected Attention's queries, keys and value norms, as many positions.
@@ -54,6 +55,7 @@ def test_registry_names():
         "expected-attention",
         "key-norm",
         "kvzip",
+        "quest",
         "h2o",
         "streaming-llm",
         "scissorhands",

@@ -40,12 +40,13 @@ def test_a_class_declares_its_bank_and_compiled_rule_and_a_subclass_inherits_nei
     from h2o.policies.expected_attention import ExpectedAttention
     from h2o.policies.key_norm import KeyNorm
     from h2o.policies.kvzip import KVzip
+    from h2o.policies.quest import Quest
     from h2o.policies.registry import BUILT_IN
 
     assert {c: c.declares("bank") for c in BUILT_IN} == {
         H2O: "scored", Scissorhands: "scored", TOVA: "scored", RandomEviction: "scored",
         StreamingLLM: "ring", SlidingWindow: "ring", KeyNorm: None, ExpectedAttention: None,
-        KVzip: None,
+        KVzip: None, Quest: None,
     }  # fmt: skip
     assert {
         c: (ScoredBank if c.declares("bank") == "scored" else RingBank)

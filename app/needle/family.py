@@ -71,9 +71,9 @@ def how_they_run(cells: Sequence[Cell], budget: int | None = None) -> str:
 
 
 def decode_time(cells: Sequence[Cell], budget: int | None = None) -> str:
-    """For the file's methods whose score a policy of the registry also evicts by, one position
-    a token (:attr:`~h2o.model.caches.CacheKind.decode_policy`: K-norm): where to step it ("" if
-    none)."""
+    """For the file's methods that a policy of the registry also runs one token at a time
+    (:attr:`~h2o.model.caches.CacheKind.decode_policy`: K-norm, KVzip, Expected Attention evict
+    by the same score; Quest reads the same pages): where to step them ("" if none)."""
     classes = []
     for _, row in _family(cells, budget):
         cls = h2o.POLICIES.get(row.cache.decode_policy)
@@ -81,14 +81,26 @@ def decode_time(cells: Sequence[Cell], budget: int | None = None) -> str:
             classes.append(cls)
     if not classes:
         return ""
-    needs = names([f"`{m}`" for m in dict.fromkeys(m for c in classes for m in c.reads_trace)])
-    one = len(classes) == 1
-    return (
-        f" {names([c.label for c in classes])} also {'runs' if one else 'run'} as the model "
-        f"decodes, one eviction a token by the same score: choose {'it' if one else 'them'} as "
-        "a policy in Step through, on a trace captured from the model (those carry each "
-        f"position's {needs})." + "".join(f" {c.hindsight}." for c in classes if c.hindsight)
-    )
+    out = ""
+    evict = [c for c in classes if not c.selects]
+    if evict:
+        needs = names([f"`{m}`" for m in dict.fromkeys(m for c in evict for m in c.reads_trace)])
+        one = len(evict) == 1
+        out += (
+            f" {names([c.label for c in evict])} also {'runs' if one else 'run'} as the model "
+            f"decodes, one eviction a token by the same score: choose {'it' if one else 'them'} "
+            "as a policy in Step through, on a trace captured from the model (those carry each "
+            f"position's {needs})." + "".join(f" {c.hindsight}." for c in evict if c.hindsight)
+        )
+    select = [c for c in classes if c.selects]
+    if select:
+        one = len(select) == 1
+        out += (
+            f" {names([c.label for c in select])} also {'steps' if one else 'step'} in Step "
+            "through, on a trace of one query head: each step shows the pages it reads, and "
+            "nothing leaves the cache."
+        )
+    return out
 
 
 def partner(row: str) -> str:

@@ -115,7 +115,7 @@ w, s = ctx.recent_window, ctx.sinks
 curve_lineup = [  # the methods this trace can run (K-norm needs its key norms)
     (name, controls.policy_settings(name, w, s))
     for name, cls in h2o.POLICIES.items()
-    if cls.runs_on(ctx.trace)
+    if cls.runs_on(ctx.trace) and not cls.selects
 ]
 curve_rows, oracle_by_budget = sweeps.budget_curves(
     ctx.ref.ident, ctx.trace, sweeps.freeze_lineup(curve_lineup), tuple(budgets), ctx.top_k

@@ -134,6 +134,11 @@ def story(rep: h2o.Replay, trace: h2o.Trace, t: int) -> str:
     return text
 
 
+def selects(rep: h2o.Replay) -> bool:
+    """Whether the replay's "kept" positions are what each step reads (Quest), not a cache."""
+    return bool(rep.extra.get("selects", False))
+
+
 def scored(rep: h2o.Replay) -> bool:
     """Whether the panel colours by score: the policy ever held a score other than 0 (a policy
     without a score, StreamingLLM's or random eviction's, holds only zeros). K-norm's scores are
@@ -171,9 +176,11 @@ def range_block(rep: h2o.Replay, trace: h2o.Trace, a: int, b: int) -> Block:
         "v_pos": (rep.victim_pos[i:j], "i4"),
         "v_score": (rep.victim_score[i:j], "f4"),
     }
+    cols = np.arange(rep.kept_pos.shape[1])  # type: ignore[union-attr]
+    mask = cols[None, :] < n_kept[:, None]
+    if selects(rep):  # what each step reads: not derived from the step before
+        arrays["kept_all"] = (rep.kept_pos[a:b][mask], "i4")  # type: ignore[index]
     if scored(rep):
-        cols = np.arange(rep.kept_score.shape[1])  # type: ignore[union-attr]
-        mask = cols[None, :] < n_kept[:, None]
         arrays["scores"] = (rep.kept_score[a:b][mask], "f4")  # type: ignore[index]
     stories = [story(rep, trace, t) for t in range(a, b)]
     return _block({"stories": stories}, **arrays)
@@ -288,6 +295,7 @@ def encode(
             "policy": rep.policy,
             "label": rep.label,
             "scored": span is not None,
+            "selects": selects(rep),
             "score_label": rep.score_label,
             "hi": None if span is None else span[1],
             "lo": None if span is None else span[0],

@@ -101,6 +101,10 @@ class Policy:
     line_style: ClassVar[tuple[str, str, int] | None] = None
     #: Whether it keeps the attention sinks by rule (pinned slots), not by score.
     pins_sinks: ClassVar[bool] = False
+    #: Whether it holds every position and chooses what each step *reads* instead of evicting
+    #: (Quest): replayed by :func:`h2o.selection.replay_selection`, left out of the comparisons
+    #: of what a cache of ``budget`` slots holds (``python -m h2o bench``, All policies).
+    selects: ClassVar[bool] = False
     #: What it knows that a decoder reading the text in order would not, in a sentence (KVzip's
     #: score needs the whole text), shown beside it wherever it is stepped; "" for none.
     hindsight: ClassVar[str] = ""

@@ -16,6 +16,7 @@ from .expected_attention import ExpectedAttention
 from .h2o import H2O
 from .key_norm import KeyNorm
 from .kvzip import KVzip
+from .quest import Quest
 from .random import RandomEviction
 from .scissorhands import Scissorhands
 from .sliding_window import SlidingWindow
@@ -33,6 +34,7 @@ BUILT_IN: tuple[type[Policy], ...] = (
     KeyNorm,
     ExpectedAttention,
     KVzip,
+    Quest,
 )
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in BUILT_IN}
 

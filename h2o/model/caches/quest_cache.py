@@ -36,15 +36,11 @@ import numpy as np
 
 from h2o.alloc import slot_bytes
 from h2o.model.caches.base import BUDGETED, CacheKind
+from h2o.policies.quest import DENSE_LAYERS, MIN_PAGES, PAGE, n_pages_read
 
-PAGE, DENSE_LAYERS, MIN_PAGES = 16, 2, 3
-
-
-def n_pages_read(budget: int, n_keys: int) -> int:
-    """How many pages a step with ``n_keys`` keys reads: the reference's
-    ``min(max(3, min(n_keys, budget) // 16), n_pages)``."""
-    n_pages = -(-n_keys // PAGE)
-    return min(max(MIN_PAGES, min(n_keys, budget) // PAGE), n_pages)
+#: The rule's defaults and page count live with the trace-stepped policy; the model's rows use
+#: them here, every query head of a layer at once.
+__all__ = ["DENSE_LAYERS", "MIN_PAGES", "PAGE", "PageReads", "Quest", "n_pages_read", "page_mask"]
 
 
 def page_mask(q: np.ndarray, keys: np.ndarray, start: int, budget: int, group_size: int):
@@ -116,6 +112,7 @@ class Quest(CacheKind):
     bound on ``q . k`` is highest, up to ``budget`` tokens (``quest@BUDGET``)."""
 
     kind = "quest"
+    decode_policy = "quest"  # h2o/policies/quest.py: the same pages, stepped on a head's trace
     rank = 6
     colour = "#4830C0"
     marker = "hexagon"

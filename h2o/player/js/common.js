@@ -39,6 +39,11 @@ export function panelData(h, p, get) {
     while (j < a.v_step.length && a.v_step[j] === A + i) j++;
     vIdx[i + 1] = j;
   }
+  if (a.kept_all) {
+    // a selection (Quest): each step's read positions are sent whole, not derived
+    if (a.kept_all.length !== offs[R]) throw new Error("read positions do not add up");
+    return { meta: p, a, offs, vIdx, pos: a.kept_all, A, B };
+  }
   const pos = new Int32Array(offs[R]);
   pos.set(a.kept0, 0);
   for (let i = 1; i < R; i++) {

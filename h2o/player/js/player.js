@@ -414,7 +414,9 @@ export class Player {
       const cap = el("div", "h2o-cap");
       box.appendChild(cap);
       v.bars = { cap, chart: new SlotChart(box, h.presenter ? 300 : 260) };
-      const legend = [[P.meta.colour, P.meta.scored ? "kept slot (height: its score)" : "kept slot (height: its age)"], [C.evict, "evicted at this step"]];
+      const slot = P.meta.selects ? "read position" : "kept slot";
+      const legend = [[P.meta.colour, P.meta.scored ? `${slot} (height: its score)` : `${slot} (height: its age)`]];
+      if (!P.meta.selects) legend.push([C.evict, "evicted at this step"]); // a selection evicts nothing
       if (P.meta.window) legend.push([C.protectFill, `protected recent window (${P.meta.window})`, C.protectLine]);
       if (P.meta.sinks) legend.push([C.sinkFill, `pinned sinks (${P.meta.sinks})`, C.sinkLine]);
       v.bars.chart.setLegend(legend);

@@ -212,8 +212,9 @@ export const PlotMethods = {
       yaxis.tickvals = uniq;
       yaxis.ticktext = uniq.map((r) => String(rows[r]));
     }
-    const title = (P.meta.scored ? `${P.meta.score_label} while kept` : "age of each kept position (no score)") + ` — steps ${p0}–${p1 - 1}`;
-    const ytitle = kept ? "kept position (one row each)" : "position" + (stride > 1 ? ` (pooled by ${stride})` : "");
+    const held = P.meta.selects ? "read" : "kept";
+    const title = (P.meta.scored ? `${P.meta.score_label} ${P.meta.selects ? "when read" : "while kept"}` : "age of each kept position (no score)") + ` — steps ${p0}–${p1 - 1}`;
+    const ytitle = kept ? `${held} position (one row each)` : "position" + (stride > 1 ? ` (pooled by ${stride})` : "");
     const lay = this.layout(v.detail, title, this.h.presenter ? 500 : 430, "decode step", ytitle, { shapes });
     lay.xaxis.range = [p0 - 0.5, p1 - 0.5];
     Object.assign(lay.yaxis, yaxis);
@@ -263,7 +264,9 @@ export const PlotMethods = {
     }
     const budget = meta.budget;
     const out = victims.length;
-    v.bars.cap.textContent = n > budget
+    v.bars.cap.textContent = meta.selects
+      ? `Read at step ${t}: ${n} of the ${t} positions before it — the pages whose bound on q·k is highest; all ${t + 1} are held, nothing is evicted`
+      : n > budget
       ? `Kept slots at step ${t}: ${n} positions — the budget of ${budget} plus position ${t}, just admitted; ${out === 1 ? "one is" : out + " are"} evicted now`
       : `Kept slots at step ${t}: ${n} of ${budget} slots in use — ${n < budget ? "room left, " : ""}nothing to evict`;
     v.bars.chart.draw({

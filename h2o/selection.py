@@ -1,0 +1,48 @@
+"""Replaying a selection: a method that holds every position and chooses what each step reads
+(Quest, :mod:`h2o.policies.quest`), in the same :class:`~h2o.replay.Replay` the player and the
+tables read — with "kept at step t" meaning *read* at step t.
+
+A step's retained mass is the attention its query pays the keys it reads and its recall the share
+of the row's top ``k`` among them; nothing is evicted (no victims). A position read at one step
+may be skipped at the next and read again after: the heatmap shows it come and go.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .policies.base import Policy
+from .replay import Replay, check_top_k, result
+from .trace import Trace
+
+
+def replay_selection(
+    policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True
+) -> Replay:
+    """Step ``policy`` (a class with ``selects``: its ``read(pos)`` gives the positions the query
+    at ``pos`` reads and their scores) over every step of ``trace``."""
+    if not getattr(policy, "selects", False):
+        raise ValueError(f"{policy.label} evicts: replay it with h2o.replay")
+    top_k = check_top_k(top_k)
+    policy.observe(trace)
+    steps = trace.steps
+    mass, recall = np.ones(steps), np.ones(steps)
+    n_read = np.zeros(steps, dtype=np.int32)
+    reads = [policy.read(t) for t in range(steps)]  # type: ignore[attr-defined]
+    cap = max(1, max(len(pos) for pos, _ in reads))
+    kept_pos = np.full((steps, cap), -1, dtype=np.int32) if record else None
+    kept_score = np.full((steps, cap), np.nan) if record else None
+    topk = trace.top_k(top_k)
+    for t, (pos, score) in enumerate(reads):
+        n_read[t] = len(pos)
+        if t:
+            mass[t] = float(trace.row(t)[pos].sum(dtype=np.float64))
+            want = topk[t][topk[t] >= 0]
+            recall[t] = np.isin(want, pos).mean() if want.size else 1.0
+        if record:
+            kept_pos[t, : len(pos)], kept_score[t, : len(pos)] = pos, score  # type: ignore[index]
+        policy.advance_trusted(t, None)  # it holds t from now on
+    none = np.zeros(0, dtype=np.int32)
+    out = result(policy, trace, top_k, mass, n_read, none, none, None, kept_pos, kept_score, recall)
+    out.extra["selects"] = True  # "kept" is what a step reads: the narration and player say so
+    return out
