@@ -28,21 +28,24 @@ def replay_selection(
     steps = trace.steps
     mass, recall = np.ones(steps), np.ones(steps)
     n_read = np.zeros(steps, dtype=np.int32)
-    reads = [policy.read(t) for t in range(steps)]  # type: ignore[attr-defined]
-    cap = max(1, max(len(pos) for pos, _ in reads))
-    kept_pos = np.full((steps, cap), -1, dtype=np.int32) if record else None
-    kept_score = np.full((steps, cap), np.nan) if record else None
+    read = policy.read  # type: ignore[attr-defined]
+    if record:  # a first pass sizes the snapshots: no list of every step's arrays held at once
+        cap = max(1, max(len(read(t)[0]) for t in range(steps)))
+        kept_pos = np.full((steps, cap), -1, dtype=np.int32)
+        kept_score = np.full((steps, cap), np.nan)
     topk = trace.top_k(top_k)
-    for t, (pos, score) in enumerate(reads):
+    for t in range(steps):
+        pos, score = read(t)
         n_read[t] = len(pos)
         if t:
             mass[t] = float(trace.row(t)[pos].sum(dtype=np.float64))
             want = topk[t][topk[t] >= 0]
             recall[t] = np.isin(want, pos).mean() if want.size else 1.0
         if record:
-            kept_pos[t, : len(pos)], kept_score[t, : len(pos)] = pos, score  # type: ignore[index]
+            kept_pos[t, : len(pos)], kept_score[t, : len(pos)] = pos, score
         policy.advance_trusted(t, None)  # it holds t from now on
     none = np.zeros(0, dtype=np.int32)
-    out = result(policy, trace, top_k, mass, n_read, none, none, None, kept_pos, kept_score, recall)
+    snapshots = (kept_pos, kept_score) if record else (None, None)
+    out = result(policy, trace, top_k, mass, n_read, none, none, None, *snapshots, recall)
     out.extra["selects"] = True  # "kept" is what a step reads: the narration and player say so
     return out
