@@ -291,11 +291,19 @@ def refusal(name: str, budget: int, recent_window: int, sinks: int) -> str | Non
     return problem
 
 
+def _runs_on(cls: type[h2o.Policy], key: str) -> bool:
+    """Whether ``cls`` runs on the shipped trace ``key`` (an unreadable file: no)."""
+    try:
+        return cls.runs_on(data.load(key, {}).trace)
+    except ValueError:
+        return False
+
+
 def policy_or_error(ctx: Context, name: str) -> tuple[h2o.Policy | None, str | None]:
     """A fresh policy from the shared controls, or the refusal that says what to change."""
     cls = h2o.POLICIES[name]
     if missing := cls.missing_from(ctx.trace):  # the trace's name shown safely, not the library's
-        fits = [f for f in data.trace_files() if cls.runs_on(data.load(f, {}).trace)]
+        fits = [f for f in data.trace_files() if _runs_on(cls, f)]
         where = f"pick {' or '.join(fits)} in the sidebar" if fits else "no trace here does"
         return None, (
             f"{cls.label} reads each position's {', '.join(missing)}, which "
@@ -323,8 +331,12 @@ def policy_choice(name: str, label: str, default: str, container: Any = st) -> s
         "votes · tova: last step's attention (with its own recent_window of 1) · "
         "sliding-window: newest only · random: any unprotected position, with equal chance (a "
         "baseline, not a floor: a policy with too narrow a window can fall below it) · "
-        "key-norm: K-norm, the smallest key norms, no attention read (on the traces captured "
-        "from the real model, which carry each key's norm).",
+        "key-norm: K-norm, the smallest key norms, no attention read · expected-attention: "
+        "the attention the next queries are expected to pay, every key rescored each step · "
+        "kvzip: the attention a key gets while the model repeats the whole text (known only "
+        "after it) — these three on the traces captured from the real model · quest: evicts "
+        "nothing, each step reads the pages its query can attend to (on a trace of one query "
+        "head: lighthouse-L8-h0).",
     )
     ss[name] = chosen
     return chosen

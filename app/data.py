@@ -80,7 +80,10 @@ REPLAY_CACHE_MB = int(os.environ.get("H2O_REPLAY_CACHE_MB", "800"))
 
 
 def trace_bytes(trace: h2o.Trace) -> int:
-    return int(trace.weights.nbytes)
+    """What a trace holds: its attention and whatever it carries beside it (norms, vectors)."""
+    extra = (trace.key_norms, trace.kvzip_scores)
+    vec = trace.vectors.nbytes if trace.vectors is not None else 0
+    return int(trace.weights.nbytes + sum(a.nbytes for a in extra if a is not None) + vec)
 
 
 def replay_bytes(rep: h2o.Replay) -> int:

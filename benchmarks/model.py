@@ -153,9 +153,15 @@ def main() -> int:
             print(f"{T:>6} | (only {len(ids_all)} tokens of text)")
             continue
         ids = ids_all[:T]
-        cap_s = _timed(lambda ids=ids: capture_attention(model, ids, args.layer), args.repeats)
+
+        # the attention rows and vectors of one layer; KVzip's two passes (kvzip=True, what the
+        # CLI's capture adds) are the second pass a needle cell's cost states separately
+        def cap(ids=ids):
+            return capture_attention(model, ids, args.layer, kvzip=False)
+
+        cap_s = _timed(cap, args.repeats)
         cap_cpu = _CPU[0]
-        cap_mb = _peak_mb(lambda ids=ids: capture_attention(model, ids, args.layer))
+        cap_mb = _peak_mb(cap)
         pre_s = _timed(lambda ids=ids: model.perplexity(ids), args.repeats)
         pre_cpu = _CPU[0]
         pre_mb = _peak_mb(lambda ids=ids: model.perplexity(ids))

@@ -39,6 +39,13 @@ def standard_lineup(
     ]
 
 
+def hindsight_notes(names: Iterable[str]) -> list[str]:
+    """What the methods of a lineup know that a decoder would not (:attr:`Policy.hindsight`),
+    one sentence each, for a note beside a table that ranks them with the others."""
+    seen = dict.fromkeys(n for n in names if n in POLICIES and POLICIES[n].hindsight)
+    return [f"{POLICIES[n].hindsight}." for n in seen]
+
+
 def _meta_int(meta: dict[str, Any], key: str, default: int, lo: int) -> int:
     """``meta[key]`` if it is a whole number >= ``lo`` (metadata may come from any upload)."""
     v = meta.get(key, default)

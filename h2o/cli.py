@@ -149,6 +149,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         )
     )
     print(f"oracle bound (best {args.budget} positions per step): {oracle:.4f}")
+    for note in analysis.hindsight_notes(row["policy"] for row in rows):
+        print(f"note: {note}")
     return 0
 
 

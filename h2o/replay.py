@@ -114,10 +114,14 @@ class Replay:
         if self.extra.get("selects"):  # a selection (Quest): it holds every position
             from .policies.quest import PAGE
 
+            which = (
+                "every one (the first two layers read them all)"
+                if n == t
+                else f"the pages of {PAGE} whose bound on its q·k is highest"
+            )
             return (
                 f"step {t}: position {t} admitted, all {t + 1} held; the query reads {n} of the "
-                f"{t} before it, the pages of {PAGE} whose bound on its q·k is highest — "
-                "nothing is evicted"
+                f"{t} before it, {which} — nothing is evicted"
             )
         victims = self.victims_at(t)
         prot = self.protected_at(t)

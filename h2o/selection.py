@@ -20,7 +20,8 @@ def replay_selection(
     policy: Policy, trace: Trace, top_k: int = 32, *, record: bool = True
 ) -> Replay:
     """Step ``policy`` (a class with ``selects``: its ``read(pos)`` gives the positions the query
-    at ``pos`` reads and their scores) over every step of ``trace``."""
+    at ``pos`` reads and their scores, ``most_read(steps)`` the most any step reads) over every
+    step of ``trace``."""
     if not getattr(policy, "selects", False):
         raise ValueError(f"{policy.label} evicts: replay it with h2o.replay")
     top_k = check_top_k(top_k)
@@ -29,8 +30,8 @@ def replay_selection(
     mass, recall = np.ones(steps), np.ones(steps)
     n_read = np.zeros(steps, dtype=np.int32)
     read = policy.read  # type: ignore[attr-defined]
-    if record:  # a first pass sizes the snapshots: no list of every step's arrays held at once
-        cap = max(1, max(len(read(t)[0]) for t in range(steps)))
+    if record:
+        cap = max(1, policy.most_read(steps))  # type: ignore[attr-defined]
         kept_pos = np.full((steps, cap), -1, dtype=np.int32)
         kept_score = np.full((steps, cap), np.nan)
     topk = trace.top_k(top_k)

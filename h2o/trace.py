@@ -386,7 +386,7 @@ def save_trace(trace: Trace, path: str | os.PathLike[str], *, float16: bool = Fa
     if trace.key_norms is not None:
         arrays["key_norms"] = trace.key_norms
     if trace.vectors is not None:
-        arrays.update(trace.vectors.arrays())
+        arrays.update(trace.vectors.arrays(float16))
     if trace.kvzip_scores is not None:
         arrays["kvzip_scores"] = trace.kvzip_scores
     np.savez_compressed(path, **arrays)

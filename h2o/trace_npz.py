@@ -368,18 +368,20 @@ def _vectors_header(arrays: dict[str, _Member], steps: int) -> dict[str, _Member
 
 
 def _read_vectors(zf: zipfile.ZipFile, found: dict[str, _Member]) -> HeadVectors:
-    q, k, v, base = (_read_floats(zf, found[key]) for key in MEMBERS)
-    return HeadVectors(q, k, v, float(base))
+    q, k, v = (_read_floats(zf, found[key]) for key in MEMBERS[:3])
+    return HeadVectors(q, k, v, float(_read_floats(zf, found["rope_base"], np.float64)))
 
 
-def _read_floats(zf: zipfile.ZipFile, m: _Member) -> np.ndarray:
-    """A small float member's values (its size bounded by the trace's steps, checked already);
-    :class:`h2o.trace.Trace` checks each value."""
+def _read_floats(zf: zipfile.ZipFile, m: _Member, dtype: type = np.float32) -> np.ndarray:
+    """A float member's values as float32 (its size bounded by the trace's steps and
+    :data:`~h2o.trace_vectors.MAX_WIDTH`, checked already); :class:`h2o.trace.Trace` checks
+    each value."""
     with _open(zf, m.info, m.key) as f:
         _read_exact(f, m.data_offset, m.key)
         raw = _read_exact(f, m.nbytes, m.key)
     order = "F" if m.fortran_order else "C"
-    return np.frombuffer(raw, dtype=m.dtype).reshape(m.shape, order=order).copy()
+    a = np.frombuffer(raw, dtype=m.dtype).reshape(m.shape, order=order)
+    return a.astype(dtype)  # a new array: the bytes read are released
 
 
 def _parse_meta(text: str) -> dict[str, Any]:

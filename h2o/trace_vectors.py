@@ -26,8 +26,10 @@ import numpy as np
 #: The members of a trace file holding them (all or none: ``traces/README.md``).
 MEMBERS = ("queries", "keys", "value_norms", "rope_base")
 #: Largest query width (heads × head size) accepted: a 7B model's 32 heads of 128. At the
-#: trace's 8,192 steps that is 134 MB of float32 queries, as much as its attention.
+#: trace's 8,192 steps that is 134 MB of float32 queries (and as much again of keys at most).
 MAX_WIDTH = 4096
+#: Largest head size accepted (models use 64 to 256).
+MAX_HEAD = 256
 
 
 def _floats(name: str, a: object, ndim: int) -> np.ndarray:
@@ -60,6 +62,8 @@ class HeadVectors:
         T, H, d = q.shape
         if H < 1 or d < 2 or d % 2:
             raise ValueError(f"queries must hold at least one head of an even size, got {q.shape}")
+        if d > MAX_HEAD:
+            raise ValueError(f"queries have heads of {d} numbers: at most {MAX_HEAD}")
         if H * d > MAX_WIDTH:
             raise ValueError(
                 f"queries are {H} heads of {d}: at most {MAX_WIDTH} numbers a position"
@@ -92,11 +96,16 @@ class HeadVectors:
         """Query heads per KV head."""
         return self.queries.shape[1] // self.keys.shape[1]
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        """The file's members (:data:`MEMBERS`), float16 vectors: half the bytes."""
+    @property
+    def nbytes(self) -> int:
+        return int(self.queries.nbytes + self.keys.nbytes + self.value_norms.nbytes)
+
+    def arrays(self, float16: bool = True) -> dict[str, np.ndarray]:
+        """The file's members (:data:`MEMBERS`); ``float16`` vectors take half the bytes."""
+        dtype = np.float16 if float16 else np.float32
         return {
-            "queries": self.queries.astype(np.float16),
-            "keys": self.keys.astype(np.float16),
+            "queries": self.queries.astype(dtype),
+            "keys": self.keys.astype(dtype),
             "value_norms": self.value_norms,
             "rope_base": np.array(self.rope_base),
         }

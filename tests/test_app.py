@@ -653,3 +653,30 @@ def test_plot_titles_show_file_names_as_text_never_as_markup():
     text = fig.layout.title.text
     assert "<a" not in text and "<img" not in text
     assert text.count("&lt;a href") == 2 and "<br>" in text
+
+
+# -- the family since H2O in Step through ---------------------------------------------------------
+def test_the_familys_methods_step_on_the_traces_that_carry_what_they_read():
+    """Expected Attention and KVzip step on a mean trace (KVzip with the sentence on what it knows
+    ahead), Quest on the head trace, reading pages; Quest on a mean trace says which trace it
+    needs, and nothing crashes."""
+    import h2o
+
+    mean = "traces/lighthouse-L8-mean.npz"
+    at = open_app(trace=mean, policy_a="expected-attention", policy_b="kvzip", budget=128)
+    assert not at.error, [e.value for e in at.error]
+    header, _ = view(at)
+    assert [p["policy"] for p in header["panels"]] == ["expected-attention", "kvzip"]
+    assert h2o.POLICIES["kvzip"].hindsight in " ".join(c.value for c in at.caption)
+    at = open_app(trace="traces/lighthouse-L8-h0.npz", policy_b="quest", budget=128)
+    assert not at.error, [e.value for e in at.error]
+    header, arrays = view(at)
+    quest = header["panels"][1]
+    assert (
+        quest["selects"]
+        and "kept_all" in arrays["1"]
+        and "nothing is evicted" in (quest["stories"][0])
+    )
+    at = open_app(trace=mean, policy_b="quest", budget=128)
+    said = " ".join(e.value for e in at.error)
+    assert "one query head" in said and "traces/lighthouse-L8-h0.npz" in said

@@ -116,7 +116,10 @@ def test_replay_matches_the_literal_rule_step_by_step(H, G, budget, window, seed
 
 def test_once_after_the_prompt_it_is_the_models_one_shot_score() -> None:
     """With every position kept, a step's scores are the model's one-shot Expected Attention
-    scores of that prefix (mean over the KV heads): one rule in two uses."""
+    scores of that prefix (mean over the KV heads). The two share the score's formula, so this
+    checks the plumbing around it — the query statistics the model gathers as it reads (before
+    RoPE, sinks left out) against the policy's running sums, and the averaged rotation's start;
+    the formula itself is checked against kvpress's transcription above."""
     vec = random_vectors(50, 4, 2, 8, 7)
     p = ExpectedAttention(64, 0, vectors=vec)
     for t in range(50):
@@ -165,8 +168,8 @@ def test_on_a_shipped_trace_it_reads_the_captured_vectors() -> None:
         trace.vectors.value_norms[:40],
         trace.vectors.rope_base,
     )
+    small = replay_stepwise(ExpectedAttention(24, 8), _prefix(trace, 40))
     for t, (kept, score) in enumerate(literal_replay(head, 40, 24, 8)):
-        small = replay_stepwise(ExpectedAttention(24, 8), _prefix(trace, 40))
         n = int(small.n_kept[t])
         assert small.kept_pos[t, :n].tolist() == kept
         np.testing.assert_allclose(small.kept_score[t, :n], score, rtol=1e-7)
@@ -206,6 +209,16 @@ def test_refused_without_vectors_and_nothing_changes() -> None:
     assert not ExpectedAttention.runs_on(synthetic)
     with pytest.raises(ValueError, match="vectors"):
         replay(ExpectedAttention(8, 2), synthetic)
+
+
+def test_a_trace_that_would_take_too_long_is_refused_before_any_step() -> None:
+    from h2o.policies.expected_attention import MAX_WORK
+
+    vec = HeadVectors(np.zeros((600, 16, 256)), np.zeros((600, 1, 256)), np.ones((600, 1)), 1e4)
+    assert MAX_WORK < 16 * 256**2 * 600 * 1025
+    with pytest.raises(ValueError, match=r"multiply-adds on this trace.*Lower the budget"):
+        ExpectedAttention(1024, 8, vectors=vec)
+    assert MAX_WORK > 9 * 64**2 * 1024 * 1024  # a shipped trace at any budget it offers
 
 
 def test_registered_reads_no_attention_and_refused_by_the_model() -> None:

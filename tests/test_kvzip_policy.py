@@ -85,3 +85,13 @@ def test_shipped_traces_carry_the_scores_the_model_computes():
         assert (s[:4] == 1.0).all() and (s >= 0).all() and (s <= 1.0).all()
         assert replay(KVzip(128), trace, record=False).summary()["evictions"] == trace.steps - 128
     assert type(Row.parse("kvzip@128").cache).__name__ == "Kvzip"
+
+
+def test_tables_that_rank_it_say_what_it_knows_ahead(capsys):
+    from h2o.analysis import hindsight_notes
+    from h2o.cli import main
+
+    assert hindsight_notes(["h2o", "kvzip", "kvzip", "tova"]) == [f"{KVzip.hindsight}."]
+    assert hindsight_notes(["h2o", "key-norm"]) == []
+    main(["bench", "--trace", str(ROOT / "traces" / "library-L8-mean.npz"), "--budget", "128"])
+    assert f"note: {KVzip.hindsight}." in capsys.readouterr().out

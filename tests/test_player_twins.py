@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from app import figures
 from h2o import player
 from h2o.player import playback
 
+ROOT = Path(__file__).resolve().parents[1]
 NODE = shutil.which("node")
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
 
@@ -156,3 +158,41 @@ def test_the_browser_reads_the_servers_payload_as_the_server_does(modules):
         assert set(got["arrays"][key]) == set(named)
         for name, a in named.items():
             np.testing.assert_array_equal(np.asarray(got["arrays"][key][name], a.dtype), a)
+
+
+def test_the_browser_derives_each_steps_positions_as_the_server_recorded_them(modules):
+    """An eviction panel's positions are derived in the browser (the first step's, then each step
+    drops its victims and admits itself); a selection's (Quest: what each step reads, a position
+    read, skipped and read again) are sent whole. Both equal the replay's own, step by step."""
+    trace = h2o.load_trace(ROOT / "traces" / "lighthouse-L8-h0.npz")
+    from h2o.policies.quest import Quest
+
+    panels = [
+        playback.Panel("A", "#1f77b4", h2o.replay(h2o.H2O(64, recent_window=8), trace)),
+        playback.Panel("B", "#992255", h2o.replay(Quest(64), trace)),
+    ]
+    rng = (200, 260)
+    payload = playback.encode(
+        view="twins",
+        trace_id=trace.name,
+        trace=trace,
+        panels=panels,
+        rng=rng,
+        range_blocks=[playback.range_block(p.replay, trace, *rng) for p in panels],
+        run_blocks=[playback.run_block(p.replay) for p in panels],
+        start={"step": 210},
+    )
+    got = run(
+        modules,
+        "const { header, get } = common.decode(new Uint8Array(input));"
+        "return header.panels.map((p) => { const d = common.panelData(header, p, get);"
+        " const out = []; for (let i = 0; i < d.B - d.A; i++)"
+        " out.push(Array.from(d.pos.subarray(d.offs[i], d.offs[i + 1]))); return out; });",
+        payload,
+    )
+    for panel, steps in zip(panels, got, strict=True):
+        for i, pos in enumerate(steps):
+            want, _ = panel.replay.kept_at(rng[0] + i)
+            assert pos == want.tolist(), (panel.title, rng[0] + i)
+    read = [set(s) for s in got[1]]
+    assert any(read[i] - read[i - 1] for i in range(1, len(read)))  # pages come and go

@@ -33,7 +33,7 @@ def head_trace(T: int, seed: int, layer: int = 8) -> Trace:
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("budget", [16, 48, 64, 100])
+@pytest.mark.parametrize("budget", [48, 64, 100, 200])
 def test_each_step_reads_what_the_reference_reads(seed, budget) -> None:
     trace = head_trace(90, seed)
     vec = trace.vectors
@@ -51,7 +51,7 @@ def test_each_step_reads_what_the_reference_reads(seed, budget) -> None:
 
 
 def test_nothing_is_evicted_and_positions_come_back() -> None:
-    run = replay(Quest(32), head_trace(200, 5))
+    run = replay(Quest(48), head_trace(200, 5))
     assert run.victim_pos.size == 0 and run.summary()["evictions"] == 0
     read = [set(run.kept_at(t)[0].tolist()) for t in range(200)]
     back = [p for t in range(2, 200) for p in read[t] - read[t - 1] if p < t - PAGE]
@@ -62,8 +62,15 @@ def test_nothing_is_evicted_and_positions_come_back() -> None:
 
 
 def test_the_first_two_layers_read_every_key() -> None:
-    run = replay(Quest(16), head_trace(60, 1, layer=1))
+    run = replay(Quest(48), head_trace(60, 1, layer=1))
     assert all(run.kept_at(t)[0].tolist() == list(range(t)) for t in range(60))
+    assert np.isfinite(run.kept_score[run.kept_pos >= 0]).all()  # each with its page's bound
+    assert np.isfinite(run.pooled_grid(40, 40)[0]).any()  # so the overview is drawn
+    assert "every one (the first two layers read them all)" in run.narrate(30)
+    # a layer given to the class stands when the trace names none
+    bare = Trace.from_packed("bare", head_trace(60, 1).weights, vectors=head_trace(60, 1).vectors)
+    assert replay(Quest(48, layer=0), bare).kept_at(59)[0].tolist() == list(range(59))
+    assert len(replay(Quest(48), bare).kept_at(59)[0]) <= 48  # 3 of its 4 pages
     np.testing.assert_allclose(run.mass, 1.0, rtol=1e-6)  # every key read: all of each row
 
 
@@ -78,7 +85,9 @@ def test_on_the_shipped_head_trace_and_refused_on_a_mean_trace() -> None:
     with pytest.raises(ValueError, match="one query head"):
         replay(Quest(128), mean)
     with pytest.raises(ValueError, match="one query head's query"):
-        Quest(8).read(3)
+        Quest(48).read(3)
+    with pytest.raises(ValueError, match=r"at least 3 pages of 16 .48 keys.*Raise the budget"):
+        Quest(47)
 
 
 def test_left_out_of_what_a_cache_holds_and_sent_whole_to_the_player() -> None:

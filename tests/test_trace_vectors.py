@@ -59,6 +59,7 @@ def test_round_trip_keeps_them_within_float16_and_the_norms_exactly() -> None:
         ({"queries": np.zeros((T, 4))}, "3-D"),
         ({"queries": np.zeros((T, 4, 7))}, "even size"),
         ({"queries": np.zeros((T, 65, 64))}, "at most"),
+        ({"queries": np.zeros((T, 1, 512)), "keys": np.zeros((T, 1, 512))}, "heads of 512"),
         ({"keys": np.zeros((T, 3, 8))}, "KV heads dividing"),
         ({"keys": np.zeros((T - 1, 2, 8))}, "positions"),
         ({"value_norms": np.zeros((T, 1))}, "one a position and KV head"),
@@ -95,3 +96,15 @@ def test_files_missing_a_member_or_out_of_shape_are_refused() -> None:
     with pytest.raises(ValueError, match=f"at most {MAX_WIDTH}"):
         load_trace(npz(**{**full, "keys": np.zeros((T, 2, MAX_WIDTH), np.float16)}))
     assert load_trace(npz(**full)).vectors.positions == T
+
+
+def test_saved_in_float32_when_asked_and_counted_in_what_a_trace_holds() -> None:
+    from app.data import trace_bytes
+
+    vec = HeadVectors(**vectors())
+    buf = io.BytesIO()
+    save_trace(trace_with(vec), buf, float16=False)
+    buf.seek(0)
+    back = load_trace(buf)
+    np.testing.assert_array_equal(back.vectors.queries, vec.queries)  # float32: bit for bit
+    assert trace_bytes(back) == back.weights.nbytes + vec.nbytes

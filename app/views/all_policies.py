@@ -104,6 +104,7 @@ st.dataframe(
 st.caption(
     f"Means over steps t ≥ {ctx.budget}. Oracle bound: the best {ctx.budget} positions of every "
     f"step, chosen with hindsight — {oracle:.4f}."
+    + "".join(f" {note}" for note in analysis.hindsight_notes(r["policy"] for r in rows))
 )
 
 # -- mass against budget ---------------------------------------------------------------------------

@@ -25,7 +25,8 @@ if not presenter:
         "who, with what score, and why; click one to jump to its step), the green band is the "
         "protected recent window, the dashed line is the current step, and steps not reached yet "
         "are veiled. Below each heatmap: the kept panels right now, before this step's eviction. "
-        "Keys: ←/→ one step, Shift+←/→ ten, Space play/pause, Home/End."
+        "Quest evicts nothing: its cells are what each step reads, a position read at one step "
+        "and skipped at the next. Keys: ←/→ one step, Shift+←/→ ten, Space play/pause, Home/End."
     )
 if (origin := model_runs.trace_origin(ctx.trace)) is not None:
     st.caption(

@@ -185,14 +185,16 @@ def capture_attention(
     progress: Progress | None = None,
     text: str | None = None,
     licence: str | None = None,
+    kvzip: bool = True,
 ) -> Capture:
     """Full-cache attention trace of one layer: ``(dense, meta, tokens, key_norms)``.
 
     ``dense`` is ``(T, T)`` float32 whose row ``t`` holds row(t) in columns ``0..t-1`` (zeros
     elsewhere); ``meta`` records ``model``, ``layer``, ``head``, ``text`` (where the text comes
     from), its ``licence``, ``n_tokens`` and a one-line ``source``; ``tokens`` are the readable
-    token strings; ``key_norms`` each position's key norm (:func:`key_norms`). Only layers
-    ``0..layer`` are computed.
+    token strings; ``key_norms`` each position's key norm (:func:`key_norms`); its head vectors,
+    and with ``kvzip`` its KVzip scores (:func:`kvzip_scores`: two more passes, over every
+    layer). Only layers ``0..layer`` are computed for the rest.
     """
     n_layers = model.config.n_layers
     if not 0 <= layer < n_layers:
@@ -210,9 +212,11 @@ def capture_attention(
 
     model.forward(ids, attn_hook=hook, progress=progress, stop_after_layer=layer)
     meta = capture_meta(model, layer, head, T, text, licence)
-    kvzip = head_kvzip(kvzip_scores(model, ids, layer), head, model.config.n_heads)
+    scores = (
+        head_kvzip(kvzip_scores(model, ids, layer), head, model.config.n_heads) if kvzip else None
+    )
     tokens = model.tokenizer.token_strings(ids)
-    return Capture(dense, meta, tokens, norms, vec.vectors(), kvzip)
+    return Capture(dense, meta, tokens, norms, vec.vectors(), scores)
 
 
 def trace_name(source: str, layer: int, head: Head) -> str:

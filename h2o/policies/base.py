@@ -106,7 +106,8 @@ class Policy:
     #: of what a cache of ``budget`` slots holds (``python -m h2o bench``, All policies).
     selects: ClassVar[bool] = False
     #: What it knows that a decoder reading the text in order would not, in a sentence (KVzip's
-    #: score needs the whole text), shown beside it wherever it is stepped; "" for none.
+    #: score needs the whole text), said beside it in Step through, the needle grid's family
+    #: sentence, All policies and ``python -m h2o bench``; "" for none.
     hindsight: ClassVar[str] = ""
     #: Whether its recent window is part of its rule (TOVA protects only the newest position),
     #: so a shared window control leaves it alone.

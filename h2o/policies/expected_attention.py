@@ -45,24 +45,42 @@ from .base import ScoredPolicy
 
 #: kvpress's defaults: the future positions the rotation is averaged over, the sinks kept.
 N_FUTURE, N_SINK = 512, 4
+#: Most work a replay takes (heads × head size² × steps × slots multiply-adds, stepped in numpy):
+#: ~5·10⁹ for a shipped trace at budget 128, a few seconds; an upload may not ask for minutes.
+MAX_WORK = 6e10
 
 
 def averaged_rope(head_dim: int, base: float, first: int, n: int = N_FUTURE) -> np.ndarray:
     """``(head_dim, head_dim)``: the rotation RoPE applies at positions ``first .. first + n -
-    1``, averaged (adjacent pairs, as :func:`h2o.model.forward.apply_rope`).
-
-    The averages of ``cos`` and ``sin`` of ``θ·p`` over ``n`` consecutive positions have a closed
-    form (a sum of ``n`` equally spaced angles): ``sin(nθ/2) / (n sin(θ/2))`` times the cosine or
-    sine of the middle angle — one evaluation a frequency instead of ``n``, every step."""
-    inv_freq = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    gain = np.sin(n * inv_freq / 2) / (n * np.sin(inv_freq / 2))
-    middle = (first + (n - 1) / 2) * inv_freq
-    c, s = gain * np.cos(middle), gain * np.sin(middle)
+    1``, averaged (adjacent pairs, as :func:`h2o.model.forward.apply_rope`)."""
+    c, s = _averaged_cos_sin(head_dim, base, first, n)
     R = np.zeros((head_dim, head_dim))
     i = np.arange(head_dim // 2)
     R[2 * i, 2 * i], R[2 * i, 2 * i + 1] = c, -s
     R[2 * i + 1, 2 * i], R[2 * i + 1, 2 * i + 1] = s, c
     return R
+
+
+def _averaged_cos_sin(head_dim: int, base: float, first: int, n: int) -> tuple:
+    """The averages of ``cos`` and ``sin`` of ``θ·p`` over ``n`` consecutive positions, one a
+    rotary pair: a sum of ``n`` equally spaced angles has a closed form, ``sin(nθ/2) / (n
+    sin(θ/2))`` times the cosine or sine of the middle angle — one evaluation a frequency."""
+    inv_freq = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    gain = np.sin(n * inv_freq / 2) / (n * np.sin(inv_freq / 2))
+    middle = (first + (n - 1) / 2) * inv_freq
+    return gain * np.cos(middle), gain * np.sin(middle)
+
+
+def rotate_stats(mu: np.ndarray, cov: np.ndarray, base: float, first: int) -> tuple:
+    """``R mu`` and ``R cov Rᵀ`` for :func:`averaged_rope`'s ``R``, one 2×2 block a rotary pair
+    (``R`` is block diagonal): ``O(H d²)`` instead of two dense ``d × d`` products."""
+    H, d = mu.shape
+    c, s = _averaged_cos_sin(d, base, first, N_FUTURE)
+    B = np.stack([np.stack([c, -s], -1), np.stack([s, c], -1)], -2)  # (d/2, 2, 2)
+    m = np.einsum("pab,hpb->hpa", B, mu.reshape(H, d // 2, 2)).reshape(H, d)
+    C = cov.reshape(H, d // 2, 2, d // 2, 2)
+    C = np.einsum("pab,hpbqc,qdc->hpaqd", B, C, B, optimize=True).reshape(H, d, d)
+    return m, C
 
 
 def expected_attention(keys: np.ndarray, mu: np.ndarray, cov: np.ndarray) -> np.ndarray:
@@ -109,7 +127,14 @@ class ExpectedAttention(ScoredPolicy):
             return
         check_vectors(vectors, vectors.positions)
         H, d = vectors.queries.shape[1:]
-        self._keys = vectors.keys.astype(np.float64)  # (T, G, d)
+        work = H * d * d * vectors.positions * (self.budget + 1)
+        if work > MAX_WORK:
+            raise ValueError(
+                f"Expected Attention rescores every kept key each step: {work:.1e} multiply-adds "
+                f"on this trace ({vectors.positions} steps, {H} heads of {d}, budget "
+                f"{self.budget}), over the {MAX_WORK:.0e} it takes. Lower the budget or replay "
+                "a shorter trace"
+            )
         self._s1, self._s2, self._count = np.zeros((H, d)), np.zeros((H, d, d)), 0
 
     def _admission_score(self, pos: int) -> float:
@@ -145,16 +170,15 @@ class ExpectedAttention(ScoredPolicy):
             return
         vec = self._vec
         assert vec is not None
-        G, gs, d = vec.keys.shape[1], vec.group_size, vec.keys.shape[2]
+        G, gs = vec.keys.shape[1], vec.group_size
         mu = self._s1 / self._count
         cov = self._s2 / self._count - mu[:, :, None] * mu[:, None, :]
-        R = averaged_rope(d, vec.rope_base, pos + 1)
-        mu, cov = mu @ R.T, R @ cov @ R.T
+        mu, cov = rotate_stats(mu, cov, vec.rope_base, pos + 1)
         rest = kept[~sink]
         total = np.zeros(rest.shape[0])
         for g in range(G):
             h = slice(g * gs, (g + 1) * gs)
-            p = expected_attention(self._keys[rest, g], mu[h], cov[h])
+            p = expected_attention(vec.keys[rest, g].astype(np.float64), mu[h], cov[h])
             total += p * vec.value_norms[rest, g]
         total /= G
         score[~sink] = total

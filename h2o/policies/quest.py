@@ -12,7 +12,8 @@ the pages with the highest bound are the ones the query can attend to::
         u[p]  = Σ_i max(q_i · maxK[p, i], q_i · minK[p, i]) / √d   over the pages of 0 .. pos-1
                 (the last one partial)
         read  = the top min(max(3, B // 16), pages) pages by u, B = min(budget, pos)
-                (the layers before the third read every key: the reference's ``layer_id < 2``)
+                (the layers before the third read every key: the reference's ``layer_id < 2``;
+                a budget under 48 is refused: it would read 3 pages anyway)
 
 Stepped on a captured trace, what the player shows as "kept" at a step is what that step reads:
 a position leaves and comes back. The retained mass is the attention the step's query pays the
@@ -93,6 +94,12 @@ class Quest(Policy):
         rng: np.random.Generator | None = None,
     ) -> None:
         super().__init__(budget, rng=rng)
+        if self.budget < MIN_PAGES * PAGE:
+            raise ValueError(
+                f"Quest reads at least {MIN_PAGES} pages of {PAGE} ({MIN_PAGES * PAGE} keys) a "
+                f"step: a budget of {self.budget} would read more than it says. Raise the budget "
+                f"to {MIN_PAGES * PAGE} or more"
+            )
         self._vec = vectors
         self.layer = None if layer is None else check_int("layer", layer, 0)
 
@@ -108,11 +115,22 @@ class Quest(Policy):
         super().observe(trace)
         self._vec = trace.vectors  # type: ignore[attr-defined]  # checked by the trace
         layer = trace.meta.get("layer")  # type: ignore[attr-defined]
-        self.layer = int(layer) if isinstance(layer, int) and layer >= 0 else None
+        if isinstance(layer, int) and not isinstance(layer, bool) and layer >= 0:
+            self.layer = layer  # the trace says which layer it is (else the one given, if any)
+
+    @property
+    def dense(self) -> bool:
+        """Whether it reads every key: the reference's first two layers."""
+        return self.layer is not None and self.layer < DENSE_LAYERS
+
+    def most_read(self, steps: int) -> int:
+        """The most positions a step of a ``steps``-step trace reads (its snapshots' width)."""
+        last = max(steps - 1, 0)
+        return last if self.dense else min(last, PAGE * n_pages_read(self.budget, last))
 
     def read(self, pos: int) -> tuple[np.ndarray, np.ndarray]:
         """What the query at ``pos`` reads of the keys ``0 .. pos-1``: the positions (ascending)
-        and each one's page bound (every key, bound nan, in the first two layers)."""
+        and each one's page bound (every key in the first two layers)."""
         vec = self._vec
         if vec is None or pos >= vec.positions or vec.queries.shape[1] != 1:
             raise ValueError(
@@ -121,10 +139,10 @@ class Quest(Policy):
             )
         if pos == 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        if self.layer is not None and self.layer < DENSE_LAYERS:
-            return np.arange(pos), np.full(pos, np.nan)
         q = rotate(vec.queries[pos, 0].astype(np.float64), pos, vec.rope_base)
         bounds = page_bounds(q, vec.keys[:pos, 0].astype(np.float64))
+        if self.dense:  # every page read; each key still shown with its page's bound
+            return np.arange(pos), bounds[np.arange(pos) // PAGE]
         pages = pages_read(bounds, n_pages_read(self.budget, pos))
         idx = (pages[:, None] * PAGE + np.arange(PAGE)).reshape(-1)
         idx = idx[idx < pos]

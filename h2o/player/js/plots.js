@@ -265,7 +265,7 @@ export const PlotMethods = {
     const budget = meta.budget;
     const out = victims.length;
     v.bars.cap.textContent = meta.selects
-      ? `Read at step ${t}: ${n} of the ${t} positions before it — the pages whose bound on q·k is highest; all ${t + 1} are held, nothing is evicted`
+      ? `Read at step ${t}: ${n} of the ${t} positions before it — ${n === t ? "every one" : "the pages whose bound on q·k is highest"}; all ${t + 1} are held, nothing is evicted`
       : n > budget
       ? `Kept slots at step ${t}: ${n} positions — the budget of ${budget} plus position ${t}, just admitted; ${out === 1 ? "one is" : out + " are"} evicted now`
       : `Kept slots at step ${t}: ${n} of ${budget} slots in use — ${n < budget ? "room left, " : ""}nothing to evict`;
@@ -273,6 +273,7 @@ export const PlotMethods = {
       n, values, gone, log, lo, hi, colour: meta.colour, window: meta.window, sinks: meta.sinks,
       theme: this.theme, big: this.h.presenter,
       ytitle: meta.scored ? meta.score_label + (log ? " (log)" : "") : "age in steps (log)",
+      xtitle: meta.selects ? "read position (labelled by position)" : null,
       xlabel: (k) => String(pos[k]),
       hover: (k) => {
         const val = values[k];
@@ -372,7 +373,8 @@ export const PlotMethods = {
         data.push({ type: "scatter", mode: "lines", x0: 0, dx: 1, y: this.oracle, line: { color: C.oracle, width: 2, dash: "dot" }, name: `oracle bound (best ${h.budget} positions)`, hovertemplate: "oracle at step %{x}: %{y:.3f}<extra></extra>" });
       }
       const shapes = [];
-      if (h.budget > 0 && h.budget < h.steps) {
+      const evicts = this.panels.some((P) => !P.error && !P.meta.selects); // a selection never does
+      if (evicts && h.budget > 0 && h.budget < h.steps) {
         shapes.push({ type: "line", x0: h.budget, x1: h.budget, y0: 0, y1: 1, yref: "paper", line: { color: C.neutral, width: 1, dash: "dot" }, name: `cache full: evictions start (step ${h.budget})`, showlegend: true });
       }
       const mv = this.mViews[m];

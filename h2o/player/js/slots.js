@@ -134,7 +134,7 @@ export class SlotChart {
       seen.add(k);
       g.fillText(spec.xlabel(k), l + (k + 0.5) * bw, base + 5);
     }
-    g.fillText("kept slot (labelled by position)", l + pw / 2, base + font + 12);
+    g.fillText(spec.xtitle || "kept slot (labelled by position)", l + pw / 2, base + font + 12);
     g.save();
     g.translate(16, t + ph / 2);
     g.rotate(-Math.PI / 2);
