@@ -57,6 +57,20 @@ def run(modules: str, body: str, stdin: bytes = b"") -> object:
     return json.loads(done.stdout)
 
 
+def encode(trace, panels, rng: tuple[int, int], step: int) -> bytes:
+    """The payload the server sends for ``panels`` over steps ``rng``, opening at ``step``."""
+    return playback.encode(
+        view="twins",
+        trace_id=trace.name,
+        trace=trace,
+        panels=panels,
+        rng=rng,
+        range_blocks=[playback.range_block(p.replay, trace, *rng) for p in panels],
+        run_blocks=[playback.run_block(p.replay) for p in panels],
+        start={"step": step},
+    )
+
+
 def test_the_browser_asks_for_a_range_exactly_when_the_server_would(modules):
     cases = [
         (a, b, steps, t)
@@ -130,17 +144,7 @@ def test_the_browser_reads_the_servers_payload_as_the_server_does(modules):
         playback.Panel("A", "#1f77b4", h2o.replay(h2o.H2O(8, recent_window=2), trace)),
         playback.Panel("B", "#ff7f0e", h2o.replay(h2o.StreamingLLM(8, sinks=1), trace)),
     ]
-    rng = (0, trace.steps)
-    payload = playback.encode(
-        view="twins",
-        trace_id=trace.name,
-        trace=trace,
-        panels=panels,
-        rng=rng,
-        range_blocks=[playback.range_block(p.replay, trace, *rng) for p in panels],
-        run_blocks=[playback.run_block(p.replay) for p in panels],
-        start={"step": 3},
-    )
+    payload = encode(trace, panels, (0, trace.steps), 3)
     got = run(
         modules,
         "const { header, get } = common.decode(new Uint8Array(input));"
@@ -172,16 +176,7 @@ def test_the_browser_derives_each_steps_positions_as_the_server_recorded_them(mo
         playback.Panel("B", "#992255", h2o.replay(Quest(64), trace)),
     ]
     rng = (200, 260)
-    payload = playback.encode(
-        view="twins",
-        trace_id=trace.name,
-        trace=trace,
-        panels=panels,
-        rng=rng,
-        range_blocks=[playback.range_block(p.replay, trace, *rng) for p in panels],
-        run_blocks=[playback.run_block(p.replay) for p in panels],
-        start={"step": 210},
-    )
+    payload = encode(trace, panels, rng, 210)
     got = run(
         modules,
         "const { header, get } = common.decode(new Uint8Array(input));"
