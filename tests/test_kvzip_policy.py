@@ -66,7 +66,7 @@ def test_refused_without_scores_and_said_to_know_the_text_ahead():
     with pytest.raises(ValueError, match="KVzip reads each position's kvzip_scores"):
         replay(KVzip(64), canonical_trace())
     p = KVzip(4, 1)
-    with pytest.raises(ValueError, match="has no scores"):
+    with pytest.raises(ValueError, match="repeats the text and has no kvzip_scores: give"):
         p.on_decode_step(0, None)
     assert len(p) == 0 and p.last_pos == -1
     with pytest.raises(ValueError, match="finite, non-negative"):

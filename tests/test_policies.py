@@ -76,9 +76,7 @@ def test_contract_budget_respected_victims_ascending_and_gone(name):
         p.on_decode_step(t, w)
         # admitted with score 0 (the card's rule), or K-norm's score known on arrival: -‖k‖
         # (Expected Attention rescores every kept key at every step, the newest too)
-        admitted = {"key-norm": -NORMS[t], "kvzip": np.float32(NORMS[t] / NORMS.max())}.get(
-            name, 0.0
-        )
+        admitted = {"key-norm": -NORMS[t], "kvzip": NORMS[t] / NORMS.max()}.get(name, 0.0)
         assert p.kept[-1] == t
         assert p.scores[-1] == admitted or name == "expected-attention"
         victims = p.evict()

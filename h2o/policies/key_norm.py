@@ -30,16 +30,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..trace import check_key_norms
-from .base import ScoredPolicy
+from .written_score import WrittenScorePolicy
 
 
-class KeyNorm(ScoredPolicy):
+class KeyNorm(WrittenScorePolicy):
     name = "key-norm"
     label = "K-norm"
     colour, line_style = "#665191", ("dash", "star", 9)  # on every chart
     score_label = "−key norm"
-    reads_attention = False
     reads_trace = ("key_norms",)
+    scored_by = "by its key's norm"
 
     def __init__(
         self,
@@ -50,24 +50,7 @@ class KeyNorm(ScoredPolicy):
         rng: np.random.Generator | None = None,
     ) -> None:
         super().__init__(budget, recent_window, rng=rng)
-        self._norms: np.ndarray | None = None
-        if key_norms is not None:
-            check_key_norms(key_norms)  # the trace's rules; kept at the precision given
-            self._norms = np.asarray(key_norms, dtype=np.float64)
+        self.take(key_norms, check_key_norms)
 
-    def observe(self, trace: object) -> None:
-        super().observe(trace)
-        self._norms = trace.key_norms  # type: ignore[attr-defined]  # checked by the trace
-
-    def _admission_score(self, pos: int) -> float:
-        norms = self._norms
-        if norms is None or pos >= norms.shape[0]:
-            have = "no key norms" if norms is None else f"key norms for {norms.shape[0]} positions"
-            raise ValueError(
-                f"K-norm scores position {pos} by its key's norm and has {have}: give "
-                "key_norms=… or replay a trace that carries them"
-            )
-        return -float(norms[pos])
-
-    def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
-        pass  # a key's score is fixed when it is written: attention is never read
+    def score_of(self, value: float) -> float:
+        return -value  # the smallest norm scores highest

@@ -33,16 +33,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..trace import check_kvzip_scores
-from .base import ScoredPolicy
+from .written_score import WrittenScorePolicy
 
 
-class KVzip(ScoredPolicy):
+class KVzip(WrittenScorePolicy):
     name = "kvzip"
     label = "KVzip"
     colour, line_style = "#7744FF", ("dot", "triangle-down", 9)  # on every chart
     score_label = "reconstruction attention"
-    reads_attention = False
     reads_trace = ("kvzip_scores",)
+    scored_by = "by the attention it receives while the model repeats the text"
     hindsight = (
         "KVzip's score is the attention a position receives while the model repeats the whole "
         "text, so stepped here it knows text not yet read; its authors compress once, after "
@@ -58,24 +58,4 @@ class KVzip(ScoredPolicy):
         rng: np.random.Generator | None = None,
     ) -> None:
         super().__init__(budget, recent_window, rng=rng)
-        self._kvzip: np.ndarray | None = None
-        if kvzip_scores is not None:
-            self._kvzip = np.asarray(check_kvzip_scores(kvzip_scores), dtype=np.float64)
-
-    def observe(self, trace: object) -> None:
-        super().observe(trace)
-        self._kvzip = trace.kvzip_scores  # type: ignore[attr-defined]  # checked by the trace
-
-    def _admission_score(self, pos: int) -> float:
-        s = self._kvzip
-        if s is None or pos >= s.shape[0]:
-            have = "no scores" if s is None else f"scores for {s.shape[0]} positions"
-            raise ValueError(
-                f"KVzip scores position {pos} by the attention it receives while the model "
-                f"repeats the text, and has {have}: give kvzip_scores=… or replay a trace "
-                "that carries them"
-            )
-        return float(s[pos])
-
-    def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
-        pass  # a position's score is fixed: attention while decoding is never read
+        self.take(kvzip_scores, check_kvzip_scores)
