@@ -23,6 +23,12 @@
   evaluation (``perplexity_under_eviction(..., None)``) of prompt + answer, the same length
   (target for the teacher-forced cell: <= 1.2x); ``--cell-only`` runs this section alone.
 
+* text rows: the closed loop of each row of ``--text-rows`` over ``--quality-tokens`` tokens
+  (:func:`h2o.model.answer.row_perplexity`, what the memory frontier runs), as a ratio to the
+  full cache's run of the same function in the same repeat: K-norm, KVzip and Expected
+  Attention run their decode-time policy there, fed by the model; KVzip's scores (one repeat of
+  the whole text, read first) are timed on their own too; ``--text-only`` runs this alone.
+
 * depths: a needle-grid row's five depths at ``--grid-tokens`` with ``--grid-needles``
   needles a depth (3, as the grid runs), per row of ``--grid-rows``: the cells one by one (each
   prompt read from its start) and as the grid runs them (:func:`h2o.model.answer.score_cells`:
@@ -120,6 +126,8 @@ def main() -> int:
     )
     ap.add_argument("--cell-max-new", type=int, default=8)
     ap.add_argument("--cell-only", action="store_true", help="only the per-cell cost")
+    ap.add_argument("--text-rows", default="h2o@256,knorm@256,kvzip@256,expected-attention@256")
+    ap.add_argument("--text-only", action="store_true", help="only the rows over a text")
     ap.add_argument("--grid-tokens", type=int, default=1024)
     ap.add_argument(
         "--grid-rows",
@@ -135,6 +143,10 @@ def main() -> int:
     print(f"model load: {load_s:.2f} s, RSS after load {_rss_mb():.0f} MB", flush=True)
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     ids_all = [i for p in TEXTS for i in model.encode(p.read_text("utf-8"))]
+    if args.text_rows:
+        _text_rows(model, ids_all, args)
+    if args.text_only:
+        return 0
     if args.grid_rows and not args.cell_only:  # --cell-only: the cells alone
         _depths(model, args)
     if args.grid_only:
@@ -259,6 +271,37 @@ def _allocations(model: SmolLM, ids: list[int], args: argparse.Namespace) -> Non
     for label in runs:
         r = med(a / b for a, b in zip(wall[label], base, strict=True))
         print(f"{label:<22} {med(wall[label]):>6.2f} s {r:>6.2f}", flush=True)
+
+
+def _text_rows(model: SmolLM, ids_all: list[int], args: argparse.Namespace) -> None:
+    """Each row's closed loop over a text (the frontier's cell), as a ratio to the full cache's
+    in the same repeat; KVzip's repeat pass also alone."""
+    from h2o.model.answer import row_perplexity
+    from h2o.model.caches import Kvzip
+    from h2o.model.rows import Row, parse_rows
+
+    T = args.quality_tokens
+    ids = ids_all[:T]
+    runs: dict[str, Callable[[], object]] = {
+        "full": lambda: row_perplexity(model, ids, Row.parse("full"))
+    }
+    for row in parse_rows(args.text_rows):
+        runs[row.label] = lambda row=row: row_perplexity(model, ids, row)
+        if isinstance(row.cache, Kvzip) and "KVzip's repeat pass" not in runs:
+            runs["KVzip's repeat pass"] = lambda row=row: row.cache.scores_ahead(model, ids[:-1])
+    wall: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(args.repeats):
+        for label, fn in runs.items():
+            wall[label].append(_timed(fn, 1))
+    med = statistics.median
+    print(
+        f"\nrows over a text of {T} tokens (the frontier's cell); ratio = time / the full "
+        f"cache's in the same repeat (medians of {args.repeats}); load average "
+        f"{os.getloadavg()[0]:.2f}"
+    )
+    for label in runs:
+        r = med(a / b for a, b in zip(wall[label], wall["full"], strict=True))
+        print(f"{label:<28} {med(wall[label]):>7.2f} s {r:>6.2f}x", flush=True)
 
 
 def _cells(model: SmolLM, ids_all: list[int], args: argparse.Namespace) -> None:

@@ -100,6 +100,44 @@ class HeadVectors:
     def nbytes(self) -> int:
         return int(self.queries.nbytes + self.keys.nbytes + self.value_norms.nbytes)
 
+    @classmethod
+    def blank(
+        cls, positions: int, heads: int, kv_heads: int, head_dim: int, rope_base: float
+    ) -> HeadVectors:
+        """Zeros for ``positions`` positions, to be filled in order as a model computes them
+        (:meth:`write`): what a policy reading vectors is handed in the model's closed loop."""
+        return cls(
+            np.zeros((positions, heads, head_dim), np.float32),
+            np.zeros((positions, kv_heads, head_dim), np.float32),
+            np.zeros((positions, kv_heads), np.float32),
+            rope_base,
+        )
+
+    def write(
+        self, start: int, queries: np.ndarray, keys: np.ndarray, value_norms: np.ndarray
+    ) -> None:
+        """Positions ``start ..`` of each array, checked as the constructor checks a whole
+        trace (shapes, finite numbers, non-negative norms); ``ValueError`` writes nothing."""
+        new = {
+            "queries": _floats("queries", queries, 3),
+            "keys": _floats("keys", keys, 3),
+            "value_norms": _floats("value_norms", value_norms, 2),
+        }
+        n = new["queries"].shape[0]
+        if not 0 <= start <= self.positions - n:
+            raise ValueError(f"positions {start}..{start + n - 1} outside 0..{self.positions - 1}")
+        for name, a in new.items():
+            held = getattr(self, name).shape
+            if a.shape != (n, *held[1:]):
+                raise ValueError(f"{name} of shape {a.shape} for rows of {held}")
+        if (new["value_norms"] < 0).any():
+            raise ValueError("value_norms must be non-negative (they are norms)")
+        for name, a in new.items():
+            held = getattr(self, name)
+            held.flags.writeable = True  # the one writer: the arrays are read-only otherwise
+            held[start : start + n] = a
+            held.flags.writeable = False
+
     def arrays(self, float16: bool = True) -> dict[str, np.ndarray]:
         """The file's members (:data:`MEMBERS`); ``float16`` vectors take half the bytes."""
         dtype = np.float16 if float16 else np.float32

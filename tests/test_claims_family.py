@@ -163,13 +163,14 @@ def test_how_they_run_says_each_pipeline_and_where_a_decode_time_twin_steps() ->
 
 
 def test_the_model_refuses_a_trace_reading_policy_and_names_its_row() -> None:
-    with pytest.raises(ValueError, match="knorm@B runs K-norm on the model as kvpress does"):
+    with pytest.raises(ValueError, match="knorm@B runs K-norm on the model"):
         Row.parse("key-norm@128")
 
 
 def test_the_methods_without_a_perplexity_are_named_by_their_kinds() -> None:
     """The one-shot kinds (no closed loop) of the needle file that the perplexity chart lacks
-    are named, each once (its plain row's name), and no other: a kind the chart has is not."""
+    are named, each once (its plain row's name), and no other: a kind the chart has is not, nor
+    a kind that runs over a text (K-norm, KVzip, Expected Attention: their stepped policy)."""
     from app.needle import claims
 
     cells = [
@@ -177,12 +178,61 @@ def test_the_methods_without_a_perplexity_are_named_by_their_kinds() -> None:
         for r in ("full", "h2o@128", "snapkv@128/pyramid", "snapkv@128", "knorm@128", "quest@128")
     ]
     said = claims.one_shot_note(cells, ["full", "h2o@128", "quest@128"])
-    assert said.startswith("SnapKV and K-norm compress a prompt once")
-    assert "SnapKV (pyramid)" not in said and "Quest" not in said and "H2O" not in said
-    one = claims.one_shot_note([_cell("kvzip@128", 512, 0, "a", True)], [])
-    assert one.startswith("KVzip compresses a prompt once") and "it is on the needle chart" in one
+    assert said.startswith("SnapKV compresses a prompt once")
+    assert "it is on the needle chart" in said
+    assert "SnapKV (pyramid)" not in said and "K-norm" not in said and "Quest" not in said
+    assert claims.one_shot_note([_cell("kvzip@128", 512, 0, "a", True)], []) == ""
     assert claims.one_shot_note(cells[:2], ["full"]) == ""
-    # every kind this note names has no closed loop, by its class
-    for r in ("snapkv@128", "knorm@128", "kvzip@128", "expected-attention@128"):
-        assert not Row.parse(r).cache.closed_loop
-    assert Row.parse("quest@128").cache.closed_loop and Row.parse("h2o@128").cache.closed_loop
+    # the kinds this note names have no closed loop, by their class; the others have one
+    assert not Row.parse("snapkv@128").cache.closed_loop
+    for r in ("knorm@128", "kvzip@128", "expected-attention@128", "quest@128", "h2o@128"):
+        assert Row.parse(r).cache.closed_loop, r
+
+
+def test_the_stepped_one_shot_methods_are_named_with_what_they_know_and_hold() -> None:
+    """The chart's rows whose authors compress once are named as stepped, with the window their
+    policy's class protects, KVzip's hindsight and Expected Attention's statistics; nothing for a
+    chart without them."""
+    from app.needle import claims
+    from h2o.policies import POLICIES
+
+    assert claims.stepped_note(["full", "h2o@128", "quest@128", "snapkv@128"]) == ""
+    one = claims.stepped_note(["h2o@128", "knorm@128", "knorm@256"])
+    assert one.startswith("K-norm compresses a prompt once as its authors run it")
+    w = POLICIES["key-norm"].default_recent_window
+    assert f"a recent window of {w} " in one and "hindsight" not in one
+    assert "statistics" not in one and "KVzip" not in one
+    all3 = claims.stepped_note(["expected-attention@64", "knorm@64", "kvzip@64"])
+    assert all3.startswith("K-norm, KVzip and Expected Attention compress a prompt once")
+    assert POLICIES["kvzip"].hindsight in all3
+    assert "Expected Attention also holds statistics of the queries" in all3
+
+
+def test_a_selection_on_the_perplexity_chart_says_what_a_step_reads() -> None:
+    """Quest's lines of the frontier file on the chart's text say what the row holds and the
+    share a step reads, from the line's own numbers; a row without a share, a row off the
+    chart and a line on another text say nothing."""
+    from app.needle import claims, frontier
+    from app.needle.data import FrontierRow
+
+    def line(row: str, text: str = frontier.PPL_TEXT, share: float | None = None) -> FrontierRow:
+        r = Row.parse(row)
+        return FrontierRow(
+            row=row, family=r.family, kind=r.kind, policy=r.policy, budget=r.budget,
+            allocation=None, bits=None, sinks=0, text=text, tokens=frontier.PPL_TOKENS,
+            perplexity=30.0, kv_bytes=2048 * 24480, kv_bytes_per_token=24480.0, seconds=1.0,
+            read_bytes=None if share is None else 1000, read_share=share,
+        )  # fmt: skip
+
+    records = [
+        line("h2o@128"),
+        line("quest@128", share=0.4213),
+        line("quest@256", text="other.txt", share=0.5),
+        line("quest@512", share=0.7),
+    ]
+    said = claims.read_note(records, ["h2o@128", "quest@128", "quest@256", "quest@512"])
+    assert said.startswith("A selection evicts nothing")
+    assert "Quest holds 24,480 bytes a token after the text, and a step reads 42% at 128 " in said
+    assert "slots (quest@128) and 70% at 512 slots (quest@512) of what it holds then" in said
+    assert "quest@256" not in said and "H2O" not in said
+    assert claims.read_note(records[:1], ["h2o@128"]) == ""

@@ -153,7 +153,7 @@ def test_the_row() -> None:
     row = Row.parse("expected-attention@128")
     assert type(row.cache) is ExpectedAttention and row.label == "expected-attention@128"
     assert row.family == "Expected Attention" and row.group == "evict"
-    assert not row.cache.closed_loop and row.cache.prompt_limit(500) == 0
+    assert row.cache.closed_loop and row.cache.prompt_limit(500) == 0
 
 
 def test_on_the_model_it_keeps_what_the_literal_rule_keeps(tiny_smollm) -> None:

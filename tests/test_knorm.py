@@ -67,7 +67,7 @@ def test_refusals(label, match) -> None:
 def test_the_row() -> None:
     row = Row.parse("knorm@128")
     assert type(row.cache) is Knorm and row.label == "knorm@128"
-    assert row.family == "K-norm" and row.group == "evict" and not row.cache.closed_loop
+    assert row.family == "K-norm" and row.group == "evict" and row.cache.closed_loop
     assert row.cache.window == 32
 
 

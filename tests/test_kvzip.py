@@ -77,7 +77,7 @@ def test_refusals(label, match) -> None:
 def test_the_row() -> None:
     row = Row.parse("kvzip@128")
     assert type(row.cache) is Kvzip and row.label == "kvzip@128" and row.family == "KVzip"
-    assert row.group == "evict" and not row.cache.closed_loop
+    assert row.group == "evict" and row.cache.closed_loop
 
 
 @pytest.fixture(scope="module")

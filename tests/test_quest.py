@@ -241,3 +241,28 @@ def test_a_run_counts_the_pages_it_read(tiny_smollm) -> None:
     # the union of a group's pages: at least one query head's, at most all of theirs
     one = (cfg.n_layers - DENSE_LAYERS) * G * 10 * n_pages_read(32, 95) * 16
     assert one * 0.9 <= by_hand <= one * gs
+
+
+def test_over_a_text_a_run_says_what_a_step_reads_of_what_it_holds(tiny_smollm) -> None:
+    """The frontier's numbers: what Quest holds after the text, and the share a step reads of
+    what the cache holds at the step — the bytes the run's own selector counted, at the keys a
+    step sees on average; a row that reads all it holds reads exactly that."""
+    from tiny_model import token_ids
+
+    from h2o.model.answer import text_run
+    from h2o.model.caches.quest_cache import PageReads
+
+    model, cfg = tiny_smollm, tiny_smollm.config
+    ids = token_ids(161, seed=4)
+    run = text_run(model, ids, Row.parse("quest@48"))
+    row = Row.parse("quest@48")
+    assert run.kv_bytes == row.kv_bytes(cfg, 161)
+    # the same pages read again by a selector of our own, over the same forward
+    reads = row.cache.selector(model)
+    assert isinstance(reads, PageReads)
+    model.forward(ids[:-1], select=reads)
+    held_then = row.kv_bytes(cfg, 80)
+    assert run.read_bytes == row.read_bytes(cfg, 80, reads=reads)
+    assert run.read_share == run.read_bytes / held_then and 0 < run.read_share < 1
+    h2o = text_run(model, ids, Row.parse("h2o@48"))
+    assert h2o.read_bytes == h2o.kv_bytes and h2o.read_share == 1.0

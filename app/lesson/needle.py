@@ -195,6 +195,10 @@ def evict_or_compress() -> None:
     )
     if ppl_said is not None:
         st.markdown(ppl_said)
+    charted = tuple(p.row for p in ppl)
+    for note in (claims.stepped_note(charted), claims.read_note(fr.records, charted)):
+        if note:
+            st.markdown(note)
     if acc_said is not None:
         st.markdown(acc_said)
         st.caption(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.needle import frontier
-from app.needle.data import Cell, FollowUpCell, parsed
+from app.needle.data import Cell, FollowUpCell, FrontierRow, parsed
 from app.needle.frontier import GROUPS, Point
 from app.needle.grid import RowScore
 from app.needle.grid import rows as grid_rows
@@ -453,8 +453,7 @@ def window_sweep_sentence(cells: Sequence[Cell], rows: Sequence[str], length: in
 def one_shot_note(cells: Sequence[Cell], on_chart: Iterable[str]) -> str:
     """The needle file's methods that have no point on the perplexity chart because their kind
     of cache compresses a prompt once (:attr:`~h2o.model.caches.CacheKind.closed_loop` false:
-    SnapKV, K-norm, KVzip, Expected Attention), named, with why ("" if none). ``on_chart``: the
-    rows of the perplexity chart."""
+    SnapKV), named, with why ("" if none). ``on_chart``: the rows of the perplexity chart."""
     charted = {row.kind for r in on_chart if (row := parsed(r)) is not None}
     said: dict[str, str] = {}
     for r in grid_rows(cells):
@@ -473,4 +472,93 @@ def one_shot_note(cells: Sequence[Cell], on_chart: Iterable[str]) -> str:
         f"{names([esc(n) for n in said.values()])} {verb} a prompt once, after reading it, as "
         f"{their} authors run {them}: a perplexity over a text read one token at a time does not "
         f"apply, so {are} on the needle chart below only."
+    )
+
+
+def stepped_note(on_chart: Iterable[str]) -> str:
+    """How the perplexity chart runs the methods whose authors compress a prompt once (a kind of
+    :class:`~h2o.model.caches.base.ContextCompression` with a closed loop: K-norm, Expected
+    Attention, KVzip): their decode-time policy, one eviction a token, named with what it knows
+    ahead (:attr:`~h2o.policies.Policy.hindsight`) and what it holds besides its slots ("" if
+    the chart has none). ``on_chart``: the chart's rows."""
+    import h2o
+    from h2o.model.caches.base import ContextCompression
+
+    stepped: dict[str, type] = {}
+    rank: dict[str, int] = {}
+    for r in on_chart:
+        row = parsed(r)
+        if row is None or not row.cache.closed_loop:
+            continue
+        if not isinstance(row.cache, ContextCompression):
+            continue
+        stepped.setdefault(row.family, h2o.POLICIES[row.cache.decode_policy])
+        rank.setdefault(row.family, row.cache.rank)
+    if not stepped:
+        return ""
+    stepped = {f: stepped[f] for f in sorted(stepped, key=lambda f: rank[f])}  # the menus' order
+    many = len(stepped) > 1
+    windows = sorted({int(getattr(c, "default_recent_window", 0)) for c in stepped.values()})
+    text = (
+        f"{names([esc(n) for n in stepped])} {'compress' if many else 'compresses'} a prompt "
+        f"once as {'their authors run them' if many else 'its authors run it'}; a text read one "
+        "token at a time has no prompt to compress, so on this chart "
+        f"{'each' if many else 'it'} evicts one position a token by the same score, in every "
+        f"head with a recent window of {names([str(w) for w in windows], 'or')} (kvpress's "
+        "DecodingPress runs a press while decoding the same way, every few steps)."
+    )
+    for cls in dict.fromkeys(stepped.values()):
+        if cls.hindsight:
+            text += f" {cls.hindsight}: its line is a reference, not a decoder."
+    held = [n for n, cls in stepped.items() if cls.state_bytes(2, 1)]  # any head size
+    if held:
+        text += (
+            f" {names([esc(n) for n in held])} also {'hold' if len(held) > 1 else 'holds'} "
+            "statistics of the queries read so far (a mean and a covariance a query head, "
+            "float64), counted in the bytes."
+        )
+    return text
+
+
+def read_note(records: Sequence[FrontierRow], on_chart: Iterable[str]) -> str:
+    """For the chart's rows (measured on :data:`frontier.PPL_TEXT` at
+    :data:`frontier.PPL_TOKENS` tokens) that read a part of what they hold (a selection: Quest),
+    what each holds after the text and the share of the cache a step reads, on average over the
+    text's steps, from the file's own numbers, a family at a time ("" if the chart has none)."""
+    charted = set(on_chart)
+    by_family: dict[str, list[FrontierRow]] = {}
+    for r in records:
+        if r.row not in charted or (r.text, r.tokens) != (frontier.PPL_TEXT, frontier.PPL_TOKENS):
+            continue
+        if r.read_share is None or r.read_share >= 1:
+            continue
+        by_family.setdefault(r.family, []).append(r)
+    said = []
+    for fam, rs in by_family.items():
+        rs.sort(key=lambda r: (r.budget is None, r.budget or 0, r.row))
+        helds = {f"{r.kv_bytes_per_token:,.0f}" for r in rs}
+        at = [
+            f"{r.read_share:.0%} at {r.budget} slots ({esc(r.row)})"
+            if r.budget is not None
+            else f"{r.read_share:.0%} ({esc(r.row)})"
+            for r in rs
+        ]
+        if len(helds) == 1:
+            said.append(
+                f"{esc(fam)} holds {helds.pop()} bytes a token after the text, and a step reads "
+                f"{names(at)} of what it holds then, on average over the text's steps"
+            )
+        else:
+            said += [
+                f"{esc(fam)} ({esc(r.row)}) holds {r.kv_bytes_per_token:,.0f} bytes a token after "
+                f"the text, and a step reads {r.read_share:.0%} of what it holds then, on average "
+                "over the text's steps"
+                for r in rs
+            ]
+    if not said:
+        return ""
+    return (
+        "A selection evicts nothing: it holds every key and reads a part of them at each step. "
+        + "; ".join(said)
+        + ". The chart places it by what it holds."
     )

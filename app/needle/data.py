@@ -115,6 +115,10 @@ class FrontierRow:
     kv_bytes: int
     kv_bytes_per_token: float
     seconds: float
+    #: what one step reads of the cache on average over the text, and that as a share of what
+    #: the cache holds at the step, where the line records them (Quest)
+    read_bytes: int | None = None
+    read_share: float | None = None
 
 
 @dataclass
@@ -299,6 +303,8 @@ def parse_frontier(d: object) -> FrontierRow:
         kv_bytes=_int(d, "kv_bytes"),
         kv_bytes_per_token=_float(d, "kv_bytes_per_token", lo=0.0),
         seconds=_float(d, "seconds", lo=0.0),
+        read_bytes=_int(d, "read_bytes", optional=True),
+        read_share=None if d.get("read_share") is None else _float(d, "read_share", lo=0, hi=1),
     )
 
 

@@ -132,6 +132,9 @@ if shipped.report(fr, fr_path, "frontier"):
         )
         if one_shot:
             st.markdown(one_shot)
+        for note in (claims.stepped_note(charted), claims.read_note(fr.records, charted)):
+            if note:
+                st.markdown(note)
         shipped.provenance(fr, "frontier")
 
 # -- needle accuracy -------------------------------------------------------------------------------

@@ -350,6 +350,20 @@ def score_cells(
     return out  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class TextRun:
+    """A row's closed loop over a text: its perplexity and the bytes it holds after the text;
+    for a row that reads a part of what it holds (Quest), what a step reads on average over the
+    text's steps and that as a share of what the cache holds at the step (also averaged: a step
+    at position ``t`` holds ``t + 1`` keys); otherwise ``read_bytes`` is ``kv_bytes``, the share
+    1."""
+
+    perplexity: float
+    kv_bytes: int
+    read_bytes: int
+    read_share: float = 1.0
+
+
 def row_perplexity(
     model: SmolLM,
     ids: Sequence[int],
@@ -357,10 +371,24 @@ def row_perplexity(
     *,
     calibration_ids: Sequence[int] | None = None,
 ) -> tuple[float, int]:
-    """``(perplexity, kv_bytes)``: the closed-loop perplexity of ``ids`` under ``row`` (each
-    token predicted from the cache the row holds at its step) and :meth:`Row.kv_bytes` after
-    the whole text (for eviction + quantization, counted from the kept sets then). SnapKV
-    compresses a prompt once, so it has no perplexity over a text: it is refused."""
+    """``(perplexity, kv_bytes)`` of :func:`text_run`."""
+    run = text_run(model, ids, row, calibration_ids=calibration_ids)
+    return run.perplexity, run.kv_bytes
+
+
+def text_run(
+    model: SmolLM,
+    ids: Sequence[int],
+    row: Row,
+    *,
+    calibration_ids: Sequence[int] | None = None,
+) -> TextRun:
+    """The closed-loop perplexity of ``ids`` under ``row`` (each token predicted from the cache
+    the row holds at its step), :meth:`Row.kv_bytes` after the whole text (for eviction +
+    quantization, counted from the kept sets then) with what a one-shot method's stepped policy
+    holds besides (:meth:`CacheKind.stepped_bytes`), and what a step reads (Quest counts the
+    pages it read; every other row reads what it holds). SnapKV compresses a prompt once, so it
+    has no perplexity over a text: it is refused."""
     ids = [int(i) for i in ids]
     if len(ids) < 2:
         raise ValueError("need at least 2 tokens")
@@ -372,17 +400,25 @@ def row_perplexity(
             "closed-loop perplexity over a text (score it with score_answer)"
         )
     cfg = model.config
-    policies = row.cache.decode_policies(model, calibration_ids)
+    policies = row.cache.text_policies(model, ids[:-1], calibration_ids)
     quant = row_quant(row)
     if policies is None or quant is None:
         select = row.cache.selector(model)  # every token a decoding step (Quest's PG19 runs)
         hidden = model.forward(ids[:-1], policies=policies, quant=quant, select=select)
         nll = -model.token_logprobs(hidden, ids[1:])
-        return float(np.exp(nll.mean())), row.kv_bytes(cfg, len(ids))
+        ppl = float(np.exp(nll.mean()))
+        held = row.kv_bytes(cfg, len(ids)) + row.cache.stepped_bytes(cfg, len(ids))
+        if select is None:
+            return TextRun(ppl, held, held)
+        n = len(ids) // 2  # the keys a step sees, on average over the text's steps
+        at_step = row.kv_bytes(cfg, n)
+        read = row.cache.read_bytes(cfg, n, at_step, select)
+        return TextRun(ppl, held, int(read), read / at_step)
     # a combination: its bytes depend on which groups its kept tokens fall in, so the run
     # reads the last token too (one more step) and counts what it then holds
     cache = KVCache(cfg, len(ids))
     hidden = model.forward(ids[:-1], cache=cache, policies=policies, quant=quant)
     nll = -model.token_logprobs(hidden, ids[1:])
     model.forward(ids[-1:], cache=cache, policies=policies, quant=quant)
-    return float(np.exp(nll.mean())), row.kv_bytes(cfg, len(ids), kept=kept_sets(policies))
+    held = row.kv_bytes(cfg, len(ids), kept=kept_sets(policies))
+    return TextRun(float(np.exp(nll.mean())), held, held)

@@ -50,6 +50,14 @@ class LayerHeads(ABC):
         the row's output is recomputed from the mask). Refusals raise ``ValueError`` before
         any head moves."""
 
+    def write(  # noqa: B027  (a hook: most heads take nothing)
+        self, queries: np.ndarray, keys: np.ndarray, values: np.ndarray, t0: int
+    ) -> None:
+        """The layer's new positions ``t0 ..`` as the model computes them, before any of them is
+        stepped: queries before RoPE ``(H, n, hd)``, keys after RoPE and values ``(G, n, hd)``.
+        Nothing here; heads whose policies read more than attention take them
+        (:class:`h2o.model.fed_heads.FedHeads`)."""
+
     def step_rows(self, p: np.ndarray, t0: int, mask: np.ndarray, layer: int = -1) -> int:
         """:meth:`step` for every row of the chunk in order (row ``i``: query ``t0 + i``);
         returns the first row at which some head had lost a position (the row count: none)."""

@@ -245,12 +245,14 @@ class SmolLM:
         chunk = _chunk_rows(n, t0 + n, cfg.n_heads)
         x = self.tok_embd[ids].astype(np.float32)  # fancy indexing copies: x is ours to mutate
         for li, lw in enumerate(self.layers):
-            q, k, v = self._qkv(lw, x, cos, sin)
+            raw, q, k, v = self._qkv(lw, x, cos, sin)
+            heads = None if policies is None else as_heads(policies[li])
+            if heads is not None:  # policies reading vectors take the new positions first
+                heads.write(raw, k, v, t0)
             if cache is not None:
                 cache.k[li, :, t0 : t0 + n] = k
                 cache.v[li, :, t0 : t0 + n] = v
                 k, v = cache.k[li, :, : t0 + n], cache.v[li, :, : t0 + n]
-            heads = None if policies is None else as_heads(policies[li])
             qz = None if quant is None else (quant, *quant.layer(li, k, v, t0))
             att = self._attention(li, q, k, v, t0, chunk, heads, attn_hook, qz, select)
             # (heads, n, hd) -> (n, heads*hd), the layout attn_output expects
@@ -314,16 +316,18 @@ class SmolLM:
 
     def _qkv(
         self, lw: _LayerWeights, x: np.ndarray, cos: np.ndarray, sin: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(raw, q, k, v)``: the queries before RoPE and unscaled, ``(H, n, hd)``; the queries
+        rotated and scaled by ``1/√hd``; the keys rotated ``(G, n, hd)``; the values."""
         cfg = self.config
         n, hd = x.shape[0], cfg.head_dim
         h = rms_norm(x, lw.attn_norm, cfg.rms_eps)
-        q = (h @ lw.wq.T).reshape(n, cfg.n_heads, hd).transpose(1, 0, 2)
+        raw = (h @ lw.wq.T).reshape(n, cfg.n_heads, hd).transpose(1, 0, 2)
         k = (h @ lw.wk.T).reshape(n, cfg.n_kv_heads, hd).transpose(1, 0, 2)
         v = np.ascontiguousarray((h @ lw.wv.T).reshape(n, cfg.n_kv_heads, hd).transpose(1, 0, 2))
-        q = apply_rope(q, cos, sin)
+        q = apply_rope(raw, cos, sin)
         q *= np.float32(1.0 / math.sqrt(hd))  # fold the score scale into q (exact for hd=64)
-        return q, apply_rope(k, cos, sin), v
+        return raw, q, apply_rope(k, cos, sin), v
 
     def _mlp(self, lw: _LayerWeights, x: np.ndarray) -> np.ndarray:
         h = rms_norm(x, lw.ffn_norm, self.config.rms_eps)

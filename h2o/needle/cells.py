@@ -219,7 +219,7 @@ def run_followup(spec: dict, load: Callable[[], Any] | None = None) -> dict:
 
 def run_frontier(spec: dict) -> dict:
     """Closed-loop perplexity of the first ``tokens`` tokens of ``text`` under one row."""
-    from h2o.model.answer import row_perplexity
+    from h2o.model.answer import text_run
     from h2o.model.rows import Row
 
     t0 = time.perf_counter()
@@ -233,14 +233,21 @@ def run_frontier(spec: dict) -> dict:
         content = text_path.read_text(encoding="utf-8")
     ids = model.encode(content)[: int(spec["tokens"])]
     cal = _calibration_ids(spec.get("model"), model) if row.allocation == "duo" else None
-    ppl, kv_bytes = row_perplexity(model, ids, row, calibration_ids=cal)
+    run = text_run(model, ids, row, calibration_ids=cal)
     return {
         **fields,
         "text": text_path.name,
         "tokens": len(ids),
-        "perplexity": round(ppl, 4),
-        "kv_bytes": int(kv_bytes),
-        "kv_bytes_per_token": round(kv_bytes / len(ids), 3),
+        "perplexity": round(run.perplexity, 4),
+        "kv_bytes": int(run.kv_bytes),
+        "kv_bytes_per_token": round(run.kv_bytes / len(ids), 3),
+        # what a step reads on average over the text, and as a share of what the cache holds
+        # at the step, where it reads less than it holds (Quest)
+        **(
+            {}
+            if run.read_share == 1.0
+            else {"read_bytes": run.read_bytes, "read_share": round(run.read_share, 4)}
+        ),
         "seconds": round(time.perf_counter() - t0, 3),
     }
 

@@ -134,6 +134,13 @@ class Policy:
         """What the method reads (:attr:`reads_trace`) that ``trace`` does not carry."""
         return [m for m in cls.reads_trace if getattr(trace, m, None) is None]
 
+    @classmethod
+    def state_bytes(cls, head_dim: int, group_size: int) -> int:
+        """Bytes one instance holds beyond its slots when it runs on one KV head of a model
+        (``group_size`` query heads of ``head_dim``): 0, but for a method that keeps statistics
+        of what it has read (Expected Attention)."""
+        return 0
+
     def observe(self, trace: object) -> None:
         """Take what the method reads from the trace it is about to replay
         (:attr:`reads_trace`); nothing for a method that reads only attention. ``ValueError`` if

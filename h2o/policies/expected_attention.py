@@ -73,13 +73,20 @@ def _averaged_cos_sin(head_dim: int, base: float, first: int, n: int) -> tuple:
 
 def rotate_stats(mu: np.ndarray, cov: np.ndarray, base: float, first: int) -> tuple:
     """``R mu`` and ``R cov Rᵀ`` for :func:`averaged_rope`'s ``R``, one 2×2 block a rotary pair
-    (``R`` is block diagonal): ``O(H d²)`` instead of two dense ``d × d`` products."""
-    H, d = mu.shape
-    c, s = _averaged_cos_sin(d, base, first, N_FUTURE)
-    B = np.stack([np.stack([c, -s], -1), np.stack([s, c], -1)], -2)  # (d/2, 2, 2)
-    m = np.einsum("pab,hpb->hpa", B, mu.reshape(H, d // 2, 2)).reshape(H, d)
-    C = cov.reshape(H, d // 2, 2, d // 2, 2)
-    C = np.einsum("pab,hpbqc,qdc->hpaqd", B, C, B, optimize=True).reshape(H, d, d)
+    (``R`` is block diagonal): each pair ``(x[2i], x[2i+1])`` of a vector, of the covariance's
+    rows, then of its columns becomes ``(c x[2i] - s x[2i+1], s x[2i] + c x[2i+1])`` —
+    ``O(H d²)`` elementwise instead of two dense ``d × d`` products."""
+    c, s = _averaged_cos_sin(mu.shape[-1], base, first, N_FUTURE)
+    m = np.empty_like(mu)
+    m[..., 0::2] = c * mu[..., 0::2] - s * mu[..., 1::2]
+    m[..., 1::2] = s * mu[..., 0::2] + c * mu[..., 1::2]
+    rows = np.empty_like(cov)
+    cr, sr = c[:, None], s[:, None]
+    rows[..., 0::2, :] = cr * cov[..., 0::2, :] - sr * cov[..., 1::2, :]
+    rows[..., 1::2, :] = sr * cov[..., 0::2, :] + cr * cov[..., 1::2, :]
+    C = np.empty_like(cov)
+    C[..., 0::2] = c * rows[..., 0::2] - s * rows[..., 1::2]
+    C[..., 1::2] = s * rows[..., 0::2] + c * rows[..., 1::2]
     return m, C
 
 
@@ -116,6 +123,12 @@ class ExpectedAttention(ScoredPolicy):
     ) -> None:
         super().__init__(budget, recent_window, rng=rng)
         self._take(vectors)
+
+    @classmethod
+    def state_bytes(cls, head_dim: int, group_size: int) -> int:
+        """The running sums of the queries and of their outer products, float64, for each of
+        the KV head's query heads, and their count."""
+        return group_size * (head_dim + head_dim * head_dim) * 8 + 8
 
     def observe(self, trace: object) -> None:
         super().observe(trace)

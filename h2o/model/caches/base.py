@@ -170,6 +170,18 @@ class CacheKind:
         nothing as it goes)."""
         return None
 
+    def text_policies(
+        self, model: SmolLM, ids: Sequence[int], calibration_ids: Sequence[int] | None = None
+    ):
+        """``policies[layer]`` stepped at every token of a text read for its perplexity (the
+        closed loop over the positions ``ids``): :meth:`decode_policies`, unless the kind runs
+        otherwise over a text."""
+        return self.decode_policies(model, calibration_ids)
+
+    def stepped_bytes(self, cfg, n_tokens: int) -> int:
+        """What it holds over a text beyond :meth:`~h2o.model.rows.Row.kv_bytes` (0: nothing)."""
+        return 0
+
     def begin(
         self, model: SmolLM, calibration_ids: Sequence[int] | None, length: int, start=None
     ) -> Reading:
@@ -299,9 +311,17 @@ class ContextCompression(Budgeted):
     after the compression (each admitted, as every later token), the tokens before them are the
     context. A subclass says which context positions each head keeps (:meth:`choose`), at most
     ``budget - window`` a head on average, so that a row holds ``budget`` slots a head once the
-    question is read. A prompt that fits the budget is read whole, nothing compressed."""
+    question is read. A prompt that fits the budget is read whole, nothing compressed.
 
-    closed_loop = False  # it compresses a prompt once: no perplexity over a text
+    A text read one token at a time has no context to compress once. A kind whose method also
+    runs as the model decodes (:attr:`~CacheKind.decode_policy`: K-norm, Expected Attention,
+    KVzip) says ``closed_loop = True`` and runs that policy there, one eviction a token in every
+    (layer, KV head) with the same recent window of 32, each handed what it reads as the model
+    writes it (:mod:`h2o.model.fed_heads`) — as kvpress's ``DecodingPress`` runs a scorer press
+    while decoding, but at every step. Its bytes then count what the stepped policy holds too
+    (:meth:`stepped_bytes`)."""
+
+    closed_loop = False  # it compresses a prompt once: no perplexity over a text (by default)
     quantizable = False
     #: the prompt's last tokens, read after the compression (the question and the chat turn)
     window: ClassVar[int] = 32
@@ -368,3 +388,30 @@ class ContextCompression(Budgeted):
 
     def prompt_limit(self, n_tokens: int) -> int:
         return n_tokens - self.window  # a shared beginning ends inside the context
+
+    # -- over a text (the closed loop) -------------------------------------------------------
+    def text_policies(self, model, ids, calibration_ids=None):
+        from h2o.model.fed_heads import fed_layers
+
+        if not self.closed_loop:
+            raise ValueError(f"{self.kind} compresses a prompt once: it does not run over a text")
+        budget = int(self.row.budget)  # type: ignore[arg-type]
+        given = self.scores_ahead(model, [int(i) for i in ids])
+        return fed_layers(model, self.decode_policy, budget, len(ids), given)
+
+    def scores_ahead(self, model: SmolLM, ids: list[int]) -> np.ndarray | None:
+        """``(n_layers, n_kv_heads, len(ids))``: what the decode policy reads of every position
+        before the run (KVzip's scores); None for a policy fed as the model writes."""
+        return None
+
+    def stepped_bytes(self, cfg, n_tokens: int) -> int:
+        """The stepped policy's bookkeeping a slot (its position and score, as H2O's) and what
+        one instance holds beyond its slots (Expected Attention's query statistics)."""
+        if not self.closed_loop:
+            return 0
+        from h2o.policies import POLICIES
+
+        cls = POLICIES[self.decode_policy]
+        slots = int(self.slots(cfg, n_tokens).sum())
+        state = cls.state_bytes(cfg.head_dim, cfg.group_size)
+        return slots * int(cls.nbytes_per_slot) + cfg.n_layers * cfg.n_kv_heads * state

@@ -76,8 +76,8 @@ class Evicting(Budgeted):
                 f"{r.policy} reads a trace's {', '.join(_policies()[r.policy].reads_trace)}, "
                 "which a model run does not hand it"
                 + "".join(
-                    f"; {c.kind}@B runs {_policies()[r.policy].label} on the model as kvpress "
-                    "does (the prompt compressed once)"
+                    f"; {c.kind}@B runs {_policies()[r.policy].label} on the model (a prompt "
+                    "compressed once as kvpress does; over a text, this policy fed by the model)"
                     for c in twin
                 )
             )

@@ -112,6 +112,7 @@ class ExpectedAttention(ContextCompression):
 
     kind = "expected-attention"
     decode_policy = "expected-attention"  # h2o/policies/expected_attention.py, every token
+    closed_loop = True  # over a text: that policy, one eviction a token (ContextCompression)
     rank = 5
     colour = "#604848"
     marker = "diamond-tall"

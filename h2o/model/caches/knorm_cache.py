@@ -48,6 +48,7 @@ class Knorm(ContextCompression):
     kind = "knorm"
     rank = 3
     decode_policy = "key-norm"  # h2o/policies/key_norm.py: the same score, at every token
+    closed_loop = True  # over a text: that policy, one eviction a token (ContextCompression)
     colour = "#FF9DA7"
     marker = "square"
     since_h2o = (

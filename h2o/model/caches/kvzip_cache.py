@@ -103,6 +103,7 @@ class Kvzip(ContextCompression):
 
     kind = "kvzip"
     decode_policy = "kvzip"  # h2o/policies/kvzip.py: the same score, stepped (with hindsight)
+    closed_loop = True  # over a text: that policy, one eviction a token (ContextCompression)
     rank = 4
     colour = "#EDC948"
     marker = "triangle-up"
@@ -113,6 +114,15 @@ class Kvzip(ContextCompression):
 
     def name(self) -> str:
         return "KVzip"
+
+    def scores_ahead(self, model, ids):
+        """Over a text, every position's score from a repeat of the whole text (read first, in
+        full): the stepped policy knows text not yet read (its ``hindsight``)."""
+        from h2o.model.forward import KVCache
+
+        cache = KVCache(model.config, len(ids))
+        model.read(ids, cache)
+        return reconstruction_scores(model, ids, cache, len(ids))
 
     def choose(self, model, prompt, cache, context, seen=None):
         score = reconstruction_scores(model, prompt, cache, context)
