@@ -106,18 +106,23 @@ class HeadVectors:
     ) -> HeadVectors:
         """Zeros for ``positions`` positions, to be filled in order as a model computes them
         (:meth:`write`): what a policy reading vectors is handed in the model's closed loop."""
-        return cls(
+        vec = cls(
             np.zeros((positions, heads, head_dim), np.float32),
             np.zeros((positions, kv_heads, head_dim), np.float32),
             np.zeros((positions, kv_heads), np.float32),
             rope_base,
         )
+        object.__setattr__(vec, "_growing", True)  # the only vectors write() fills
+        return vec
 
     def write(
         self, start: int, queries: np.ndarray, keys: np.ndarray, value_norms: np.ndarray
     ) -> None:
         """Positions ``start ..`` of each array, checked as the constructor checks a whole
-        trace (shapes, finite numbers, non-negative norms); ``ValueError`` writes nothing."""
+        trace (shapes, finite numbers, non-negative norms); ``ValueError`` writes nothing.
+        Only vectors made by :meth:`blank` are written: a trace's stay as they were read."""
+        if not getattr(self, "_growing", False):
+            raise ValueError("these vectors were read, not made blank: they cannot be written")
         new = {
             "queries": _floats("queries", queries, 3),
             "keys": _floats("keys", keys, 3),

@@ -200,7 +200,7 @@ def test_the_stepped_one_shot_methods_are_named_with_what_they_know_and_hold() -
     one = claims.stepped_note(["h2o@128", "knorm@128", "knorm@256"])
     assert one.startswith("K-norm compresses a prompt once as its authors run it")
     w = POLICIES["key-norm"].default_recent_window
-    assert f"a recent window of {w} " in one and "hindsight" not in one
+    assert f"a recent window of {w}. " in one and "hindsight" not in one
     assert "statistics" not in one and "KVzip" not in one
     all3 = claims.stepped_note(["expected-attention@64", "knorm@64", "kvzip@64"])
     assert all3.startswith("K-norm, KVzip and Expected Attention compress a prompt once")

@@ -76,11 +76,18 @@ def test_kvzip_over_a_text_reads_the_scores_given_ahead(model, ids) -> None:
 
 
 def test_expected_attention_is_fed_each_position_before_it_is_stepped(model, ids) -> None:
-    """A fresh instance given the vectors the run wrote, once the run is over, keeps what the
-    run's instance kept step by step: the run's never read a position not yet written."""
+    """Decoded one token a forward (a position's vectors cannot exist before its forward), the
+    run keeps what a fresh instance keeps given every vector the run wrote: the run never read
+    a position not yet written — nor, over the same forwards in one call, a later one."""
     cfg, T, budget = model.config, len(ids), 40
-    layers = fed_layers(model, "expected-attention", budget, T)
-    model.forward(ids, policies=layers)
+    for chunk in (1, T):
+        layers = fed_layers(model, "expected-attention", budget, T)
+        cache = KVCache(cfg, T)
+        for t in range(0, T, chunk):
+            model.forward(ids[t : t + chunk], cache=cache, policies=layers)
+        if chunk == 1:
+            one_by_one = [[pol.kept.tolist() for pol in layer.policies] for layer in layers]
+    assert [[pol.kept.tolist() for pol in layer.policies] for layer in layers] == one_by_one
     for li in range(cfg.n_layers):
         for g in range(cfg.n_kv_heads):
             fresh = ExpectedAttention(budget, vectors=layers[li].feeds[g].vectors)
@@ -167,3 +174,24 @@ def test_blank_vectors_are_written_checked_or_not_at_all() -> None:
         with pytest.raises(ValueError, match=match):
             vec.write(*bad)
     assert vec.queries[3:].sum() == 0 and vec.keys.sum() == 8 and vec.value_norms.sum() == 2
+
+
+def test_read_vectors_are_not_written_and_a_feed_checks_what_it_is_given() -> None:
+    read = HeadVectors(np.ones((3, 1, 4)), np.ones((3, 1, 4)), np.ones((3, 1)), 500.0)
+    with pytest.raises(ValueError, match="cannot be written"):
+        read.write(0, np.zeros((1, 1, 4)), np.zeros((1, 1, 4)), np.zeros((1, 1)))
+    assert read.queries.sum() == 12
+
+    class Cfg:
+        head_dim, rope_base = 4, 10000.0
+
+    feed = Feed(("kvzip_scores",), 5, 1, Cfg)
+    bads = [(np.zeros(4), "5"), (-np.ones(5), "negative"), (np.full(5, np.nan), "finite")]
+    for bad, match in bads:
+        with pytest.raises(ValueError, match=match):
+            feed.given("kvzip_scores", bad)
+    assert feed.kvzip_scores is None
+    norms = Feed(("key_norms",), 5, 1, Cfg)
+    with pytest.raises(ValueError, match=r"outside the feed's 0\.\.4"):
+        norms.write(4, np.zeros((1, 2, 4)), np.ones((2, 4)), np.ones((2, 4)))
+    assert not norms.key_norms.any()

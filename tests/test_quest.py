@@ -244,25 +244,48 @@ def test_a_run_counts_the_pages_it_read(tiny_smollm) -> None:
 
 
 def test_over_a_text_a_run_says_what_a_step_reads_of_what_it_holds(tiny_smollm) -> None:
-    """The frontier's numbers: what Quest holds after the text, and the share a step reads of
-    what the cache holds at the step — the bytes the run's own selector counted, at the keys a
-    step sees on average; a row that reads all it holds reads exactly that."""
+    """The frontier's numbers: what Quest holds after the text, and the mean over the text's
+    steps of what a step reads and of its share of what the cache holds then — counted by hand
+    from the masks the model applied (a KV head's key once however many of its query heads read
+    it, every key in the dense layers, the sparse layers' page summaries); a row that reads all
+    it holds reads exactly that."""
     from tiny_model import token_ids
 
     from h2o.model.answer import text_run
-    from h2o.model.caches.quest_cache import PageReads
 
     model, cfg = tiny_smollm, tiny_smollm.config
     ids = token_ids(161, seed=4)
-    run = text_run(model, ids, Row.parse("quest@48"))
     row = Row.parse("quest@48")
-    assert run.kv_bytes == row.kv_bytes(cfg, 161)
-    # the same pages read again by a selector of our own, over the same forward
     reads = row.cache.selector(model)
-    assert isinstance(reads, PageReads)
-    model.forward(ids[:-1], select=reads)
-    held_then = row.kv_bytes(cfg, 80)
-    assert run.read_bytes == row.read_bytes(cfg, 80, reads=reads)
-    assert run.read_share == run.read_bytes / held_then and 0 < run.read_share < 1
+    masks = []
+
+    def spy(layer, q, keys, start):
+        m = reads(layer, q, keys, start)
+        if m is not None:
+            masks.append((start, m))
+        return m
+
+    model.forward(ids[:-1], select=spy)  # the run's forward again, watched
+    run = text_run(model, ids, row)
+    assert run.kv_bytes == row.kv_bytes(cfg, 161)
+    G, gs, T = cfg.n_kv_heads, cfg.group_size, 160
+    keys = np.zeros(T)
+    for start, m in masks:
+        keys[start : start + m.shape[1]] += m.reshape(G, gs, *m.shape[1:]).any(axis=1).sum((0, 2))
+    slot = 2 * cfg.head_dim * 2
+    read, share = [], []
+    for t in range(T):
+        n = t + 1
+        pages = -(-n // 16)
+        b = (
+            DENSE_LAYERS * G * n * slot
+            + (cfg.n_layers - DENSE_LAYERS) * G * pages * 2 * cfg.head_dim * 2
+            + round(keys[t] * slot)
+        )
+        held = cfg.n_layers * G * n * slot + cfg.n_layers * G * pages * 2 * cfg.head_dim * 2
+        read.append(b)
+        share.append(b / held)
+    assert run.read_bytes == round(np.mean(read))
+    assert run.read_share == pytest.approx(np.mean(share), rel=1e-12) and 0 < run.read_share < 1
     h2o = text_run(model, ids, Row.parse("h2o@48"))
     assert h2o.read_bytes == h2o.kv_bytes and h2o.read_share == 1.0

@@ -106,12 +106,21 @@ def base_layout(
     return layout
 
 
-def make_figure(data: list[dict], layout: dict, legend_width: int = 440) -> go.Figure:
+def make_figure(
+    data: list[dict],
+    layout: dict,
+    legend_width: int = 440,
+    *,
+    char_px: float = 7.5,
+    plot_height: int | None = None,
+) -> go.Figure:
     """The figure, with room above the plot for the title and a legend of however many rows.
 
     Plotly places the title at a fixed height and does not move it for the legend, so the top
     margin is sized from an estimate of the legend's rows at ``legend_width`` pixels (on the
-    narrow side: half of a projected page).
+    narrow side: half of a projected page), ``char_px`` a character of an entry's name. With
+    ``plot_height`` the figure is as tall as its plot area plus those margins (a legend of many
+    rows makes the figure taller rather than the plot flatter); without, ``layout``'s height.
     """
     names = [
         tr["name"]
@@ -120,10 +129,13 @@ def make_figure(data: list[dict], layout: dict, legend_width: int = 440) -> go.F
     ]
     names += [sh["name"] for sh in layout.get("shapes", ()) if sh.get("showlegend")]
     # Plotly lines a horizontal legend up in columns as wide as its widest entry.
-    widest = max((42 + 7.5 * len(name) for name in names), default=0)
+    widest = max((42 + char_px * len(name) for name in names), default=0)
     per_row = max(1, int(legend_width // widest)) if widest else 1
     rows = -(-len(names) // per_row)
     layout["margin"] = {**layout.get("margin", {}), "t": 52 + 22 * rows}
+    if plot_height is not None:
+        m = layout["margin"]
+        layout["height"] = int(m["t"] + m.get("b", 0) + plot_height)
     return shared_figure(data, layout)
 
 

@@ -87,12 +87,16 @@ def frontier(
     subtitle: str = "",
     share: bool = False,
     tolerance: float = TOLERANCE,
+    legend_width: int = 900,
+    plot_height: int | None = None,
 ) -> go.Figure:
     """A metric (y) against KV bytes per token (x, log scale): each family's measured rows as
     points (no line: nothing was measured between them); the full cache as a dotted
     horizontal line; ``limit`` as a vertical line (the memory asked about) in a band of
     ``tolerance`` either side (the rows counted as at that memory); ``share``: y is a share,
-    drawn from 0 to 100 %."""
+    drawn from 0 to 100 %. ``legend_width``: the width its legend is laid out in, at the
+    narrowest it is shown; ``plot_height``: the plot area's height, the figure growing with its
+    legend (``height`` is then not used)."""
     data: list[dict] = []
     for family, group, method, bits, allocation, sinks, xs, ys, hover in lines:
         style = family_style(group, method, bits, allocation, sinks)
@@ -174,7 +178,10 @@ def frontier(
     if share:
         layout["yaxis"] |= {"range": [-0.03, 1.05], "tickformat": ".0%"}
     layout["shapes"] = shapes
-    return make_figure(data, layout, legend_width=900)
+    # a legend entry's character is about 6.1 px at the legend's font: 6.5 keeps to the safe side
+    return make_figure(
+        data, layout, legend_width=legend_width, char_px=6.5, plot_height=plot_height
+    )
 
 
 @by_arguments

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from app import charts, figures, pages
+from app import charts, figures, pages, state
 from app.lesson import open_in
 from app.needle import claims, family, frontier, grid, shipped
 from app.needle.data import Cell, FollowUpCell, derived
@@ -188,7 +188,11 @@ def evict_or_compress() -> None:
             f"{frontier.PPL_TOKENS:,} tokens",
             ytitle="perplexity (lower is better)",
             yformat="%{y:.2f}",
-            height=400,
+            # the legend's width is the chapter's: the page's in presenter mode (a projector's
+            # 1,280 px, the sidebar shut), beside the sidebar otherwise; the plot keeps its height
+            # however many families the legend lists, and a projected chapter keeps it on screen
+            legend_width=1100 if st.session_state.get(state.PRESENTER) else 800,
+            plot_height=250 if st.session_state.get(state.PRESENTER) else 300,
         ),
         key="lesson_frontier",
         describe=[t for t in (ppl_said, acc_said) if t],
@@ -196,7 +200,12 @@ def evict_or_compress() -> None:
     if ppl_said is not None:
         st.markdown(ppl_said)
     charted = tuple(p.row for p in ppl)
-    for note in (claims.stepped_note(charted), claims.read_note(fr.records, charted)):
+    notes = derived(
+        fr.records,
+        ("text notes", charted),
+        lambda: (claims.stepped_note(charted), claims.read_note(fr.records, charted)),
+    )
+    for note in notes:
         if note:
             st.markdown(note)
     if acc_said is not None:

@@ -504,8 +504,10 @@ def stepped_note(on_chart: Iterable[str]) -> str:
         f"once as {'their authors run them' if many else 'its authors run it'}; a text read one "
         "token at a time has no prompt to compress, so on this chart "
         f"{'each' if many else 'it'} evicts one position a token by the same score, in every "
-        f"head with a recent window of {names([str(w) for w in windows], 'or')} (kvpress's "
-        "DecodingPress runs a press while decoding the same way, every few steps)."
+        f"head with a recent window of {names([str(w) for w in windows], 'or')}. (kvpress "
+        "runs a scorer press such as K-norm or Expected Attention while decoding with its "
+        "DecodingPress, which cuts the whole cache back to a target size at an interval of "
+        "steps and keeps no recent window.)"
     )
     for cls in dict.fromkeys(stepped.values()):
         if cls.hindsight:

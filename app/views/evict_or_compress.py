@@ -132,7 +132,12 @@ if shipped.report(fr, fr_path, "frontier"):
         )
         if one_shot:
             st.markdown(one_shot)
-        for note in (claims.stepped_note(charted), claims.read_note(fr.records, charted)):
+        notes = derived(
+            fr.records,
+            ("text notes", charted),
+            lambda: (claims.stepped_note(charted), claims.read_note(fr.records, charted)),
+        )
+        for note in notes:
             if note:
                 st.markdown(note)
         shipped.provenance(fr, "frontier")

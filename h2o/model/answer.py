@@ -353,10 +353,9 @@ def score_cells(
 @dataclass(frozen=True)
 class TextRun:
     """A row's closed loop over a text: its perplexity and the bytes it holds after the text;
-    for a row that reads a part of what it holds (Quest), what a step reads on average over the
-    text's steps and that as a share of what the cache holds at the step (also averaged: a step
-    at position ``t`` holds ``t + 1`` keys); otherwise ``read_bytes`` is ``kv_bytes``, the share
-    1."""
+    for a row that reads a part of what it holds (Quest), the mean over the text's steps of what
+    a step reads and of what share that is of what the cache holds at the step (a step at
+    position ``t`` holds ``t + 1`` keys); otherwise ``read_bytes`` is ``kv_bytes``, the share 1."""
 
     perplexity: float
     kv_bytes: int
@@ -410,10 +409,12 @@ def text_run(
         held = row.kv_bytes(cfg, len(ids)) + row.cache.stepped_bytes(cfg, len(ids))
         if select is None:
             return TextRun(ppl, held, held)
-        n = len(ids) // 2  # the keys a step sees, on average over the text's steps
-        at_step = row.kv_bytes(cfg, n)
-        read = row.cache.read_bytes(cfg, n, at_step, select)
-        return TextRun(ppl, held, int(read), read / at_step)
+        steps = row.cache.step_reads(cfg, select)  # (keys held, bytes read) a step
+        if not steps:
+            return TextRun(ppl, held, held)
+        read = np.array([b for _, b in steps], dtype=np.float64)
+        share = read / np.array([row.kv_bytes(cfg, n) for n, _ in steps], dtype=np.float64)
+        return TextRun(ppl, held, round(float(read.mean())), float(share.mean()))
     # a combination: its bytes depend on which groups its kept tokens fall in, so the run
     # reads the last token too (one more step) and counts what it then holds
     cache = KVCache(cfg, len(ids))

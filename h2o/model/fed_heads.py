@@ -43,7 +43,7 @@ class Feed:
             raise ValueError(
                 f"the model cannot hand a policy {', '.join(unknown)} (it hands {', '.join(FED)})"
             )
-        self.members = tuple(members)
+        self.members, self.positions = tuple(members), int(positions)
         self.key_norms = np.zeros(positions) if "key_norms" in members else None
         self.vectors = (
             HeadVectors.blank(positions, group_size, 1, cfg.head_dim, cfg.rope_base)
@@ -54,14 +54,21 @@ class Feed:
 
     def given(self, member: str, values: np.ndarray) -> None:
         """A member known for every position before the run (KVzip's scores)."""
+        from h2o.trace import check_kvzip_scores
+
         if member != "kvzip_scores" or member not in self.members:
             raise ValueError(f"{member} is not given ahead to this feed")
+        check_kvzip_scores(values, self.positions)  # finite, non-negative, one a position
         self.kvzip_scores = np.asarray(values, dtype=np.float64)
 
     def write(self, t0: int, queries: np.ndarray, key: np.ndarray, value: np.ndarray) -> None:
         """Positions ``t0 ..``: the group's queries before RoPE ``(gs, n, hd)``, the head's keys
         after RoPE and values ``(n, hd)``."""
         n = key.shape[0]
+        if not 0 <= t0 <= self.positions - n:
+            raise ValueError(
+                f"positions {t0}..{t0 + n - 1} outside the feed's 0..{self.positions - 1}"
+            )
         if self.key_norms is not None:
             k = key.astype(np.float64)
             self.key_norms[t0 : t0 + n] = np.sqrt(np.einsum("td,td->t", k, k))

@@ -164,6 +164,11 @@ class CacheKind:
         counts what the run read)."""
         return int(held)
 
+    def step_reads(self, cfg, reads: Any) -> list[tuple[int, int]]:
+        """``(keys held, bytes read)`` of each step its run's :meth:`selector` counted, in
+        order (Quest); none for a kind without a selector."""
+        return []
+
     # -- how the model attends through it ----------------------------------------------------
     def decode_policies(self, model: SmolLM, calibration_ids: Sequence[int] | None = None):
         """``policies[layer]`` stepped at every token while it reads (None: it evicts
@@ -317,9 +322,10 @@ class ContextCompression(Budgeted):
     runs as the model decodes (:attr:`~CacheKind.decode_policy`: K-norm, Expected Attention,
     KVzip) says ``closed_loop = True`` and runs that policy there, one eviction a token in every
     (layer, KV head) with the same recent window of 32, each handed what it reads as the model
-    writes it (:mod:`h2o.model.fed_heads`) — as kvpress's ``DecodingPress`` runs a scorer press
-    while decoding, but at every step. Its bytes then count what the stepped policy holds too
-    (:meth:`stepped_bytes`)."""
+    writes it (:mod:`h2o.model.fed_heads`). (kvpress runs a scorer press such as K-norm or
+    Expected Attention while decoding with its ``DecodingPress``, which cuts the whole cache back
+    to a target size at an interval of steps, with no recent window; it takes no KVzip.) Its
+    bytes then count what the stepped policy holds too (:meth:`stepped_bytes`)."""
 
     closed_loop = False  # it compresses a prompt once: no perplexity over a text (by default)
     quantizable = False

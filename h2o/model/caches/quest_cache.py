@@ -89,15 +89,18 @@ class PageReads:
         self.budget, self.group_size = budget, group_size
         self.keys_read = 0  # over every step, sparse layer and KV head
         self.steps = 0  # query rows seen by the first sparse layer
+        #: keys read by the step at each query position, over the sparse layers and KV heads
+        self.at_position: dict[int, int] = {}
 
     def __call__(self, layer: int, q: np.ndarray, keys: np.ndarray, start: int):
         if layer < DENSE_LAYERS:
             return None
         mask = page_mask(q, keys, start, self.budget, self.group_size)
         H, c, kv = mask.shape
-        self.keys_read += int(
-            mask.reshape(H // self.group_size, self.group_size, c, kv).any(1).sum()
-        )
+        per_row = mask.reshape(H // self.group_size, self.group_size, c, kv).any(1).sum((0, 2))
+        self.keys_read += int(per_row.sum())
+        for i, n in enumerate(per_row.tolist()):
+            self.at_position[start + i] = self.at_position.get(start + i, 0) + int(n)
         if layer == DENSE_LAYERS:
             self.steps += c
         return mask
@@ -157,14 +160,24 @@ class Quest(CacheKind):
         those pages as the run read them, per step on average; without it each KV head reads
         the pages of one query head (its query heads agree, as in a model with one a KV head)."""
         n = max(0, int(n_tokens))
-        per_head = slot_bytes(cfg.head_dim)
-        dense = DENSE_LAYERS * cfg.n_kv_heads * n * per_head
-        sparse = cfg.n_layers - DENSE_LAYERS
-        summaries = self.summary_bytes(cfg, n) * sparse // cfg.n_layers
         if reads is not None and reads.steps:
-            return int(dense + summaries + round(reads.keys_per_step() * per_head))
+            return self.step_read_bytes(cfg, n, reads.keys_per_step())
         read = min(n, n_pages_read(int(self.row.budget), n) * PAGE)  # type: ignore[arg-type]
-        return int(dense + summaries + sparse * cfg.n_kv_heads * read * per_head)
+        return self.step_read_bytes(cfg, n, (cfg.n_layers - DENSE_LAYERS) * cfg.n_kv_heads * read)
+
+    def step_read_bytes(self, cfg, n_keys: int, keys_read: float) -> int:
+        """One step's reads with ``n_keys`` keys in the cache, ``keys_read`` of them read over
+        the sparse layers and KV heads: those, the dense layers' keys and values, the sparse
+        layers' page summaries."""
+        per_head = slot_bytes(cfg.head_dim)
+        dense = DENSE_LAYERS * cfg.n_kv_heads * n_keys * per_head
+        summaries = self.summary_bytes(cfg, n_keys) * (cfg.n_layers - DENSE_LAYERS) // cfg.n_layers
+        return int(dense + summaries + round(keys_read * per_head))
+
+    def step_reads(self, cfg, reads: PageReads) -> list[tuple[int, int]]:
+        """``(keys held, bytes read)`` of every step a run's selector counted, in order."""
+        counted = sorted(reads.at_position.items())
+        return [(t + 1, self.step_read_bytes(cfg, t + 1, k)) for t, k in counted]
 
     # -- how the model attends through it ----------------------------------------------------
     def selector(self, model) -> PageReads:
