@@ -200,14 +200,8 @@ def evict_or_compress() -> None:
     if ppl_said is not None:
         st.markdown(ppl_said)
     charted = tuple(p.row for p in ppl)
-    notes = derived(
-        fr.records,
-        ("text notes", charted),
-        lambda: (claims.stepped_note(charted), claims.read_note(fr.records, charted)),
-    )
-    for note in notes:
-        if note:
-            st.markdown(note)
+    for note in claims.text_notes(fr.records, charted):
+        st.markdown(note)
     if acc_said is not None:
         st.markdown(acc_said)
         st.caption(

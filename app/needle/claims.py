@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.needle import frontier
-from app.needle.data import Cell, FollowUpCell, FrontierRow, parsed
+from app.needle.data import Cell, FollowUpCell, FrontierRow, derived, parsed
 from app.needle.frontier import GROUPS, Point
 from app.needle.grid import RowScore
 from app.needle.grid import rows as grid_rows
@@ -563,4 +563,15 @@ def read_note(records: Sequence[FrontierRow], on_chart: Iterable[str]) -> str:
         "A selection evicts nothing: it holds every key and reads a part of them at each step. "
         + "; ".join(said)
         + ". The chart places it by what it holds."
+    )
+
+
+def text_notes(records: Sequence[FrontierRow], on_chart: Sequence[str]) -> tuple[str, ...]:
+    """The perplexity chart's notes on how its rows run over a text (:func:`stepped_note`,
+    :func:`read_note`), those that say something; once per version of the file's records."""
+    charted = tuple(on_chart)
+    return derived(
+        records,
+        ("text notes", charted),
+        lambda: tuple(n for n in (stepped_note(charted), read_note(records, charted)) if n),
     )

@@ -132,14 +132,8 @@ if shipped.report(fr, fr_path, "frontier"):
         )
         if one_shot:
             st.markdown(one_shot)
-        notes = derived(
-            fr.records,
-            ("text notes", charted),
-            lambda: (claims.stepped_note(charted), claims.read_note(fr.records, charted)),
-        )
-        for note in notes:
-            if note:
-                st.markdown(note)
+        for note in claims.text_notes(fr.records, charted):
+            st.markdown(note)
         shipped.provenance(fr, "frontier")
 
 # -- needle accuracy -------------------------------------------------------------------------------
