@@ -398,6 +398,16 @@ def test_chapter_8_reads_the_frontier_at_kivi4s_memory(results):
     assert len(shown[0]) < 250
 
 
+def test_chapter_8_says_how_the_shipped_charts_rows_run_over_a_text():
+    """On the shipped frontier: the stepped one-shot methods and Quest's reads, as the page."""
+    at = open_chapter(8)
+    fr = data.read_frontier(data.RESULTS_DIR / data.FRONTIER_FILE).records
+    notes = claims.text_notes(fr, [p.row for p in frontier.ppl_points(fr)])
+    assert len(notes) == 2 and notes[1].startswith("A selection evicts nothing")
+    shown = markdown(at)
+    assert all(note in shown for note in notes)
+
+
 def test_chapters_7_and_8_without_the_files(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "RESULTS_DIR", tmp_path)
     for n in (7, 8):
@@ -606,5 +616,7 @@ def test_evict_or_compress_says_which_methods_have_no_perplexity():
     assert want.startswith("SnapKV compresses a prompt once")
     stepped = claims.stepped_note(charted)
     assert stepped.startswith("K-norm, KVzip and Expected Attention compress a prompt once")
+    reads = claims.read_note(fr, charted)
+    assert reads.startswith("A selection evicts nothing: it holds every key")
     shown = [m.value for m in at.markdown]
-    assert want in shown and stepped in shown
+    assert want in shown and stepped in shown and reads in shown
