@@ -119,6 +119,7 @@ if shipped.report(fr, fr_path, "frontier"):
             key="ec_ppl",
             describe=[t for t in (said, counted) if t],
         )
+        painted.first_figure_first("evict-or-compress")  # its sentences follow the chart
         if said is not None:
             st.markdown(said)
         elif ref is not None:
@@ -138,7 +139,7 @@ if shipped.report(fr, fr_path, "frontier"):
 
 # -- needle accuracy -------------------------------------------------------------------------------
 acc: list[frontier.Point] = []
-painted.first_figure_first("evict-or-compress")
+painted.first_figure_first("evict-or-compress")  # no perplexity chart: the first run ends here
 
 st.subheader("Needle accuracy", divider="gray")
 if shipped.report(gr, gr_path, "needle grid") and lens:
