@@ -31,16 +31,9 @@ class WrittenScorePolicy(ScoredPolicy):
     reads_attention = False
     #: What the score is read from, in words, for the refusal ("by its key's norm").
     scored_by: ClassVar[str] = ""
-
-    def __init__(
-        self,
-        budget: int = 512,
-        recent_window: int | None = None,
-        *,
-        rng: np.random.Generator | None = None,
-    ) -> None:
-        super().__init__(budget, recent_window, rng=rng)
-        self._values: np.ndarray | None = None  # a subclass's constructor may take() them
+    #: The values scores are read from: none until a subclass's constructor take()s them or a
+    #: replay hands over its trace's (:meth:`observe`).
+    _values: np.ndarray | None = None
 
     def take(self, values: object, check: Callable[[object], np.ndarray]) -> None:
         """Hold ``values`` given to the constructor, checked by the trace's own rule and kept at

@@ -87,10 +87,18 @@ class PageReads:
 
     def __init__(self, budget: int, group_size: int) -> None:
         self.budget, self.group_size = budget, group_size
-        self.keys_read = 0  # over every step, sparse layer and KV head
-        self.steps = 0  # query rows seen by the first sparse layer
         #: keys read by the step at each query position, over the sparse layers and KV heads
         self.at_position: dict[int, int] = {}
+
+    @property
+    def keys_read(self) -> int:
+        """Keys read over every step, sparse layer and KV head."""
+        return sum(self.at_position.values())
+
+    @property
+    def steps(self) -> int:
+        """The steps (query positions) read so far."""
+        return len(self.at_position)
 
     def __call__(self, layer: int, q: np.ndarray, keys: np.ndarray, start: int):
         if layer < DENSE_LAYERS:
@@ -98,11 +106,8 @@ class PageReads:
         mask = page_mask(q, keys, start, self.budget, self.group_size)
         H, c, kv = mask.shape
         per_row = mask.reshape(H // self.group_size, self.group_size, c, kv).any(1).sum((0, 2))
-        self.keys_read += int(per_row.sum())
         for i, n in enumerate(per_row.tolist()):
             self.at_position[start + i] = self.at_position.get(start + i, 0) + int(n)
-        if layer == DENSE_LAYERS:
-            self.steps += c
         return mask
 
     def keys_per_step(self) -> float:
