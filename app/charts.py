@@ -4,12 +4,13 @@ figure the way the pages did (``st.plotly_chart``) and tells assistive technolog
 * **Name**: the figure's own title, as plain text, through ``st.plotly_chart(alt=...)``:
   Streamlit gives the chart ``role="figure"`` and that ``aria-label``.
 * **Description**: the sentence(s) the page computes for the chart (the ones printed under or
-  above it), linked with ``aria-describedby``. Streamlit has no option for that, so a custom
-  component v2 (inline, in the page: no iframe, nothing fetched) holds the sentences as plain
-  text (``textContent``, never HTML) in a ``hidden`` element — a description may point at hidden
-  text; a screen reader's reading of the page skips it, so the sentences are not read twice
-  there — and sets the attribute on the chart. Its element takes no room (``display: none``): the
-  page looks as it did.
+  above it), linked with ``aria-describedby``. Streamlit has no option for that, so the chart is
+  followed by a ``hidden`` paragraph holding the sentences as escaped plain text (``st.html``,
+  never markup from the page) — a description may point at hidden text; a screen reader's
+  reading of the page skips it, so the sentences are not read twice there — and one component
+  a page (:func:`link_descriptions`, inline: no iframe, nothing fetched) sets the attribute on
+  every chart that has one. Their elements take no room (``display: none``): the page looks as
+  it did, and a chart costs the server one small element more, not a component of its own.
 
 ``tests/test_a11y_browser.py`` reads every chart's name and description from Chromium's
 accessibility tree, on every page.
@@ -25,46 +26,53 @@ from typing import Any
 
 import streamlit as st
 
-#: The component's element: its sentences, one span each (the test reads them one by one).
-_HTML = '<p class="h2o-chart-description" hidden></p>'
-#: Its element container takes no room (a hidden element still has a flex gap around it).
-_CSS = ".stElementContainer:has(> .stBidiComponent .h2o-chart-description) { display: none; }"
+#: The linker's element, and the room neither it nor a description takes (a hidden element
+#: still has a flex gap around it).
+_HTML = '<span class="h2o-chart-linker" hidden></span>'
+_CSS = (
+    ".stElementContainer:has(> .stBidiComponent .h2o-chart-linker),"
+    ".stElementContainer:has(> .stHtml .h2o-chart-description) { display: none; }"
+)
+#: Every description on the page names its chart (``data-chart``, the chart's key): link each
+#: chart to its description now, and again (once a frame at most) whenever the page changes —
+#: a chart may be drawn after its description, and a rerun redraws both.
 _JS = """
-export default function ({ data, parentElement }) {
-  const box = parentElement.querySelector(".h2o-chart-description");
-  const id = "h2o-description-" + data.chart;
-  box.id = id;
-  box.replaceChildren();
-  data.parts.forEach((text, i) => {
-    if (i) box.appendChild(document.createTextNode(" "));
-    const s = document.createElement("span");
-    s.textContent = text; // plain text, never markup: labels come from files and users
-    box.appendChild(s);
-  });
-  // The chart is this element's sibling (same block); it may be drawn after this runs, and
-  // redrawn by a rerun: link it now and whenever the block changes.
-  const block = (parentElement.closest('[data-testid="stElementContainer"]') || parentElement)
-    .parentElement || document.body;
-  const chart = ".st-key-" + CSS.escape(data.chart) + ' [data-testid="stPlotlyChart"]';
+export default function () {
+  let queued = false;
   const link = () => {
-    const c = block.querySelector(chart);
-    if (c && c.getAttribute("aria-describedby") !== id) c.setAttribute("aria-describedby", id);
+    queued = false;
+    for (const box of document.querySelectorAll("p.h2o-chart-description[data-chart]")) {
+      const chart = document.querySelector(
+        ".st-key-" + CSS.escape(box.dataset.chart) + ' [data-testid="stPlotlyChart"]');
+      if (chart && chart.getAttribute("aria-describedby") !== box.id) {
+        chart.setAttribute("aria-describedby", box.id);
+      }
+    }
   };
-  if (parentElement.__h2oLink) parentElement.__h2oLink.disconnect();
-  const watch = new MutationObserver(link);
-  watch.observe(block, { childList: true, subtree: true });
-  parentElement.__h2oLink = watch;
+  const watch = new MutationObserver(() => {
+    if (!queued) {
+      queued = true;
+      requestAnimationFrame(link);
+    }
+  });
+  watch.observe(document.body, { childList: true, subtree: true });
   link();
-  return () => { watch.disconnect(); parentElement.__h2oLink = null; };
+  return () => watch.disconnect();
 }
 """
 
 
 @st.cache_resource(show_spinner=False)
-def _describer() -> Callable[..., Any]:
+def _linker() -> Callable[..., Any]:
     return st.components.v2.component(
-        "h2o_chart_description", html=_HTML, css=_CSS, js=_JS, isolate_styles=False
+        "h2o_chart_descriptions", html=_HTML, css=_CSS, js=_JS, isolate_styles=False
     )
+
+
+def link_descriptions() -> None:
+    """Once a run, on every page (the router's call): the component that links each chart to
+    its description."""
+    _linker()(key="h2o_chart_descriptions", width="content", height="content")
 
 
 # -- plain text ------------------------------------------------------------------------------------
@@ -137,11 +145,9 @@ def show(
     )
     if not parts:  # nothing computed for it this time (the page says why): a name only
         return shown
-    describer = _describer()
-    args = {"data": {"chart": key, "parts": parts}, "key": f"{key}_description"}
-    if where is st:
-        describer(**args, width="content")
-    else:
-        with where:
-            describer(**args, width="content")
+    chart = html.escape(key, quote=True)
+    where.html(
+        f'<p class="h2o-chart-description" id="h2o-description-{chart}" data-chart="{chart}" '
+        "hidden>" + " ".join(f"<span>{html.escape(p)}</span>" for p in parts) + "</p>"
+    )
     return shown

@@ -23,7 +23,7 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from app import collector, jobs, pages, serve, state  # noqa: E402
+from app import charts, collector, jobs, pages, serve, state  # noqa: E402
 from h2o.custom import load_policy  # noqa: E402
 
 #: This run's own copies: ``st.navigation`` marks the page it returns as the one this run may
@@ -64,4 +64,5 @@ except ValueError as e:
 state.read_url()  # once per session: a pasted link opens its view
 for reason in load_policies(serve.policy_files(tuple(sys.argv[1:]))):
     st.error(f"Your policy was not loaded: {state.md(reason, 400)}", icon=":material/error:")
+charts.link_descriptions()  # one component a page names every chart's description
 page.run()

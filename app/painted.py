@@ -5,11 +5,13 @@ show their first chart as a page with one chart, and the stale-spike page 2.1 ti
 (``benchmarks/first_paint.py``). So a page's first run in a session draws the page down to its
 first figure, with this tiny component (no iframe) below it. Once the browser has painted a
 chart (or after :data:`WAIT_MS` if none appears), the component sends one trigger,
-``painted``; the page then draws everything, in a second run whose top is unchanged on screen.
-Every later run of that page in the session draws it whole.
+``painted``; the rest of the page is then drawn below it, in a partial run (a fragment) that
+leaves the top as it is: the server draws each part once. Every later run of that page in the
+session draws it whole.
 
-* :func:`first_figure_first` — a page's call, right below its first figure;
-* :func:`after_first_chart` — the reporter alone (the lesson draws chapter 1 first with it).
+* :func:`first_figure_first` — a page's call, right below its first figure, with a function
+  that draws the rest;
+* :func:`after_first_chart` — the reporter alone.
 """
 
 from __future__ import annotations
@@ -70,15 +72,44 @@ def after_first_chart(key: str, on_painted: Callable[[], None]) -> None:
 #: the first run itself turn it back on).
 SHORT_FIRST_RUN = True
 
+#: What the first run shows where the rest of a page will be.
+WAITING = "The rest of this page is on its way…"
+#: The flag's value between the browser's report and the partial run that draws the rest.
+_REPORTED = "reported"
 
-def first_figure_first(page: str) -> None:
-    """Below ``page``'s first figure: in the session's first run of the page, end the run here
-    (the figure above is sent, the rest waits) until the browser reports it painted; from then
-    on, return at once. The reporter's key is ``f"{page}_painted"``."""
-    flag = f"_painted_{page}"
-    ss = st.session_state
-    if ss.get(flag) or not SHORT_FIRST_RUN:
+
+def first_figure_first(page: str, rest: Callable[[], None], *, waiting: str = WAITING) -> None:
+    """Below ``page``'s first figure: ``rest`` draws the rest of the page, in a container.
+
+    In the session's first run of the page, the container holds ``waiting`` and the reporter
+    (key ``f"{page}_painted"``) instead, in a fragment: the browser's report reruns that
+    fragment alone, which draws ``rest`` there. The top of the page is drawn once and stays on
+    screen, and the server does not draw it a second time. Every later run draws ``rest`` in
+    the same container at once.
+    """
+    if st.session_state.get(_flag(page)) or not SHORT_FIRST_RUN:
+        with st.container():
+            rest()
         return
-    st.caption("The rest of this page is on its way…")
-    after_first_chart(f"{page}_painted", lambda: ss.__setitem__(flag, True))
-    st.stop()
+    _rest_once_painted(page, rest, waiting)
+
+
+def _flag(page: str) -> str:
+    return f"_painted_{page}"
+
+
+@st.fragment
+def _rest_once_painted(page: str, rest: Callable[[], None], waiting: str) -> None:
+    ss, flag = st.session_state, _flag(page)
+    seen = ss.get(flag)
+    if not seen:
+        st.caption(waiting)
+        after_first_chart(f"{page}_painted", lambda: ss.__setitem__(flag, _REPORTED))
+        return
+    ss[flag] = True
+    if seen == _REPORTED:  # the browser's report: the rest, in this partial run
+        rest()
+        return
+    # A control of the rest, changed before any full run of the page: its rerun is this
+    # fragment's, but the page's top and its link may depend on it. Run the whole page.
+    st.rerun()

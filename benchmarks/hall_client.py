@@ -320,7 +320,7 @@ class Session:
     async def painted(self, run: Run) -> Run | None:
         """What the browser sends once a page's first chart is on screen (its first-paint
         component's trigger, ``app/painted.py``: the lesson's, or a page's
-        ``{url_path}_painted``): the rerun that draws the whole page. ``None`` when the run has
+        ``{url_path}_painted``): the run that draws the rest of the page. ``None`` when the run has
         no such component (a page visited before, presenter mode)."""
         found = [
             el for t, el in run.elements if t == "bidi_component" and el.id.endswith("_painted")
@@ -332,7 +332,12 @@ class Session:
             id=f"$$STREAMLIT_INTERNAL_KEY_{el.id}__events",
             json_trigger_value=json.dumps([{"event": "painted", "value": True}]),
         )
-        run = await self.rerun(page_hash=self.page_hash, widgets={**self.widgets, w.id: w})
+        # The reporter sits in a fragment: the browser reruns that fragment alone.
+        run = await self.rerun(
+            page_hash=self.page_hash,
+            fragment_id=run.fragments.get(el.id, ""),
+            widgets={**self.widgets, w.id: w},
+        )
         self._keep_widgets(run)
         return run
 

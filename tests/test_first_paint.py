@@ -1,8 +1,14 @@
 """Every page's first figure before the rest (``app/painted.py``): a page's first run in a
 session ends below its first figure, with the reporter that tells the server the browser has
-painted it; the report draws the whole page, the same page a run drawn whole shows."""
+painted it; the report draws the rest of the page, and the page is then the one a run drawn whole
+shows. In a browser the report reruns the reporter's fragment alone: the server draws the top
+once."""
 
 from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
 
 import pytest
 from lesson_browser import report_painted
@@ -11,11 +17,15 @@ from streamlit.testing.v1 import AppTest
 from app import painted
 from app.pages import HOW_IT_WORKS, LESSON, PAGES, STEP_THROUGH
 
-#: Pages without the call: the lesson draws chapter 1 first its own way; Step through's one
-#: figure is the player, at the bottom; How it works has no chart.
-WHOLE = {LESSON, STEP_THROUGH, HOW_IT_WORKS}
+sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))  # last: not app/
+from hall_client import Run, Session
+
+#: Pages without the call: Step through's one figure is the player, at the bottom; How it works
+#: has no chart.
+WHOLE = {STEP_THROUGH, HOW_IT_WORKS}
 SHORT = [p for p in PAGES if p.file not in WHOLE]
-WAIT = "The rest of this page is on its way…"
+#: What the first run shows where the rest will be: the lesson names its chapters.
+WAIT = {LESSON: "Chapters 2 to 10 are on their way…"}
 
 
 def _open(file: str) -> AppTest:
@@ -47,7 +57,6 @@ def _reporters(at: AppTest) -> list[str]:
 
 def test_every_page_with_charts_after_its_first_draws_that_one_first():
     import ast
-    from pathlib import Path
 
     calls = {}
     for p in PAGES:
@@ -67,14 +76,15 @@ def test_a_pages_first_run_ends_below_its_first_figure_until_the_browser_reports
     assert painted.SHORT_FIRST_RUN  # the marker leaves the app as a browser gets it
     at = _open(spec.file)
     charts, texts = _seen(at)
-    assert WAIT in [c.value for c in at.caption]
+    wait = WAIT.get(spec.file, painted.WAITING)
+    assert wait in [c.value for c in at.caption]
     assert len(_reporters(at)) == 1 and _reporters(at)[0].endswith(f"-{spec.url_path}_painted")
     if spec.file != "views/stale_spike.py":  # its first figure is the player (a component)
         assert charts >= 1
 
     report_painted(at, f"{spec.url_path}_painted")
     assert not at.exception, at.exception
-    assert WAIT not in [c.value for c in at.caption] and not _reporters(at)
+    assert wait not in [c.value for c in at.caption] and not _reporters(at)
     charts_after, texts_after = _seen(at)
     assert texts_after[: len(texts)] == texts  # the top is unchanged on screen
     assert (charts_after, len(texts_after)) > (charts, len(texts))
@@ -83,3 +93,53 @@ def test_a_pages_first_run_ends_below_its_first_figure_until_the_browser_reports
 
     monkeypatch.setattr(painted, "SHORT_FIRST_RUN", False)  # what every other test sees
     assert _seen(_open(spec.file)) == (charts_after, texts_after)
+
+
+# -- in a browser: the report reruns the fragment, not the page ---------------------------------
+def _shown(run: Run) -> list[tuple[str, str]]:
+    """A run's elements as they read: type, and text or id."""
+    return [
+        (t, getattr(el, "body", "") or getattr(el, "text", "") or getattr(el, "id", ""))
+        for t, el in run.elements
+    ]
+
+
+@pytest.mark.browser  # a live server, like the browser tests
+def test_the_report_draws_only_the_rest_and_the_page_is_whole(server):
+    """What a browser sends (the protocol client's report carries the reporter's fragment): the
+    run it starts draws the rest alone, below a top drawn once, and the two read as the page a
+    later visit draws whole."""
+
+    async def visit() -> dict[str, tuple[list, list, list, str]]:
+        s = Session(server)
+        try:
+            await s.open("/step-through")
+            out = {}
+            for spec in SHORT:
+                first = await s.page(spec.title)
+                (reporter,) = [
+                    el
+                    for t, el in first.elements
+                    if t == "bidi_component" and el.id.endswith("_painted")
+                ]
+                rest = await s.painted(first)
+                assert rest is not None
+                whole = await s.page(spec.title)
+                out[spec.file] = (
+                    _shown(first),
+                    _shown(rest),
+                    _shown(whole),
+                    first.fragments.get(reporter.id, ""),
+                )
+            return out
+        finally:
+            await s.close()
+
+    asyncio.run(visit())  # the server computes what a first lecture computes (progress bars)
+    for file, (first, rest, whole, fragment) in asyncio.run(visit()).items():
+        assert fragment, f"{file}: the reporter is not in a fragment"
+        top = [e for e in first if e[0] != "bidi_component" or not e[1].endswith("_painted")]
+        assert top[-1] == ("markdown", WAIT.get(file, painted.WAITING))
+        top = top[:-1]
+        assert top[0] not in rest, f"{file}: the top drawn again"
+        assert top + rest == whole, file

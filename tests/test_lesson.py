@@ -96,7 +96,7 @@ def test_presenter_mode_shows_one_chapter_and_moves_by_one():
 
 def test_keys_move_chapters_like_a_clicker():
     at = open_lesson(presenter=1, chapter=2)
-    # The keys' component (a chapter's charts have one each too: app/charts.py).
+    # The keys' component (every page has another: app/charts.py links its descriptions).
     (keys,) = [c for c in at.get("bidi_component") if c.proto.component_name == "h2o_chapter_keys"]
     for go, want in (("next", 3), ("next", 4), ("prev", 3)):
         states = at._tree.get_widget_states()

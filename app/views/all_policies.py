@@ -79,89 +79,95 @@ verdict = policy_claims.bench_verdict(
     [{**r, "label": state.md(r["label"], 80)} for r in rows], ctx.top_k
 )
 charts.show(fig, key="policy_bars", describe=verdict)
-painted.first_figure_first("all-policies")
-st.markdown(" ".join(verdict), help="Computed from the bars above; three decimals tie.")
-table = pd.DataFrame(
-    {
-        "policy": [r["label"] for r in rows],
-        "reads attention": [r["reads_attention"] for r in rows],
-        "retained mass": [r["retained_mass"] for r in rows],
-        f"top-{ctx.top_k} recall": [r["top_k_recall"] for r in rows],
-        "share of the oracle": [r["retained_mass"] / oracle if oracle else None for r in rows],
-    }
-)
-st.dataframe(
-    table,
-    hide_index=True,
-    width="stretch",
-    key="policy_table",
-    column_config={
-        "retained mass": st.column_config.NumberColumn(format="%.4f"),
-        f"top-{ctx.top_k} recall": st.column_config.NumberColumn(format="%.4f"),
-        "share of the oracle": st.column_config.NumberColumn(format="percent"),
-    },
-)
-st.caption(
-    f"Means over steps t ≥ {ctx.budget}. Oracle bound: the best {ctx.budget} positions of every "
-    f"step, chosen with hindsight — {oracle:.4f}."
-    + "".join(f" {note}" for note in analysis.hindsight_notes(r["policy"] for r in rows))
-)
 
-# -- mass against budget ---------------------------------------------------------------------------
-st.subheader("Against the budget")
-budgets = [b for b in (32, 64, 128, 256, 512, 1024) if b < ctx.trace.steps]
-if len(budgets) < 3:  # small traces: the same doubling, lower down
-    budgets = [b for b in (4, 6, 8, 12, 16, 24, 32, 48, 64) if b < ctx.trace.steps]
-w, s = ctx.recent_window, ctx.sinks
-curve_lineup = [  # the methods this trace can run (K-norm needs its key norms)
-    (name, controls.policy_settings(name, w, s))
-    for name, cls in h2o.POLICIES.items()
-    if cls.runs_on(ctx.trace) and not cls.selects
-]
-curve_rows, oracle_by_budget = sweeps.budget_curves(
-    ctx.ref.ident, ctx.trace, sweeps.freeze_lineup(curve_lineup), tuple(budgets), ctx.top_k
-)
-refused = {
-    b: [h2o.POLICIES[n].label for n, p in curve_lineup if controls.library_refusal(n, b, p)]
-    for b in budgets
-}
-skipped = "; ".join(f"{', '.join(who)} at budget {b}" for b, who in refused.items() if who)
-own = "; ".join(  # a class that keeps its own window (TOVA) is not given the sidebar's
-    f"{h2o.POLICIES[n].label} keeps its own recent_window of {controls.own_window(n)}"
-    for n, _ in curve_lineup
-    if h2o.POLICIES[n].own_window
-)
-settings = (
-    f"recent_window {w} and sinks {s} from the sidebar, at every budget"
-    + (f" ({own})" if own else "")
-    + (f". Skipped where a policy refuses its settings: {skipped}." if skipped else ".")
-)
-tabs = st.tabs(["Retained mass", f"Top-{ctx.top_k} recall"])
-for tab, metric, title in (
-    (tabs[0], "retained_mass", "Retained attention mass"),
-    (tabs[1], "top_k_recall", f"Top-{ctx.top_k} recall"),
-):
-    curves = []
-    for name, params in curve_lineup:
-        mine = [r for r in curve_rows if r["policy"] == name]
-        if mine:
-            curves.append(
-                (
-                    name,
-                    model_runs.policy_label(name, params),
-                    [r["budget"] for r in mine],
-                    [r[metric] for r in mine],
-                )
-            )
-    charts.show(
-        figures.budget_curves(
-            curves=curves,
-            oracle=oracle_by_budget if metric == "retained_mass" else None,
-            title=f"{title} vs cache budget — {ctx.trace.name}",
-            ytitle=title.lower() + " (mean over t ≥ budget)",
-        ),
-        key=f"budget_{metric}",
-        describe=settings,
-        where=tab,
+
+def rest() -> None:
+    """Below the bars: their verdict, the table, and the same lineup against the budget."""
+    st.markdown(" ".join(verdict), help="Computed from the bars above; three decimals tie.")
+    table = pd.DataFrame(
+        {
+            "policy": [r["label"] for r in rows],
+            "reads attention": [r["reads_attention"] for r in rows],
+            "retained mass": [r["retained_mass"] for r in rows],
+            f"top-{ctx.top_k} recall": [r["top_k_recall"] for r in rows],
+            "share of the oracle": [r["retained_mass"] / oracle if oracle else None for r in rows],
+        }
     )
-st.caption(settings)
+    st.dataframe(
+        table,
+        hide_index=True,
+        width="stretch",
+        key="policy_table",
+        column_config={
+            "retained mass": st.column_config.NumberColumn(format="%.4f"),
+            f"top-{ctx.top_k} recall": st.column_config.NumberColumn(format="%.4f"),
+            "share of the oracle": st.column_config.NumberColumn(format="percent"),
+        },
+    )
+    st.caption(
+        f"Means over steps t ≥ {ctx.budget}. Oracle bound: the best {ctx.budget} positions of "
+        f"every step, chosen with hindsight — {oracle:.4f}."
+        + "".join(f" {note}" for note in analysis.hindsight_notes(r["policy"] for r in rows))
+    )
+
+    # -- mass against budget -----------------------------------------------------------------------
+    st.subheader("Against the budget")
+    budgets = [b for b in (32, 64, 128, 256, 512, 1024) if b < ctx.trace.steps]
+    if len(budgets) < 3:  # small traces: the same doubling, lower down
+        budgets = [b for b in (4, 6, 8, 12, 16, 24, 32, 48, 64) if b < ctx.trace.steps]
+    w, s = ctx.recent_window, ctx.sinks
+    curve_lineup = [  # the methods this trace can run (K-norm needs its key norms)
+        (name, controls.policy_settings(name, w, s))
+        for name, cls in h2o.POLICIES.items()
+        if cls.runs_on(ctx.trace) and not cls.selects
+    ]
+    curve_rows, oracle_by_budget = sweeps.budget_curves(
+        ctx.ref.ident, ctx.trace, sweeps.freeze_lineup(curve_lineup), tuple(budgets), ctx.top_k
+    )
+    refused = {
+        b: [h2o.POLICIES[n].label for n, p in curve_lineup if controls.library_refusal(n, b, p)]
+        for b in budgets
+    }
+    skipped = "; ".join(f"{', '.join(who)} at budget {b}" for b, who in refused.items() if who)
+    own = "; ".join(  # a class that keeps its own window (TOVA) is not given the sidebar's
+        f"{h2o.POLICIES[n].label} keeps its own recent_window of {controls.own_window(n)}"
+        for n, _ in curve_lineup
+        if h2o.POLICIES[n].own_window
+    )
+    settings = (
+        f"recent_window {w} and sinks {s} from the sidebar, at every budget"
+        + (f" ({own})" if own else "")
+        + (f". Skipped where a policy refuses its settings: {skipped}." if skipped else ".")
+    )
+    tabs = st.tabs(["Retained mass", f"Top-{ctx.top_k} recall"])
+    for tab, metric, title in (
+        (tabs[0], "retained_mass", "Retained attention mass"),
+        (tabs[1], "top_k_recall", f"Top-{ctx.top_k} recall"),
+    ):
+        curves = []
+        for name, params in curve_lineup:
+            mine = [r for r in curve_rows if r["policy"] == name]
+            if mine:
+                curves.append(
+                    (
+                        name,
+                        model_runs.policy_label(name, params),
+                        [r["budget"] for r in mine],
+                        [r[metric] for r in mine],
+                    )
+                )
+        charts.show(
+            figures.budget_curves(
+                curves=curves,
+                oracle=oracle_by_budget if metric == "retained_mass" else None,
+                title=f"{title} vs cache budget — {ctx.trace.name}",
+                ytitle=title.lower() + " (mean over t ≥ budget)",
+            ),
+            key=f"budget_{metric}",
+            describe=settings,
+            where=tab,
+        )
+    st.caption(settings)
+
+
+painted.first_figure_first("all-policies", rest)

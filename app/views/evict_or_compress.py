@@ -10,6 +10,8 @@ whatever it says.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 import streamlit as st
 
@@ -69,6 +71,7 @@ choices = frontier.reference_rows(
 )
 
 ref: str | None = None
+below_chart: Callable[[], None] | None = None  # what follows the perplexity chart
 if choices:
     first = frontier.PAPER_4BIT if frontier.PAPER_4BIT in choices else choices[len(choices) // 2]
     if ss.get(ROW) not in choices:
@@ -119,106 +122,114 @@ if shipped.report(fr, fr_path, "frontier"):
             key="ec_ppl",
             describe=[t for t in (said, counted) if t],
         )
-        painted.first_figure_first("evict-or-compress")  # its sentences follow the chart
+
+        def below_chart() -> None:  # its sentences follow it, in the rest of the page
+            if said is not None:
+                st.markdown(said)
+            elif ref is not None:
+                not_on(f"the perplexity chart ({PPL_TEXT}, {PPL_TOKENS:,} tokens)")
+            st.caption(counted)
+            charted = tuple(p.row for p in ppl)  # once per version of the two files
+            one_shot = derived(
+                gr.records,
+                ("one-shot note", charted),
+                lambda: claims.one_shot_note(gr.records, charted),
+            )
+            if one_shot:
+                st.markdown(one_shot)
+            for note in claims.text_notes(fr.records, charted):
+                st.markdown(note)
+            shipped.provenance(fr, "frontier")
+
+
+def rest() -> None:
+    """Below the perplexity chart: its sentences, the needle accuracy, every row."""
+    if below_chart is not None:
+        below_chart()
+    acc: list[frontier.Point] = []
+
+    # -- needle accuracy ---------------------------------------------------------------------------
+    st.subheader("Needle accuracy", divider="gray")
+    if shipped.report(gr, gr_path, "needle grid") and lens:
+        default_len = 2048 if 2048 in lens else lens[-1]
+        if ss.get(LENGTH) not in lens:
+            ss[LENGTH] = default_len
+        length = int(
+            st.segmented_control(
+                "Prompt length (tokens)",
+                lens,
+                format_func=lambda n: f"{n:,}",
+                required=True,
+                **state.mirror(LENGTH, default_len),
+            )
+        )
+        acc = frontier.accuracy_points(gr.records, length)
+        memory = frontier.memory_of(acc, ref) if ref is not None else None
+        said = claims.verdict(acc, memory, claims.ACCURACY) if memory is not None else None
+        n_cells = sum(p.n for p in acc)
+        few = len(frontier.compared(acc)[1])
+        counted = (
+            f"{plural(len(acc), 'row')}, {plural(n_cells, 'cell')} at {length:,} tokens (every "
+            "depth and needle of that length in the file); bytes per token are each row's KV "
+            "bytes over the prompt's tokens, averaged over its cells."
+            + (
+                f" {plural(few, 'row')} with fewer than {frontier.MIN_NEEDLES} needles at a depth "
+                "drawn but never ranked."
+                if few
+                else ""
+            )
+        )
+        charts.show(
+            figures.frontier(
+                lines=frontier.figure_lines(acc, lambda p: f"{share(p.right, p.n).text()} right"),
+                full=full_of(acc),
+                limit=memory,
+                title=f"Needle accuracy against KV memory — prompts of {length:,} tokens "
+                "(higher is better)",
+                ytitle="share of needle cells answered right",
+                yformat="%{y:.0%}",
+                share=True,
+                height=CHART_HEIGHT,
+            ),
+            key="ec_acc",
+            describe=[t for t in (said, counted) if t],
+        )
         if said is not None:
             st.markdown(said)
         elif ref is not None:
-            not_on(f"the perplexity chart ({PPL_TEXT}, {PPL_TOKENS:,} tokens)")
+            not_on(f"the needle chart at {length:,} tokens")
         st.caption(counted)
-        charted = tuple(p.row for p in ppl)  # once per version of the two files
-        one_shot = derived(
-            gr.records,
-            ("one-shot note", charted),
-            lambda: claims.one_shot_note(gr.records, charted),
-        )
-        if one_shot:
-            st.markdown(one_shot)
-        for note in claims.text_notes(fr.records, charted):
-            st.markdown(note)
-        shipped.provenance(fr, "frontier")
+        shipped.provenance(gr, "needle grid")
 
-# -- needle accuracy -------------------------------------------------------------------------------
-acc: list[frontier.Point] = []
-painted.first_figure_first("evict-or-compress")  # no perplexity chart: the first run ends here
+    # -- the rows ----------------------------------------------------------------------------------
+    if ppl or gr.records:
+        with st.expander("Every row, its kind and its numbers", icon=":material/table:"):
+            table: dict[str, dict] = {}
+            for p in ppl:
+                table.setdefault(p.row, {"row": p.row, "family": p.family, "kind": p.group})
+                table[p.row] |= {"bytes/token (T = 2,048)": p.x, "perplexity": p.y}
+            for p in acc:
+                table.setdefault(p.row, {"row": p.row, "family": p.family, "kind": p.group})
+                table[p.row] |= {
+                    "bytes/token (needle)": p.x,
+                    "needle accuracy": p.y,
+                    "needle cells right (95 % interval)": share(p.right, p.n).text(),
+                    "needles a depth": p.needles,
+                }
+            kinds = {"full": "full cache", **GROUPS}
+            st.dataframe(
+                pd.DataFrame([{**r, "kind": kinds[r["kind"]]} for r in table.values()]),
+                hide_index=True,
+                width="stretch",
+                key="ec_rows",
+                column_config={
+                    "needle accuracy": st.column_config.NumberColumn(format="percent"),
+                    "perplexity": st.column_config.NumberColumn(format="%.2f"),
+                    "bytes/token (T = 2,048)": st.column_config.NumberColumn(format="%.0f"),
+                    "bytes/token (needle)": st.column_config.NumberColumn(format="%.0f"),
+                },
+            )
+        st.page_link(pages.NEEDLE_GRID, label="The needle grid: every cell", icon=":material/apps:")
 
-st.subheader("Needle accuracy", divider="gray")
-if shipped.report(gr, gr_path, "needle grid") and lens:
-    default_len = 2048 if 2048 in lens else lens[-1]
-    if ss.get(LENGTH) not in lens:
-        ss[LENGTH] = default_len
-    length = int(
-        st.segmented_control(
-            "Prompt length (tokens)",
-            lens,
-            format_func=lambda n: f"{n:,}",
-            required=True,
-            **state.mirror(LENGTH, default_len),
-        )
-    )
-    acc = frontier.accuracy_points(gr.records, length)
-    memory = frontier.memory_of(acc, ref) if ref is not None else None
-    said = claims.verdict(acc, memory, claims.ACCURACY) if memory is not None else None
-    n_cells = sum(p.n for p in acc)
-    few = len(frontier.compared(acc)[1])
-    counted = (
-        f"{plural(len(acc), 'row')}, {plural(n_cells, 'cell')} at {length:,} tokens (every "
-        "depth and needle of that length in the file); bytes per token are each row's KV "
-        "bytes over the prompt's tokens, averaged over its cells."
-        + (
-            f" {plural(few, 'row')} with fewer than {frontier.MIN_NEEDLES} needles at a depth "
-            "drawn but never ranked."
-            if few
-            else ""
-        )
-    )
-    charts.show(
-        figures.frontier(
-            lines=frontier.figure_lines(acc, lambda p: f"{share(p.right, p.n).text()} right"),
-            full=full_of(acc),
-            limit=memory,
-            title=f"Needle accuracy against KV memory — prompts of {length:,} tokens "
-            "(higher is better)",
-            ytitle="share of needle cells answered right",
-            yformat="%{y:.0%}",
-            share=True,
-            height=CHART_HEIGHT,
-        ),
-        key="ec_acc",
-        describe=[t for t in (said, counted) if t],
-    )
-    if said is not None:
-        st.markdown(said)
-    elif ref is not None:
-        not_on(f"the needle chart at {length:,} tokens")
-    st.caption(counted)
-    shipped.provenance(gr, "needle grid")
 
-# -- the rows --------------------------------------------------------------------------------------
-if ppl or gr.records:
-    with st.expander("Every row, its kind and its numbers", icon=":material/table:"):
-        table: dict[str, dict] = {}
-        for p in ppl:
-            table.setdefault(p.row, {"row": p.row, "family": p.family, "kind": p.group})
-            table[p.row] |= {"bytes/token (T = 2,048)": p.x, "perplexity": p.y}
-        for p in acc:
-            table.setdefault(p.row, {"row": p.row, "family": p.family, "kind": p.group})
-            table[p.row] |= {
-                "bytes/token (needle)": p.x,
-                "needle accuracy": p.y,
-                "needle cells right (95 % interval)": share(p.right, p.n).text(),
-                "needles a depth": p.needles,
-            }
-        kinds = {"full": "full cache", **GROUPS}
-        st.dataframe(
-            pd.DataFrame([{**r, "kind": kinds[r["kind"]]} for r in table.values()]),
-            hide_index=True,
-            width="stretch",
-            key="ec_rows",
-            column_config={
-                "needle accuracy": st.column_config.NumberColumn(format="percent"),
-                "perplexity": st.column_config.NumberColumn(format="%.2f"),
-                "bytes/token (T = 2,048)": st.column_config.NumberColumn(format="%.0f"),
-                "bytes/token (needle)": st.column_config.NumberColumn(format="%.0f"),
-            },
-        )
-    st.page_link(pages.NEEDLE_GRID, label="The needle grid: every cell", icon=":material/apps:")
+painted.first_figure_first("evict-or-compress", rest)

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import a11y, lesson, state
+from app import a11y, lesson, painted, state
 from app.lesson.keys import chapter_keys, pressed
-from app.painted import after_first_chart
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control
 
@@ -45,8 +44,6 @@ PRESENTER_CSS = """<style>
 </style>"""
 
 ss = st.session_state
-#: Set once the browser has reported chapter 1 painted: from then on every run draws every chapter.
-PAINTED = "_lesson_painted"
 lesson.goto_if_asked()
 CHAPTERS = lesson.chapters()
 LAST = len(CHAPTERS)
@@ -132,11 +129,16 @@ else:
         "screen, ← / → or a clicker to move."
     )
     st.progress(answered / lesson.QUESTIONS, text=f"{answered} of {lesson.QUESTIONS} answered")
+
     # Chapter 1 first: the rest follows once the browser has painted it (app/painted.py).
-    shown = CHAPTERS if ss.get(PAINTED) else CHAPTERS[:1]
-    for ch in shown:
+    def chapter(ch: lesson.Chapter) -> None:
         st.header(f"{ch.number}. {ch.title}", anchor=ch.anchor, divider="gray")
         ch.draw()
-    if len(shown) < LAST:
-        st.caption(f"Chapters {shown[-1].number + 1} to {LAST} are on their way…")
-        after_first_chart("lesson_painted", lambda: ss.__setitem__(PAINTED, True))
+
+    def rest() -> None:
+        """Chapters 2 to the last."""
+        for ch in CHAPTERS[1:]:
+            chapter(ch)
+
+    chapter(CHAPTERS[0])
+    painted.first_figure_first("lesson", rest, waiting=f"Chapters 2 to {LAST} are on their way…")

@@ -141,139 +141,153 @@ elif picked != ss.get(CLICKED):
 st.caption("Click a cell to open it under *One cell* below.")
 st.markdown(shown_text)
 st.markdown(scores_text)
-painted.first_figure_first("needle-grid")
-bytes_per_token = {
-    r: sum(c.kv_bytes / c.tokens for c in cs) / len(cs)
-    for r in chosen
-    if (cs := grid.of_row(cells, r))
-}
-st.dataframe(
-    pd.DataFrame(
-        [
-            {
-                "row": s.row,
-                "family": s.family,
-                "cells": s.cells,
-                "right": s.right,
-                "accuracy": s.accuracy,
-                "95 % interval, low": (ci := share(s.right, s.cells)).low,
-                "95 % interval, high": ci.high,
-                "mean log-prob": s.mean_logprob,
-                "KV bytes per token (mean over cells)": bytes_per_token[s.row],
-            }
-            for s in scores
-        ]
-    ),
-    hide_index=True,
-    width="stretch",
-    key="ng_scores",
-    column_config={
-        "accuracy": st.column_config.NumberColumn(format="percent"),
-        "95 % interval, low": st.column_config.NumberColumn(
-            format="percent", help="Wilson score interval of the share of cells answered right"
+
+
+def rest() -> None:
+    """Below the grid: one cell, opened."""
+    bytes_per_token = {
+        r: sum(c.kv_bytes / c.tokens for c in cs) / len(cs)
+        for r in chosen
+        if (cs := grid.of_row(cells, r))
+    }
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "row": s.row,
+                    "family": s.family,
+                    "cells": s.cells,
+                    "right": s.right,
+                    "accuracy": s.accuracy,
+                    "95 % interval, low": (ci := share(s.right, s.cells)).low,
+                    "95 % interval, high": ci.high,
+                    "mean log-prob": s.mean_logprob,
+                    "KV bytes per token (mean over cells)": bytes_per_token[s.row],
+                }
+                for s in scores
+            ]
         ),
-        "95 % interval, high": st.column_config.NumberColumn(format="percent"),
-        "mean log-prob": st.column_config.NumberColumn(format="%.2f"),
-        "KV bytes per token (mean over cells)": st.column_config.NumberColumn(format="%.0f"),
-    },
-)
-
-shipped.provenance(loaded, "needle grid")
-
-family_text, family_how = derived(
-    cells, "family sentences", lambda: (family.family_sentences(cells), family.how_they_run(cells))
-)
-if family_text:
-    st.subheader("The family since H2O", divider="gray")
-    st.markdown(
-        "Methods since H2O, each answering one of its limits; choose their rows above to see "
-        "their heatmaps. Each is set beside SnapKV at the same budget, on the cells both have. "
-        + family_how
-    )
-    for sentence in family_text:
-        st.markdown(sentence)
-
-# -- one cell --------------------------------------------------------------------------------------
-st.subheader("One cell: the question, the answers, what the cache held", divider="gray")
-c1, c2, c3, c4 = st.columns(4)
-_valid(CELL_ROW, chosen, chosen[0])
-row = c1.selectbox("Row", chosen, **state.mirror(CELL_ROW, chosen[0]))
-row_cells = grid.of_row(cells, row)
-r_lens = sorted({c.length for c in row_cells})
-_valid(CELL_LEN, r_lens, r_lens[-1])
-length = c2.selectbox("Prompt tokens", r_lens, **state.mirror(CELL_LEN, r_lens[-1]))
-r_deps = sorted({c.depth for c in row_cells if c.length == length})
-_valid(CELL_DEPTH, r_deps, r_deps[0])
-depth = c3.selectbox(
-    "Needle depth", r_deps, format_func=lambda d: f"{d} %", **state.mirror(CELL_DEPTH, r_deps[0])
-)
-here = grid.at(cells, row, length, depth)
-needle_ids = [c.needle for c in here]
-_valid(CELL_NEEDLE, needle_ids, needle_ids[0])
-needle = c4.selectbox("Needle", needle_ids, **state.mirror(CELL_NEEDLE, needle_ids[0]))
-cell = next(c for c in here if c.needle == needle)
-
-st.markdown("**Question** (the prompt's last line):")
-st.text(cell.question)
-a1, a2 = st.columns(2)
-a1.markdown("**Expected:**")
-a1.text(cell.expected)
-a2.markdown(f"**Produced** ({'right' if cell.correct else 'wrong'}, greedy):")
-a2.text(cell.produced if cell.produced.strip() else "(nothing)")
-st.caption(
-    f"Teacher-forced log-probability of the expected answer: {cell.logprob:.2f}. "
-    f"KV memory held: {cell.kv_bytes:,} bytes ({cell.kv_bytes / cell.tokens:,.0f} per prompt "
-    f"token, {cell.tokens:,} tokens). {cell.seconds:.1f} s on the machine that computed the file."
-)
-held_text = claims.held_sentence(cell.held)
-st.markdown(held_text)
-if cell.held is not None:
-    charts.show(
-        figures.held_bars(
-            held=cell.held,
-            title="At the question: share of each layer's KV heads still holding the needle",
-        ),
-        key="ng_held",
-        describe=held_text,
+        hide_index=True,
+        width="stretch",
+        key="ng_scores",
+        column_config={
+            "accuracy": st.column_config.NumberColumn(format="percent"),
+            "95 % interval, low": st.column_config.NumberColumn(
+                format="percent", help="Wilson score interval of the share of cells answered right"
+            ),
+            "95 % interval, high": st.column_config.NumberColumn(format="percent"),
+            "mean log-prob": st.column_config.NumberColumn(format="%.2f"),
+            "KV bytes per token (mean over cells)": st.column_config.NumberColumn(format="%.0f"),
+        },
     )
 
-# -- recompute -------------------------------------------------------------------------------------
-fn = runs.run_cell_function()
-if fn is None:
-    st.caption(
-        "Recomputing a cell needs `h2o.needle.cells.run_cell`, which this copy of the library "
-        "does not have."
+    shipped.provenance(loaded, "needle grid")
+
+    family_text, family_how = derived(
+        cells,
+        "family sentences",
+        lambda: (family.family_sentences(cells), family.how_they_run(cells)),
     )
-else:
-    spec = runs.spec_of(cell)
-    key = tuple(spec.values())
-    fresh = ss.setdefault(FRESH, {})
-    st.button(
-        "Recompute this cell on this server",
-        key="ng_recompute",
-        icon=":material/refresh:",
-        on_click=lambda: ss.__setitem__(GO, True),
-        help="Runs the model on this cell's prompt under this row's cache, through the model "
-        "queue (one job at a time for the whole class; your place in the line is shown).",
-    )
-    if ss.pop(GO, False):  # the click: the only place this page runs the model
-        try:
-            fresh[key] = runs.recompute(**spec)
-        except Exception as e:  # the model missing, or the library refusing the cell
-            st.error(f"The cell was not recomputed: {state.md(e, 300)}", icon=":material/error:")
-    got = fresh.get(key)
-    if got is not None:
+    if family_text:
+        st.subheader("The family since H2O", divider="gray")
         st.markdown(
-            f"**Recomputed on this server** ({'right' if got.get('correct') else 'wrong'}"
-            + (
-                f", log-prob {got['logprob']:.2f}"
-                if isinstance(got.get("logprob"), int | float)
-                else ""
-            )
-            + "). Produced:"
+            "Methods since H2O, each answering one of its limits; choose their rows above to see "
+            "their heatmaps. Each is set beside SnapKV at the same budget, on the cells both have. "
+            + family_how
         )
-        st.text(str(got.get("produced", "")))
+        for sentence in family_text:
+            st.markdown(sentence)
 
-# -- the second question -----------------------------------------------------------------------
-st.subheader("The second question", divider="gray")
-lesson_needle.followup_section("ng_followup")
+    # -- one cell ----------------------------------------------------------------------------------
+    st.subheader("One cell: the question, the answers, what the cache held", divider="gray")
+    c1, c2, c3, c4 = st.columns(4)
+    _valid(CELL_ROW, chosen, chosen[0])
+    row = c1.selectbox("Row", chosen, **state.mirror(CELL_ROW, chosen[0]))
+    row_cells = grid.of_row(cells, row)
+    r_lens = sorted({c.length for c in row_cells})
+    _valid(CELL_LEN, r_lens, r_lens[-1])
+    length = c2.selectbox("Prompt tokens", r_lens, **state.mirror(CELL_LEN, r_lens[-1]))
+    r_deps = sorted({c.depth for c in row_cells if c.length == length})
+    _valid(CELL_DEPTH, r_deps, r_deps[0])
+    depth = c3.selectbox(
+        "Needle depth",
+        r_deps,
+        format_func=lambda d: f"{d} %",
+        **state.mirror(CELL_DEPTH, r_deps[0]),
+    )
+    here = grid.at(cells, row, length, depth)
+    needle_ids = [c.needle for c in here]
+    _valid(CELL_NEEDLE, needle_ids, needle_ids[0])
+    needle = c4.selectbox("Needle", needle_ids, **state.mirror(CELL_NEEDLE, needle_ids[0]))
+    cell = next(c for c in here if c.needle == needle)
+
+    st.markdown("**Question** (the prompt's last line):")
+    st.text(cell.question)
+    a1, a2 = st.columns(2)
+    a1.markdown("**Expected:**")
+    a1.text(cell.expected)
+    a2.markdown(f"**Produced** ({'right' if cell.correct else 'wrong'}, greedy):")
+    a2.text(cell.produced if cell.produced.strip() else "(nothing)")
+    st.caption(
+        f"Teacher-forced log-probability of the expected answer: {cell.logprob:.2f}. "
+        f"KV memory held: {cell.kv_bytes:,} bytes ({cell.kv_bytes / cell.tokens:,.0f} per prompt "
+        f"token, {cell.tokens:,} tokens). {cell.seconds:.1f} s on the machine that computed "
+        "the file."
+    )
+    held_text = claims.held_sentence(cell.held)
+    st.markdown(held_text)
+    if cell.held is not None:
+        charts.show(
+            figures.held_bars(
+                held=cell.held,
+                title="At the question: share of each layer's KV heads still holding the needle",
+            ),
+            key="ng_held",
+            describe=held_text,
+        )
+
+    # -- recompute ---------------------------------------------------------------------------------
+    fn = runs.run_cell_function()
+    if fn is None:
+        st.caption(
+            "Recomputing a cell needs `h2o.needle.cells.run_cell`, which this copy of the library "
+            "does not have."
+        )
+    else:
+        spec = runs.spec_of(cell)
+        key = tuple(spec.values())
+        fresh = ss.setdefault(FRESH, {})
+        st.button(
+            "Recompute this cell on this server",
+            key="ng_recompute",
+            icon=":material/refresh:",
+            on_click=lambda: ss.__setitem__(GO, True),
+            help="Runs the model on this cell's prompt under this row's cache, through the model "
+            "queue (one job at a time for the whole class; your place in the line is shown).",
+        )
+        if ss.pop(GO, False):  # the click: the only place this page runs the model
+            try:
+                fresh[key] = runs.recompute(**spec)
+            except Exception as e:  # the model missing, or the library refusing the cell
+                st.error(
+                    f"The cell was not recomputed: {state.md(e, 300)}", icon=":material/error:"
+                )
+        got = fresh.get(key)
+        if got is not None:
+            st.markdown(
+                f"**Recomputed on this server** ({'right' if got.get('correct') else 'wrong'}"
+                + (
+                    f", log-prob {got['logprob']:.2f}"
+                    if isinstance(got.get("logprob"), int | float)
+                    else ""
+                )
+                + "). Produced:"
+            )
+            st.text(str(got.get("produced", "")))
+
+    # -- the second question -----------------------------------------------------------------------
+    st.subheader("The second question", divider="gray")
+    lesson_needle.followup_section("ng_followup")
+
+
+painted.first_figure_first("needle-grid", rest)

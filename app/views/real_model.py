@@ -51,46 +51,52 @@ except ModelNotFoundError as e:
     )
 
 captured = shipped.draw()
-painted.first_figure_first("real-model")
-if MODEL_ERROR is not None:
-    st.stop()
 
-st.subheader("Policy settings for sections 2–4", divider="gray")
-c1, c2, c3 = st.columns([1, 1, 3], vertical_alignment="bottom")
-window = int(
-    c1.number_input(
-        "recent_window — newest slots never evicted",
-        min_value=0,
-        step=1,
-        **state.mirror(WINDOW, 32),
-        help="H2O, Scissorhands and random eviction protect this many of the newest slots in "
-        f"every head. TOVA keeps its own window of {controls.own_window('tova')}, as on every "
-        "page. Must be smaller than every budget.",
+
+def rest() -> None:
+    """Below the first chart: the rest of the model's runs."""
+    if MODEL_ERROR is not None:
+        st.stop()
+
+    st.subheader("Policy settings for sections 2–4", divider="gray")
+    c1, c2, c3 = st.columns([1, 1, 3], vertical_alignment="bottom")
+    window = int(
+        c1.number_input(
+            "recent_window — newest slots never evicted",
+            min_value=0,
+            step=1,
+            **state.mirror(WINDOW, 32),
+            help="H2O, Scissorhands and random eviction protect this many of the newest slots in "
+            f"every head. TOVA keeps its own window of {controls.own_window('tova')}, as on every "
+            "page. Must be smaller than every budget.",
+        )
     )
-)
-sinks = int(
-    c2.number_input(
-        "sinks — StreamingLLM's pinned first positions",
-        min_value=0,
-        step=1,
-        **state.mirror(SINKS, 4),
-        help="StreamingLLM keeps the first `sinks` positions forever, then a ring buffer.",
+    sinks = int(
+        c2.number_input(
+            "sinks — StreamingLLM's pinned first positions",
+            min_value=0,
+            step=1,
+            **state.mirror(SINKS, 4),
+            help="StreamingLLM keeps the first `sinks` positions forever, then a ring buffer.",
+        )
     )
-)
-ss[WINDOW], ss[SINKS] = window, sinks
-c3.caption(
-    "One policy instance runs in every (layer, KV head): 30 × 3 = 90 caches per run, each with "
-    "the budget below. The model reads the text token by token (teacher forcing) and each "
-    "policy sees its head's attention at every step."
-)
-cfg = Settings(window, sinks)
+    ss[WINDOW], ss[SINKS] = window, sinks
+    c3.caption(
+        "One policy instance runs in every (layer, KV head): 30 × 3 = 90 caches per run, each with "
+        "the budget below. The model reads the text token by token (teacher forcing) and each "
+        "policy sees its head's attention at every step."
+    )
+    cfg = Settings(window, sinks)
 
-texts = model_runs.text_files()
-if not texts:
-    st.error("No texts in traces/texts/: the sections that run the model need one.")
-    st.stop()
-default_text = GEN_TEXT if GEN_TEXT in texts else texts[0]
+    texts = model_runs.text_files()
+    if not texts:
+        st.error("No texts in traces/texts/: the sections that run the model need one.")
+        st.stop()
+    default_text = GEN_TEXT if GEN_TEXT in texts else texts[0]
 
-story.draw(texts, default_text, cfg, captured)
-perplexity.draw(texts, default_text, cfg)
-generation.draw(texts, cfg)
+    story.draw(texts, default_text, cfg, captured)
+    perplexity.draw(texts, default_text, cfg)
+    generation.draw(texts, cfg)
+
+
+painted.first_figure_first("real-model", rest)

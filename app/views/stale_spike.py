@@ -117,96 +117,107 @@ stepper.render(
     + [(p, f"steady positions ({', '.join(map(str, steady))})") for p in steady],
     title="Stale spike",
 )
-painted.first_figure_first("stale-spike")
 
-st.header("What H2O pays: the age bias")
-chapters_4_6.chain_section(ref, reps, window, top_k, key="spike_page")
 
-# -- part 2: the canonical trace -------------------------------------------------------------------
-canon = data.load("canonical", {})
-windows, sweep = chapters_4_6.canonical_sweep(canon)
-sweep_h2o = [r["retained_mass"] for r in sweep["h2o"]]
-sweep_sc = [r["retained_mass"] for r in sweep["scissorhands"]]
-c_budget, c_window, c_top_k = chapters_4_6.CANON_BUDGET, analysis.band_width(canon.trace) or 64, 32
-lineup = [(n, {"recent_window": c_window}) for n in ("h2o", "scissorhands")]
-rows = sweeps.bench(canon.ident, canon.trace, c_budget, c_top_k, sweeps.freeze_lineup(lineup))
-h_row, s_row = rows
-diff = abs(h_row["retained_mass"] - s_row["retained_mass"])
-st.header(
-    f"On the canonical trace, at recent_window {c_window}: "
-    + ("they tie" if diff < chapters_4_6.TIE else "they part")
-)
-c_reps = [data.recorded_replay(canon, make_policy(n, c_budget, **p), c_top_k) for n, p in lineup]
-agree = sweeps.shared_slots(*c_reps, canon.trace)
-m1, m2, m3 = st.columns(3)
-m1.metric(f"{h_row['label']} mass", f"{h_row['retained_mass']:.4f}")
-m2.metric(
-    f"{s_row['label']} mass",
-    f"{s_row['retained_mass']:.4f}",
-    f"{diff:.1e} from H2O",
-    delta_color="off",
-    delta_arrow="off",
-)
-m3.metric(
-    "Slots the two caches share",
-    f"{agree['share']:.0%}",
-    f"holding {agree['both']:.3f} of the mass; the rest ≈ {agree['only_a']:.3f} each",
-    delta_color="off",
-    delta_arrow="off",
-    help=f"Means over steps t ≥ {c_budget}. The positions only one of them keeps are the ones "
-    "the two rules rank differently.",
-)
-epoch = int(canon.trace.meta.get("epoch", 512))
-at_32 = abs(sweep_h2o[windows.index(32)] - sweep_sc[windows.index(32)]) < chapters_4_6.TIE
-holds = (
-    "That holds at this window, not at every one: "
-    if diff < chapters_4_6.TIE and not at_32
-    else "Across the sweep of chapter 4: "
-)
-# The sentences the two heatmaps below are described by: how close the runs land, and how much
-# of their caches they share.
-land = (
-    f"Budget {c_budget}, recent_window {c_window}, top-{c_top_k} recall "
-    f"{h_row['top_k_recall']:.4f} vs {s_row['top_k_recall']:.4f}: the two land "
-    f"{'within a hundredth' if diff < chapters_4_6.TIE else f'{diff:.4f} apart'} of each other."
-)
-disagree = (
-    f"The caches disagree on {1 - agree['share']:.0%} of the panels, holding "
-    f"≈ {agree['only_a']:.3f} of the mass either way."
-)
-st.markdown(
-    land + "\n\n"
-    "> *that workload's heavy hitters hold their weight for a whole 512-step epoch and so score "
-    "well under either rule. The difference is real but that trace does not exercise it, which "
-    "is worth knowing before reading much into the table.* — the card\n\n"
-    + holds
-    + age_bias.window_tie_sentence(windows, sweep_h2o, sweep_sc, 32)
-    + f" At recent_window {c_window}, a canonical heavy hitter takes a steady share of every row "
-    f"for {epoch} steps: its sum climbs (H2O) *and* it earns a vote every step (Scissorhands), "
-    f"so both rules rank it on top while it matters. "
-    + disagree
-    + " Below, the two whole runs side by side (the dotted lines are epoch boundaries)."
-)
-his = playback.colour_his([playback.Panel("", "", r) for r in c_reps])
-cols = st.columns(2, gap="medium")
-for col, rep, hi, row in zip(cols, c_reps, his, rows, strict=True):
-    scale = figures.ColourScale(hi, log=True) if hi is not None else None
-    grid, sx, sy = data.pooled(rep, *playback.OVERVIEW_BINS)
-    charts.show(
-        figures.score_heatmap(
-            z=grid,
-            x=np.arange(grid.shape[1]) * sx + (sx - 1) / 2,
-            y=np.arange(grid.shape[0]) * sy + (sy - 1) / 2,
-            title=f"{row['label']} on canonical — whole run, max-pooled",
-            score_label=rep.score_label,
-            scale=scale,
-            step_stride=sx,
-            pos_stride=sy,
-            vlines=list(range(epoch, canon.trace.steps, epoch)),
-            vlines_label=f"epoch boundaries (every {epoch} steps)",
-            height=420,
-        ),
-        key=f"canonical_{rep.policy}",
-        describe=[land, disagree],
-        where=col,
+def rest() -> None:
+    """Below the first figure: the rest of the story."""
+    st.header("What H2O pays: the age bias")
+    chapters_4_6.chain_section(ref, reps, window, top_k, key="spike_page")
+
+    # -- part 2: the canonical trace ---------------------------------------------------------------
+    canon = data.load("canonical", {})
+    windows, sweep = chapters_4_6.canonical_sweep(canon)
+    sweep_h2o = [r["retained_mass"] for r in sweep["h2o"]]
+    sweep_sc = [r["retained_mass"] for r in sweep["scissorhands"]]
+    c_budget, c_window, c_top_k = (
+        chapters_4_6.CANON_BUDGET,
+        analysis.band_width(canon.trace) or 64,
+        32,
     )
+    lineup = [(n, {"recent_window": c_window}) for n in ("h2o", "scissorhands")]
+    rows = sweeps.bench(canon.ident, canon.trace, c_budget, c_top_k, sweeps.freeze_lineup(lineup))
+    h_row, s_row = rows
+    diff = abs(h_row["retained_mass"] - s_row["retained_mass"])
+    st.header(
+        f"On the canonical trace, at recent_window {c_window}: "
+        + ("they tie" if diff < chapters_4_6.TIE else "they part")
+    )
+    c_reps = [
+        data.recorded_replay(canon, make_policy(n, c_budget, **p), c_top_k) for n, p in lineup
+    ]
+    agree = sweeps.shared_slots(*c_reps, canon.trace)
+    m1, m2, m3 = st.columns(3)
+    m1.metric(f"{h_row['label']} mass", f"{h_row['retained_mass']:.4f}")
+    m2.metric(
+        f"{s_row['label']} mass",
+        f"{s_row['retained_mass']:.4f}",
+        f"{diff:.1e} from H2O",
+        delta_color="off",
+        delta_arrow="off",
+    )
+    m3.metric(
+        "Slots the two caches share",
+        f"{agree['share']:.0%}",
+        f"holding {agree['both']:.3f} of the mass; the rest ≈ {agree['only_a']:.3f} each",
+        delta_color="off",
+        delta_arrow="off",
+        help=f"Means over steps t ≥ {c_budget}. The positions only one of them keeps are the ones "
+        "the two rules rank differently.",
+    )
+    epoch = int(canon.trace.meta.get("epoch", 512))
+    at_32 = abs(sweep_h2o[windows.index(32)] - sweep_sc[windows.index(32)]) < chapters_4_6.TIE
+    holds = (
+        "That holds at this window, not at every one: "
+        if diff < chapters_4_6.TIE and not at_32
+        else "Across the sweep of chapter 4: "
+    )
+    # The sentences the two heatmaps below are described by: how close the runs land, and how much
+    # of their caches they share.
+    land = (
+        f"Budget {c_budget}, recent_window {c_window}, top-{c_top_k} recall "
+        f"{h_row['top_k_recall']:.4f} vs {s_row['top_k_recall']:.4f}: the two land "
+        f"{'within a hundredth' if diff < chapters_4_6.TIE else f'{diff:.4f} apart'} of each other."
+    )
+    disagree = (
+        f"The caches disagree on {1 - agree['share']:.0%} of the panels, holding "
+        f"≈ {agree['only_a']:.3f} of the mass either way."
+    )
+    st.markdown(
+        land + "\n\n"
+        "> *that workload's heavy hitters hold their weight for a whole 512-step epoch and so "
+        "score well under either rule. The difference is real but that trace does not exercise it, "
+        "which is worth knowing before reading much into the table.* — the card\n\n"
+        + holds
+        + age_bias.window_tie_sentence(windows, sweep_h2o, sweep_sc, 32)
+        + f" At recent_window {c_window}, a canonical heavy hitter takes a steady share of every "
+        f"row for {epoch} steps: its sum climbs (H2O) *and* it earns a vote every step "
+        f"(Scissorhands), so both rules rank it on top while it matters. "
+        + disagree
+        + " Below, the two whole runs side by side (the dotted lines are epoch boundaries)."
+    )
+    his = playback.colour_his([playback.Panel("", "", r) for r in c_reps])
+    cols = st.columns(2, gap="medium")
+    for col, rep, hi, row in zip(cols, c_reps, his, rows, strict=True):
+        scale = figures.ColourScale(hi, log=True) if hi is not None else None
+        grid, sx, sy = data.pooled(rep, *playback.OVERVIEW_BINS)
+        charts.show(
+            figures.score_heatmap(
+                z=grid,
+                x=np.arange(grid.shape[1]) * sx + (sx - 1) / 2,
+                y=np.arange(grid.shape[0]) * sy + (sy - 1) / 2,
+                title=f"{row['label']} on canonical — whole run, max-pooled",
+                score_label=rep.score_label,
+                scale=scale,
+                step_stride=sx,
+                pos_stride=sy,
+                vlines=list(range(epoch, canon.trace.steps, epoch)),
+                vlines_label=f"epoch boundaries (every {epoch} steps)",
+                height=420,
+            ),
+            key=f"canonical_{rep.policy}",
+            describe=[land, disagree],
+            where=col,
+        )
+
+
+painted.first_figure_first("stale-spike", rest)

@@ -111,24 +111,28 @@ for col, metric, title, refs_of, with_oracle in (
     )
     charts.show(fig, key=f"sweep_{metric}", describe=described, where=col)
 
-painted.first_figure_first("window-explorer")
 
-st.subheader("The numbers")
-table = pd.DataFrame(
-    {
-        "recent_window": windows,
-        "H2O mass": [r["retained_mass"] for r in h2o_rows],
-        f"H2O top-{ctx.top_k} recall": [r["top_k_recall"] for r in h2o_rows],
-        "Scissorhands mass": [r["retained_mass"] for r in sc_rows],
-        f"Scissorhands top-{ctx.top_k} recall": [r["top_k_recall"] for r in sc_rows],
-        "H2O mass − StreamingLLM": [r["retained_mass"] - sl_mass for r in h2o_rows],
-    }
-)
-st.dataframe(
-    table,
-    hide_index=True,
-    width="stretch",
-    column_config={c: st.column_config.NumberColumn(format="%.4f") for c in table.columns[1:]},
-    key="sweep_table",
-)
-st.caption(references)
+def rest() -> None:
+    """Below the two sweeps: the numbers behind them."""
+    st.subheader("The numbers")
+    table = pd.DataFrame(
+        {
+            "recent_window": windows,
+            "H2O mass": [r["retained_mass"] for r in h2o_rows],
+            f"H2O top-{ctx.top_k} recall": [r["top_k_recall"] for r in h2o_rows],
+            "Scissorhands mass": [r["retained_mass"] for r in sc_rows],
+            f"Scissorhands top-{ctx.top_k} recall": [r["top_k_recall"] for r in sc_rows],
+            "H2O mass − StreamingLLM": [r["retained_mass"] - sl_mass for r in h2o_rows],
+        }
+    )
+    st.dataframe(
+        table,
+        hide_index=True,
+        width="stretch",
+        column_config={c: st.column_config.NumberColumn(format="%.4f") for c in table.columns[1:]},
+        key="sweep_table",
+    )
+    st.caption(references)
+
+
+painted.first_figure_first("window-explorer", rest)
