@@ -14,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 from model_marks import needs_model
+from page_text import said
 from streamlit.testing.v1 import AppTest
 from streamlit_server import needs_chromium, wait_ready
 from test_browser import new_page
@@ -66,7 +67,8 @@ def arr(v) -> np.ndarray:
 
 
 def markdown(at: AppTest) -> list[str]:
-    return [m.value for m in at.markdown]
+    """Every markdown element's text, and each paragraph of one that holds several."""
+    return said(at)
 
 
 # -- the needle grid -------------------------------------------------------------------------------
@@ -618,5 +620,5 @@ def test_evict_or_compress_says_which_methods_have_no_perplexity():
     assert stepped.startswith("K-norm, KVzip and Expected Attention compress a prompt once")
     reads = claims.read_note(fr, charted)
     assert reads.startswith("A selection evicts nothing: it holds every key")
-    shown = [m.value for m in at.markdown]
+    shown = said(at)
     assert want in shown and stepped in shown and reads in shown

@@ -176,8 +176,7 @@ def why_evict() -> None:
         describe=[memory, reads],
         where=chart,
     )
-    st.markdown(memory)
-    st.markdown(reads)
+    st.markdown(f"{memory}\n\n{reads}")  # one element, a paragraph each
     with st.expander("The shapes, H2O's own bytes, and the other ways to save KV memory"):
         table = {col: [getattr(s, a) for s in shapes] for col, a in TABLE.items()}
         table["parameters"] = [f"{s.n_params or 0:,.0f}" for s in shapes]

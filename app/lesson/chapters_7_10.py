@@ -395,14 +395,22 @@ def when() -> None:
     left, right = st.columns(2, gap="medium")
     with left:
         st.subheader("Use it")
-        for i, (item, n) in enumerate(zip(card.WHEN, WHEN_SHOWN, strict=True)):
-            # the first point's evidence goes under the lists: a projected screen holds both
-            below = " (measured, under these lists)" if i == 0 else ""
-            st.markdown(f"- *{item}* — {seen(n)}{below}")
+        # the first point's evidence goes under the lists: a projected screen holds both
+        below = [" (measured, under these lists)"] + [""] * (len(card.WHEN) - 1)
+        st.markdown(  # one list, one element
+            "\n".join(
+                f"- *{item}* — {seen(n)}{b}"
+                for item, n, b in zip(card.WHEN, WHEN_SHOWN, below, strict=True)
+            )
+        )
     with right:
         st.subheader("Don't")
-        for item, n in zip(card.WHEN_NOT, WHEN_NOT_SHOWN, strict=True):
-            st.markdown(f"- *{item}* — {seen(n)}")
+        st.markdown(
+            "\n".join(
+                f"- *{item}* — {seen(n)}"
+                for item, n in zip(card.WHEN_NOT, WHEN_NOT_SHOWN, strict=True)
+            )
+        )
     st.caption("The card's own lists, in its order.")
     st.markdown(f"**The first point, measured:** {fact_note(answer_runs(), cells)}.")
 

@@ -107,15 +107,17 @@ def grid_section() -> None:
         return
     view = grid_view(loaded.records)
     charts.show(view.figure, key="lesson_needle", describe=[view.full, view.scores])
-    st.markdown(view.full)
-    st.markdown(view.scores)
-    if view.modes:
-        st.markdown(view.modes)
     band = shipped.attention_band()
-    if band is not None:
-        st.markdown(claims.band_sentence(band["band"], band["warmup"], LESSON_BUDGET // 2))
-    if view.swept:
-        st.markdown(view.swept)
+    said = [  # one element, a paragraph each
+        view.full,
+        view.scores,
+        view.modes,
+        claims.band_sentence(band["band"], band["warmup"], LESSON_BUDGET // 2)
+        if band is not None
+        else "",
+        view.swept,
+    ]
+    st.markdown("\n\n".join(s for s in said if s))
     st.markdown(
         "H2O runs here as its authors split the budget: half heavy hitters, half a recent "
         "window. It runs in two modes, and they differ in *when* a fact's attention is counted. "
@@ -131,8 +133,7 @@ def grid_section() -> None:
             "**The family since H2O.** Newer methods each answer one of H2O's limits; here each "
             f"at {LESSON_BUDGET} slots beside SnapKV, on the cells both have. " + view.how
         )
-        for sentence in view.since:
-            st.markdown(sentence)
+        st.markdown("\n\n".join(view.since))  # one element, a paragraph each
     followup_section("lesson_followup")
     open_in("Open the needle grid", pages.NEEDLE_GRID, {}, key="lesson_open_7_needle")
 
@@ -200,8 +201,8 @@ def evict_or_compress() -> None:
     if ppl_said is not None:
         st.markdown(ppl_said)
     charted = tuple(p.row for p in ppl)
-    for note in claims.text_notes(fr.records, charted):
-        st.markdown(note)
+    if notes := claims.text_notes(fr.records, charted):
+        st.markdown("\n\n".join(notes))
     if acc_said is not None:
         st.markdown(acc_said)
         st.caption(
@@ -229,9 +230,7 @@ def followup_section(key: str) -> None:
         return
     fig, lines, summary = derived(loaded.records, "followup", lambda: followup_view(loaded.records))
     charts.show(fig, key=key, describe=[*lines, summary])
-    for line in lines:
-        st.markdown(line)
-    st.markdown(summary)
+    st.markdown("\n\n".join([*lines, summary]))  # one element, a paragraph each
     shipped.provenance(loaded, "second-question experiment")
 
 

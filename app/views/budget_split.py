@@ -192,8 +192,7 @@ def rest() -> None:
         key="wb_ppl",
         describe=verdicts,
     )
-    for v in verdicts:
-        st.markdown(f"- {v}")
+    st.markdown("\n".join(f"- {v}" for v in verdicts))  # one list, one element
     notes = sorted({n for r in runs for n in r.get("notes", [])})
     for n in notes:
         st.caption(f"Note: {state.md(n, 200)}.")

@@ -137,8 +137,8 @@ if shipped.report(fr, fr_path, "frontier"):
             )
             if one_shot:
                 st.markdown(one_shot)
-            for note in claims.text_notes(fr.records, charted):
-                st.markdown(note)
+            if notes := claims.text_notes(fr.records, charted):
+                st.markdown("\n\n".join(notes))
             shipped.provenance(fr, "frontier")
 
 

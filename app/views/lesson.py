@@ -80,17 +80,16 @@ def key_pressed() -> None:
 answered = len(ss.get(lesson.ANSWERS, {}))
 with st.sidebar:
     st.header("Chapters")
-    for ch in CHAPTERS:
-        here = presenter and ch.number == ss[state.CHAPTER]
-        if presenter:
+    if presenter:
+        for ch in CHAPTERS:
             st.button(
                 f"{ch.number}. {ch.title}",
                 key=f"lesson_nav_{ch.number}",
                 on_click=lambda n=ch.number: ss.__setitem__(state.CHAPTER, n),
-                type="primary" if here else "tertiary",
+                type="primary" if ch.number == ss[state.CHAPTER] else "tertiary",
             )
-        else:
-            st.markdown(f"{ch.number}. [{ch.title}](#{ch.anchor})")
+    else:  # one list of links, one element
+        st.markdown("\n".join(f"{ch.number}. [{ch.title}](#{ch.anchor})" for ch in CHAPTERS))
     st.caption(f"Questions answered: {answered} of {lesson.QUESTIONS}.")
 
 if presenter:

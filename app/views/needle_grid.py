@@ -139,8 +139,7 @@ elif picked != ss.get(CLICKED):
     ss[CLICKED] = picked
     ss[CELL_ROW], ss[CELL_LEN], ss[CELL_DEPTH] = chosen[picked[0]], picked[1], picked[2]
 st.caption("Click a cell to open it under *One cell* below.")
-st.markdown(shown_text)
-st.markdown(scores_text)
+st.markdown(f"{shown_text}\n\n{scores_text}")  # one element, a paragraph each
 
 
 def rest() -> None:
@@ -195,8 +194,7 @@ def rest() -> None:
             "their heatmaps. Each is set beside SnapKV at the same budget, on the cells both have. "
             + family_how
         )
-        for sentence in family_text:
-            st.markdown(sentence)
+        st.markdown("\n\n".join(family_text))  # one element, a paragraph each
 
     # -- one cell ----------------------------------------------------------------------------------
     st.subheader("One cell: the question, the answers, what the cache held", divider="gray")

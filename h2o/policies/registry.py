@@ -8,7 +8,9 @@ whatever controls a caller has (a parameter the policy does not take is dropped)
 
 from __future__ import annotations
 
+import functools
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 from .base import Policy
@@ -39,6 +41,13 @@ BUILT_IN: tuple[type[Policy], ...] = (
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in BUILT_IN}
 
 
+@functools.lru_cache(maxsize=1024)
+def keywords(init: Callable[..., Any]) -> tuple[str, ...]:
+    """The parameter names of a constructor, once per constructor: ``inspect.signature`` is
+    slow, and every run of a page builds policies."""
+    return tuple(inspect.signature(init).parameters)
+
+
 def make_policy(name: str, budget: int, **params: Any) -> Policy:
     """Build ``POLICIES[name]`` with the keyword parameters it accepts; others are ignored.
 
@@ -53,7 +62,7 @@ def make_policy(name: str, budget: int, **params: Any) -> Policy:
 def build(cls: type[Policy], budget: int, **params: Any) -> Policy:
     """``cls(budget, ...)`` with the keyword parameters it accepts (others and ``None`` dropped):
     :func:`make_policy` for a class that is in no registry (one defined in a notebook cell)."""
-    accepted = inspect.signature(cls.__init__).parameters
+    accepted = keywords(cls.__init__)
     kw = {k: v for k, v in params.items() if k in accepted and v is not None}
     return cls(budget, **kw)  # rng passes through: every policy accepts one
 
@@ -70,8 +79,7 @@ def refusal(name: str, budget: int, **params: Any) -> str | None:
 
 def policy_params(name: str) -> list[str]:
     """The tunable keyword parameters of a policy (besides ``budget`` and ``rng``)."""
-    sig = inspect.signature(POLICIES[name].__init__).parameters
-    return [k for k in sig if k not in ("self", "budget", "rng")]
+    return [k for k in keywords(POLICIES[name].__init__) if k not in ("self", "budget", "rng")]
 
 
 def custom_policies() -> list[str]:
