@@ -9,9 +9,8 @@ chart (or after :data:`WAIT_MS` if none appears), the component sends one trigge
 leaves the top as it is: the server draws each part once. Every later run of that page in the
 session draws it whole.
 
-* :func:`first_figure_first` — a page's call, right below its first figure, with a function
-  that draws the rest;
-* :func:`after_first_chart` — the reporter alone.
+:func:`first_figure_first` is a page's call, right below its first figure, with a function that
+draws the rest.
 """
 
 from __future__ import annotations
@@ -62,9 +61,9 @@ def _component() -> Callable[..., Any]:
     return st.components.v2.component("h2o_first_paint", js=_JS, isolate_styles=False)
 
 
-def after_first_chart(key: str, on_painted: Callable[[], None]) -> None:
+def _reporter(key: str, on_painted: Callable[[], None]) -> None:
     """Mount the reporter; ``on_painted`` runs when the browser says the first chart is on
-    screen (the trigger reruns the page)."""
+    screen (the trigger reruns the fragment it is in)."""
     _component()(key=key, on_painted_change=on_painted, width="content", height="content")
 
 
@@ -104,7 +103,7 @@ def _rest_once_painted(page: str, rest: Callable[[], None], waiting: str) -> Non
     seen = ss.get(flag)
     if not seen:
         st.caption(waiting)
-        after_first_chart(f"{page}_painted", lambda: ss.__setitem__(flag, _REPORTED))
+        _reporter(f"{page}_painted", lambda: ss.__setitem__(flag, _REPORTED))
         return
     ss[flag] = True
     if seen == _REPORTED:  # the browser's report: the rest, in this partial run
