@@ -198,16 +198,22 @@ class Session:
             full.CopyFrom(got[0])
             full.metadata.CopyFrom(msg.metadata)
             msg = full
+        fragment = msg.delta.fragment_id if msg.WhichOneof("type") == "delta" else ""
         if msg.hash and msg.metadata.cacheable:
-            self._cache[msg.hash] = (msg, self._runs)
+            self._cache[msg.hash] = (msg, self._runs, fragment)
         elif msg.hash in self._cache:
-            self._cache[msg.hash] = (self._cache[msg.hash][0], self._runs)
+            self._cache[msg.hash] = (self._cache[msg.hash][0], self._runs, fragment)
         return msg
 
-    def _age_cache(self) -> None:
-        """As the frontend does after each run: forget messages not seen for a few runs."""
+    def _age_cache(self, fragments: list[str]) -> None:
+        """As the frontend does after a run that finished (not one cut short for a rerun):
+        forget messages not seen for a few runs; after a fragment's run, only that fragment's."""
         self._runs += 1
-        old = [h for h, (_, seen) in self._cache.items() if self._runs - seen > self._max_age]
+        old = [
+            h
+            for h, (_, seen, of) in self._cache.items()
+            if (not fragments or of in fragments) and self._runs - seen > self._max_age
+        ]
         for h in old:
             del self._cache[h]
 
@@ -241,6 +247,7 @@ class Session:
         short for another request."""
         t0 = time.monotonic() if t0 is None else t0
         run = Run()
+        fragments: list[str] = []  # the fragments this run reruns (none: the whole page)
         while True:
             item = await asyncio.wait_for(self._queue.get(), self.timeout)
             if item is None:
@@ -252,6 +259,7 @@ class Session:
             kind = msg.WhichOneof("type")
             if kind == "new_session":
                 ns = msg.new_session
+                fragments = list(msg.metadata.run.fragment_ids)
                 self.session_id = ns.initialize.session_id or self.session_id
                 self._max_age = ns.config.max_cached_message_age or self._max_age
                 run.page_hash = self.page_hash = ns.page_script_hash
@@ -276,9 +284,9 @@ class Session:
                 if msg.delta.fragment_id and getattr(proto, "id", ""):
                     run.fragments[proto.id] = msg.delta.fragment_id
             elif kind == "script_finished":
-                self._age_cache()
                 if msg.script_finished == EARLY:
                     continue
+                self._age_cache(fragments)
                 run.status = msg.script_finished
                 run.seconds = time.monotonic() - t0
                 return run

@@ -19,6 +19,7 @@ from app.pages import HOW_IT_WORKS, LESSON, PAGES, STEP_THROUGH
 
 sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))  # last: not app/
 from hall_client import Run, Session
+from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 #: Pages without the call: Step through's one figure is the player, at the bottom; How it works
 #: has no chart.
@@ -143,3 +144,36 @@ def test_the_report_draws_only_the_rest_and_the_page_is_whole(server):
         top = top[:-1]
         assert top[0] not in rest, f"{file}: the top drawn again"
         assert top + rest == whole, file
+
+
+@pytest.mark.browser  # a live server, like the browser tests
+def test_a_control_of_the_rest_changed_before_a_full_run_runs_the_whole_page(server):
+    """Right after the report, the rest's controls sit in the fragment: changing one reruns only
+    the fragment in a browser, but the page's top and its link may depend on it, so the whole
+    page runs (the needle grid's cell: its row, in the rest)."""
+
+    async def change_a_row() -> tuple[Run, str]:
+        s = Session(server)
+        try:
+            await s.open("/step-through")
+            first = await s.page("The needle grid")
+            rest = await s.painted(first)
+            assert rest is not None and not rest.exceptions
+            box = next(el for t, el in rest.elements if t == "selectbox" and el.label == "Row")
+            other = next(o for o in box.options if o != box.options[box.default])
+            w = WidgetState(id=box.id, string_value=other)
+            run = await s.rerun(
+                page_hash=s.page_hash,
+                fragment_id=rest.fragments[box.id],
+                widgets={**s.widgets, box.id: w},
+            )
+            return run, other
+        finally:
+            await s.close()
+
+    run, other = asyncio.run(change_a_row())
+    assert not run.exceptions and not run.errors
+    texts = [getattr(el, "body", "") for t, el in run.elements if t == "heading"]
+    assert "The needle grid" in texts  # the top ran too: a run of the whole page
+    (row,) = [el for t, el in run.elements if t == "selectbox" and el.label == "Row"]
+    assert row.options[row.default] == other or row.raw_value == other  # the change is kept
