@@ -396,11 +396,10 @@ def when() -> None:
     with left:
         st.subheader("Use it")
         # the first point's evidence goes under the lists: a projected screen holds both
-        below = [" (measured, under these lists)"] + [""] * (len(card.WHEN) - 1)
         st.markdown(  # one list, one element
             "\n".join(
-                f"- *{item}* — {seen(n)}{b}"
-                for item, n, b in zip(card.WHEN, WHEN_SHOWN, below, strict=True)
+                f"- *{item}* — {seen(n)}" + (" (measured, under these lists)" if i == 0 else "")
+                for i, (item, n) in enumerate(zip(card.WHEN, WHEN_SHOWN, strict=True))
             )
         )
     with right:
