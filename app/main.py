@@ -23,7 +23,7 @@ if str(ROOT) not in sys.path:
 
 import streamlit as st  # noqa: E402
 
-from app import charts, collector, jobs, pages, serve, state  # noqa: E402
+from app import charts, collector, jobs, pages, player, serve, state  # noqa: E402
 from h2o.custom import load_policy  # noqa: E402
 
 #: This run's own copies: ``st.navigation`` marks the page it returns as the one this run may
@@ -52,6 +52,8 @@ def load_policies(specs: tuple[str, ...]) -> list[str]:
 
 
 page = st.navigation(PAGES)
+if pages.opens_on_player(page.url_path):
+    player.preload()  # plotly.js loads while the server computes the page
 jobs.warm_kernels()
 try:
     jobs.bound_blas_threads()  # once per server: a model job leaves a core to the class

@@ -22,6 +22,8 @@ class PageSpec:
     icon: str
     url_path: str
     default: bool = False
+    #: Its first figure is the step-through player: the router starts loading plotly.js first.
+    opens_on_player: bool = False
 
 
 LESSON = "views/lesson.py"
@@ -39,9 +41,17 @@ EVICT_OR_COMPRESS = "views/evict_or_compress.py"
 #: Step through included — has a path of its own that a pasted link opens without a detour.
 PAGES = [
     PageSpec(LESSON, "Lesson", ":material/school:", "lesson", default=True),
-    PageSpec(STEP_THROUGH, "Step through", ":material/play_circle:", "step-through"),
+    PageSpec(
+        STEP_THROUGH, "Step through", ":material/play_circle:", "step-through", opens_on_player=True
+    ),
     PageSpec(WINDOW_EXPLORER, "recentWindow explorer", ":material/tune:", "window-explorer"),
-    PageSpec(STALE_SPIKE, "Stale spike: H2O vs Scissorhands", ":material/bolt:", "stale-spike"),
+    PageSpec(
+        STALE_SPIKE,
+        "Stale spike: H2O vs Scissorhands",
+        ":material/bolt:",
+        "stale-spike",
+        opens_on_player=True,
+    ),
     PageSpec(ALL_POLICIES, "All policies", ":material/leaderboard:", "all-policies"),
     PageSpec(REAL_MODEL, "Real model", ":material/neurology:", "real-model"),
     PageSpec(BUDGET_SPLIT, "Where should the budget go?", ":material/grid_view:", "where-budget"),
@@ -61,3 +71,8 @@ def templates() -> list[st.Page]:
         st.Page(HERE / p.file, title=p.title, icon=p.icon, url_path=p.url_path, default=p.default)
         for p in PAGES
     ]
+
+
+def opens_on_player(url_path: str) -> bool:
+    """Whether the page at ``url_path`` opens on the step-through player."""
+    return any(p.opens_on_player for p in PAGES if p.url_path == url_path)

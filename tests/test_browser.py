@@ -136,6 +136,84 @@ def test_a_deep_link_opens_cleanly_on_a_fresh_server(browser, link, heading):
             ctx.close()
 
 
+# When the player's root first appears in the page, recorded from the first script on.
+_MOUNTED = """
+new MutationObserver((_, obs) => {
+  if (document.querySelector(".h2o-root")) { window.__h2oMounted = performance.now(); obs.disconnect(); }
+}).observe(document, { childList: true, subtree: true });
+"""
+
+
+@pytest.mark.parametrize("path", ["step-through", "stale-spike", "all-policies"])
+def test_plotly_js_is_fetched_once_and_before_the_player_mounts(server, browser, path):
+    """A page that opens on the player starts fetching plotly.js before the player arrives (the
+    router's preload), and the player then uses that fetch: one request a page. A page without
+    the player never fetches the app's copy (its charts use Streamlit's own)."""
+    ctx, page = new_page(browser)
+    ctx.add_init_script(_MOUNTED)
+    try:
+        page.goto(f"{server}/{path}")
+        wait_ready(page)
+        if path != "all-policies":
+            wait_player(page)
+            page.wait_for_function(
+                "document.querySelectorAll('.js-plotly-plot .main-svg').length >= 2",
+                timeout=60_000,
+            )
+        fetched = page.evaluate(
+            """() => performance.getEntriesByType("resource")
+                 .filter((e) => e.name.endsWith("/app/static/plotly.min.js"))
+                 .map((e) => e.startTime)"""
+        )
+        if path == "all-policies":
+            assert fetched == []
+            return
+        assert len(fetched) == 1, fetched
+        mounted = page.evaluate("() => window.__h2oMounted")
+        assert mounted is not None and fetched[0] < mounted, (fetched, mounted)
+    finally:
+        ctx.close()
+
+
+# The animation frame in which each plot of the player first has its svg, by the plot's class.
+_PLOT_FRAMES = """
+window.__h2oFrame = 0;
+const tick = () => { window.__h2oFrame++; requestAnimationFrame(tick); };
+requestAnimationFrame(tick);
+window.__h2oPlots = [];
+new MutationObserver(() => {
+  document.querySelectorAll(".h2o-plot").forEach((p) => {
+    if (!p.__seen && p.querySelector(".main-svg")) {
+      p.__seen = true;
+      window.__h2oPlots.push([[...p.classList].find((c) => c !== "h2o-plot"), window.__h2oFrame]);
+    }
+  });
+}).observe(document, { childList: true, subtree: true });
+"""
+
+
+def test_the_first_heatmap_is_painted_before_the_other_plots_are_drawn(server, browser):
+    """The player draws its first panel's detail heatmap, lets the browser paint it, then the
+    other panel's, then the overviews and metrics: the first figure never waits for the last."""
+    ctx, page = new_page(browser)
+    ctx.add_init_script(_PLOT_FRAMES)
+    try:
+        page.goto(f"{server}/step-through")
+        wait_ready(page)
+        wait_player(page)
+        page.wait_for_function("window.__h2oPlots.length >= 6", timeout=60_000)
+        plots = page.evaluate("() => window.__h2oPlots")
+        frame = {}
+        for cls, f in plots:
+            frame.setdefault(cls, []).append(f)
+        assert len(frame["h2o-detail"]) == 2, plots
+        first, second = frame["h2o-detail"]
+        assert first < second, plots
+        assert second < min(frame["h2o-overview"] + frame["h2o-mass"] + frame["h2o-recall"]), plots
+    finally:
+        ctx.close()
+
+
 def test_keys_step_both_panels_in_the_browser_alone(server, browser):
     """←/→ and Shift move the step in both panels at once; no websocket frame while stepping;
     once the user stops, one small report, and the address bar holds the step."""

@@ -13,7 +13,9 @@ copied from the ``plotly`` package), never from a CDN: classrooms are often offl
 from __future__ import annotations
 
 import base64
+import functools
 import html
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -109,26 +111,20 @@ def _component() -> Callable[..., Any]:
     return _registered(tuple(f.stat().st_mtime_ns for f in files))
 
 
-_PRELOAD_JS = (
-    _LOADER
-    + """
-export default function ({ data }) {
-  loadPlotly(data.url).catch(() => {}); // the player reports a failure, when it needs the plots
-}
-"""
-)
-
-
-@st.cache_resource(show_spinner=False)
-def _preloader() -> Callable[..., Any]:
-    ensure_static()
-    return st.components.v2.component("h2o_plotly_preload", js=_PRELOAD_JS, isolate_styles=False)
-
-
 def preload() -> None:
-    """Start fetching and parsing plotly.js now, while the server computes the page: a page
-    with a player calls it first, so the plots are drawn sooner after the player arrives."""
-    _preloader()(data={"url": plotly_url()}, key="h2o_plotly_preload", width="content")
+    """Start fetching and running plotly.js now, while the server computes the page: the router
+    calls it first on a page that opens on a player, so the plots are drawn sooner after the
+    player arrives. A script in ``st.html``, not a component: it runs as soon as the page's
+    first elements are drawn, where a component's code is fetched first."""
+    st.html(_preload_html(plotly_url()), unsafe_allow_javascript=True)
+
+
+@functools.lru_cache(maxsize=4)
+def _preload_html(url: str) -> str:
+    ensure_static()
+    # The player's loader shares window.__h2oPlotly: plotly.js is fetched once a page.
+    call = f"loadPlotly({json.dumps(url)}).catch(() => {{}});".replace("</", "<\\/")
+    return f"<script>(() => {{\n{_LOADER}\n{call}\n}})();</script>"
 
 
 def mount(payload: bytes, *, key: str, on_change: Callable[[], None]) -> Any:

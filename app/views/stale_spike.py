@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from app import a11y, charts, controls, data, figures, painted, player, state, sweeps
+from app import a11y, charts, controls, data, figures, painted, state, sweeps
 from app.lesson import chapters_4_6
 from app.player import stepper
 from h2o import age_bias, analysis
@@ -18,7 +18,6 @@ a11y.focus_ring()  # the keyboard's focus, seen on every control
 
 STEP_KEY = state.SPIKE_STEP
 
-player.preload()  # plotly.js loads while the server computes the page
 st.title("Stale spike: H2O vs Scissorhands")
 st.markdown(chapters_4_6.CARD_ON_SCISSORHANDS)
 with st.expander("What this library's Scissorhands and the paper's actually do"):

@@ -5,14 +5,13 @@ from __future__ import annotations
 import streamlit as st
 
 import h2o
-from app import a11y, controls, data, figures, model_runs, player, state
+from app import a11y, controls, data, figures, model_runs, state
 from app.player import stepper
 from h2o import analysis
 from h2o.player import playback
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control
 
-player.preload()  # plotly.js loads while the server computes the page
 st.title("Step through a replay")
 ctx = controls.sidebar()
 presenter = state.presenter_toggle()

@@ -443,24 +443,30 @@ export class Player {
   redraw(first) {
     this.page = null;
     // The controls, stories and kept slots first — the first paint — then, a frame later, the
-    // detail heatmaps, painted before the overview and the metrics are drawn a frame after them
-    // (a browser paints only between tasks: drawn in one, every plot waits for the last).
+    // first panel's detail heatmap, a frame after it the other panels', and a frame after those
+    // the overview and the metrics (a browser paints only between tasks: drawn in one, every
+    // plot waits for the last).
     this.lateDetail = true;
     this.render();
     clearTimeout(this.lateTimer);
     cancelAnimationFrame(this.lateFrame);
+    const afterPaint = (draw) => {
+      this.lateFrame = requestAnimationFrame(() => { this.lateTimer = setTimeout(draw, 0); });
+    };
     this.lateTimer = setTimeout(() => {
       this.lateDetail = false;
       if (!window.Plotly) return;
       this.page = null;
-      this.ensurePage(this.st.t);
+      this.ensurePage(this.st.t, 1);
       this.placeAll();
-      this.lateFrame = requestAnimationFrame(() => {
-        this.lateTimer = setTimeout(() => {
+      afterPaint(() => {
+        this.panels.forEach((P, i) => { if (i > 0 && !P.error) this.drawDetail(i); });
+        this.placeAll();
+        afterPaint(() => {
           this.panels.forEach((P, i) => { if (!P.error && this.views[i].overview) this.drawOverview(i); });
           if (this.mViews.length) this.drawMetrics();
           this.placeAll();
-        }, 0);
+        });
       });
     }, 0);
     if (!first) this.touched();
@@ -503,8 +509,9 @@ export class Player {
     this.root.dataset.rendered = String(t);
   }
 
-  /** The steps the detail heatmap shows: `width` steps inside the loaded range, around t. */
-  ensurePage(t) {
+  /** The steps the detail heatmap shows: `width` steps inside the loaded range, around t; on a
+   * first draw, only the first `panels` panels' heatmaps (the caller draws the rest). */
+  ensurePage(t, panels = Infinity) {
     if (!window.Plotly || this.lateDetail) return;
     const [A, B] = this.h.range;
     const W = Math.min(this.st.width, B - A);
@@ -520,7 +527,7 @@ export class Player {
     this.page = [p0, p0 + W];
     this.page.rows = this.st.rows;
     if (!moved) {
-      this.panels.forEach((P, i) => { if (!P.error) this.drawDetail(i); });
+      this.panels.forEach((P, i) => { if (i < panels && !P.error) this.drawDetail(i); });
       return;
     }
     // The cursor left the steps shown: paint the step first (story, slots, cursor), then redraw
