@@ -139,7 +139,9 @@ def test_a_deep_link_opens_cleanly_on_a_fresh_server(browser, link, heading):
 # When the player's root first appears in the page, recorded from the first script on.
 _MOUNTED = """
 new MutationObserver((_, obs) => {
-  if (document.querySelector(".h2o-root")) { window.__h2oMounted = performance.now(); obs.disconnect(); }
+  if (!document.querySelector(".h2o-root")) return;
+  window.__h2oMounted = performance.now();
+  obs.disconnect();
 }).observe(document, { childList: true, subtree: true });
 """
 
