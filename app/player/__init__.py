@@ -122,9 +122,14 @@ def preload() -> None:
 @functools.lru_cache(maxsize=4)
 def _preload_html(url: str) -> str:
     ensure_static()
-    # The player's loader shares window.__h2oPlotly: plotly.js is fetched once a page.
+    # The player's loader shares window.__h2oPlotly: plotly.js is fetched once a page. The
+    # element takes no room (a hidden element still has a flex gap around it).
     call = f"loadPlotly({json.dumps(url)}).catch(() => {{}});".replace("</", "<\\/")
-    return f"<script>(() => {{\n{_LOADER}\n{call}\n}})();</script>"
+    return (
+        "<style>.stElementContainer:has(> .stHtml .h2o-plotly-preload) { display: none; }</style>"
+        '<span class="h2o-plotly-preload" hidden></span>'
+        f"<script>(() => {{\n{_LOADER}\n{call}\n}})();</script>"
+    )
 
 
 def mount(payload: bytes, *, key: str, on_change: Callable[[], None]) -> Any:
