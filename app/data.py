@@ -11,6 +11,7 @@ upload — so a cache never serves a stale or a different file under the same na
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import hashlib
 import io
@@ -226,6 +227,11 @@ def make_upload(name: str, payload: bytes) -> tuple[str, Upload]:
     return f"{UPLOAD_PREFIX}{name}#{digest[:8]}", Upload(name, digest, payload)
 
 
+@functools.lru_cache(maxsize=1)
+def _trace_root() -> Path:
+    return TRACE_DIR.resolve()  # resolving walks the path on disk: once, not every run
+
+
 def load(key: str, uploads: dict[str, Upload]) -> TraceRef:
     """Resolve a picker key to a trace; ``ValueError`` says what is wrong with it."""
     if key in BUILTIN:
@@ -239,7 +245,7 @@ def load(key: str, uploads: dict[str, Upload]) -> TraceRef:
         trace = _upload(up.digest, MAX_UPLOAD_STEPS, up.name, up.data)
         return TraceRef(key, f"{UPLOAD_PREFIX}{up.digest}", trace)
     path = (ROOT / key).resolve()
-    if path.suffix != ".npz" or TRACE_DIR.resolve() not in path.parents or not path.is_file():
+    if path.suffix != ".npz" or _trace_root() not in path.parents or not path.is_file():
         raise ValueError(f"{key!r} is not a trace file under traces/")
     mtime = path.stat().st_mtime_ns
     return TraceRef(key, f"{key}@{mtime}", _file(str(path), mtime))

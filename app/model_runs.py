@@ -7,7 +7,9 @@ class) and is cached per run and shared by every session.
 
 from __future__ import annotations
 
+import functools
 import json
+import pickle
 import threading
 import time
 from collections import OrderedDict
@@ -37,13 +39,15 @@ RESULTS_DIR = TRACE_DIR / "results"
 RESULT_MAX_BYTES = 4 * 2**20
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def _shipped_result(name: str, mtime_ns: int) -> dict | list | None:
-    path = RESULTS_DIR / name
+# One parse per file version, shared by the server; each caller gets its own copy (unpickled),
+# as st.cache_data would give, without hashing the arguments anew on every call of every run.
+@functools.lru_cache(maxsize=16)
+def _shipped_pickle(file: str, mtime_ns: int) -> bytes | None:
+    path = Path(file)
     try:
         if path.stat().st_size > RESULT_MAX_BYTES:
             return None
-        return json.loads(path.read_text(encoding="utf-8"))
+        return pickle.dumps(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError):
         return None
 
@@ -52,7 +56,12 @@ def shipped_result(name: str) -> Any:
     """A results file of ``traces/results/`` (made by the commands in its README), or None if
     it is missing, damaged or bigger than :data:`RESULT_MAX_BYTES`."""
     path = RESULTS_DIR / name
-    return _shipped_result(name, path.stat().st_mtime_ns) if path.is_file() else None
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        return None
+    raw = _shipped_pickle(str(path), mtime) if path.is_file() else None
+    return None if raw is None else pickle.loads(raw)
 
 
 def trace_origin(trace: h2o.Trace) -> str | None:

@@ -9,6 +9,7 @@ figure.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import pandas as pd
@@ -145,6 +146,18 @@ def model_shapes() -> tuple[list[explain.ModelShape], str]:
     return shapes, where
 
 
+# Built once per server for the same models (every student of the lesson), not on every run:
+# read-only, as st.dataframe leaves it.
+@functools.lru_cache(maxsize=4)
+def shapes_table(shapes: tuple[explain.ModelShape, ...]) -> pd.DataFrame:
+    """The models' shapes, parameters, weights and native context, a row each."""
+    table = {col: [getattr(s, a) for s in shapes] for col, a in TABLE.items()}
+    table["parameters"] = [f"{s.n_params or 0:,.0f}" for s in shapes]
+    table["weights (fp16)"] = [gib(s.weight_bytes or 0) for s in shapes]
+    table["native context"] = [k_tokens(s.context or 0) for s in shapes]
+    return pd.DataFrame(table)
+
+
 def why_evict() -> None:
     st.markdown(
         "Every token a model reads or writes leaves a **key** and a **value** vector in every "
@@ -178,15 +191,7 @@ def why_evict() -> None:
     )
     st.markdown(f"{memory}\n\n{reads}")  # one element, a paragraph each
     with st.expander("The shapes, H2O's own bytes, and the other ways to save KV memory"):
-        table = {col: [getattr(s, a) for s in shapes] for col, a in TABLE.items()}
-        table["parameters"] = [f"{s.n_params or 0:,.0f}" for s in shapes]
-        table["weights (fp16)"] = [gib(s.weight_bytes or 0) for s in shapes]
-        table["native context"] = [k_tokens(s.context or 0) for s in shapes]
-        st.dataframe(
-            pd.DataFrame(table),
-            hide_index=True,
-            key="lesson_kv_table",
-        )
+        st.dataframe(shapes_table(tuple(shapes)), hide_index=True, key="lesson_kv_table")
         st.markdown(
             "Bytes per token = layers × KV heads × head dim × 2 (K and V) × 2 bytes; weights = "
             f"parameters × 2 bytes (fp16 for every model). {where}; the Llama rows are "

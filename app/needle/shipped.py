@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 
 import streamlit as st
@@ -11,8 +12,9 @@ from app.needle import data
 
 
 # One value per file version, shared by every session (st.cache_data would unpickle the 1,500
-# cells on every call of every run): read-only, so its lists are made tuples here.
-@st.cache_resource(show_spinner=False, max_entries=8)
+# cells on every call of every run): read-only, so its lists are made tuples here. A plain
+# lru_cache: st.cache_resource would hash the arguments anew on every call of every run.
+@functools.lru_cache(maxsize=8)
 def _read(path: str, which: str, mtime_ns: int, size: int) -> data.Loaded:
     reader = {"grid": data.read_grid, "frontier": data.read_frontier}.get(which, data.read_followup)
     loaded = reader(Path(path))

@@ -17,6 +17,7 @@ import functools
 import html
 import json
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -105,10 +106,19 @@ def _registered(_versions: tuple[int, ...]) -> Callable[..., Any]:
     )
 
 
+#: Seconds between looks at the front end's files (every student's player asks for the component).
+_LOOK_SECONDS = 1.0
+_looked: list[Any] = [0.0, None]  # when, the component then
+
+
 def _component() -> Callable[..., Any]:
-    # Keyed by the files' mtimes: an edited script is registered anew without a restart.
-    files = [JS_DIR / n for n in JS_FILES] + [CSS_FILE, Path(constants.__file__)]
-    return _registered(tuple(f.stat().st_mtime_ns for f in files))
+    # Keyed by the files' mtimes: an edited script is registered anew without a restart, within
+    # a second (not by a stat of seven files on every run of every student).
+    now = time.monotonic()
+    if _looked[1] is None or now - _looked[0] >= _LOOK_SECONDS:
+        files = [JS_DIR / n for n in JS_FILES] + [CSS_FILE, Path(constants.__file__)]
+        _looked[:] = [now, _registered(tuple(f.stat().st_mtime_ns for f in files))]
+    return _looked[1]
 
 
 def preload() -> None:
