@@ -60,7 +60,7 @@ def shipped_result(name: str) -> Any:
         mtime = path.stat().st_mtime_ns
     except OSError:
         return None
-    raw = _shipped_pickle(str(path), mtime) if path.is_file() else None
+    raw = _shipped_pickle(str(path), mtime)  # a folder's read fails there: None
     return None if raw is None else pickle.loads(raw)
 
 
