@@ -24,6 +24,8 @@ class PageSpec:
     default: bool = False
     #: Its first figure is the step-through player: the router starts loading plotly.js first.
     opens_on_player: bool = False
+    #: Its first figure is a Plotly chart (the shell, ``app/shell.py``, fetches its module early).
+    has_chart: bool = True
 
 
 LESSON = "views/lesson.py"
@@ -57,7 +59,7 @@ PAGES = [
     PageSpec(BUDGET_SPLIT, "Where should the budget go?", ":material/grid_view:", "where-budget"),
     PageSpec(NEEDLE_GRID, "The needle grid", ":material/apps:", "needle-grid"),
     PageSpec(EVICT_OR_COMPRESS, "Evict or compress?", ":material/compress:", "evict-or-compress"),
-    PageSpec(HOW_IT_WORKS, "How it works", ":material/code:", "how-it-works"),
+    PageSpec(HOW_IT_WORKS, "How it works", ":material/code:", "how-it-works", has_chart=False),
 ]
 
 

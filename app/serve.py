@@ -4,8 +4,9 @@ The same as ``streamlit run app/main.py [options] [-- args]`` (every Streamlit o
 app's own arguments after ``--``), except that the server does not wait for its first visitor
 to import the app's libraries (plotly, scipy, the library's pages and figures) and to load the
 compiled loops from numba's disk cache: a thread does both while the server starts, so the first
-page a lecturer opens after ``make run`` is about as quick as any later one. ``make run`` and
-``deploy/proxy.py`` start the app this way.
+page a lecturer opens after ``make run`` is about as quick as any later one; and the page it
+serves is the app's shell (:mod:`app.shell`: Streamlit's page, whose first chart's scripts are
+fetched from the start). ``make run`` and ``deploy/proxy.py`` start the app this way.
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     threading.Thread(target=preload, name="h2o-preload", daemon=True).start()
+    from app import shell
+
+    shell.install()  # the page shell: the first chart's scripts are fetched from the start
     from streamlit.web import cli
 
     sys.argv = command(list(sys.argv[1:] if argv is None else argv))

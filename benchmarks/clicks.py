@@ -76,7 +76,7 @@ async def clicker(i: int, browser: Any, url: str, delay: float, rounds: int, out
     await asyncio.sleep(delay)
     ctx = await browser.new_context(viewport={"width": 1280, "height": 800})
     ctx.set_default_timeout(300_000)
-    await ctx.route("**/plotly.min.js", lambda route: route.abort())  # as load.py's light ones
+    await ctx.route("**/plotly*.min.js", lambda route: route.abort())  # as load.py's light ones
     page = await ctx.new_page()
     frames = Frames()
     page.on("websocket", frames.attach)

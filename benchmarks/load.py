@@ -110,7 +110,7 @@ async def student(
     ctx = await browser.new_context(viewport={"width": 1280, "height": 800})
     ctx.set_default_timeout(TIMEOUT_MS)
     if not full:
-        await ctx.route("**/plotly.min.js", lambda route: route.abort())
+        await ctx.route("**/plotly*.min.js", lambda route: route.abort())
     page = await ctx.new_page()
     failures = out["failures"]
     try:

@@ -47,11 +47,15 @@ def serve() -> Iterator[str]:
 
 @contextlib.contextmanager
 def serve_process(
-    env: dict[str, str] | None = None, script: Path | None = None, cwd: Path = ROOT
+    env: dict[str, str] | None = None,
+    script: Path | None = None,
+    cwd: Path = ROOT,
+    base_path: str = "",
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """:func:`serve`, also yielding the server's process (for its CPU time and memory);
     ``script``: another Streamlit script than the app (a benchmark's floor page); ``cwd``: the
-    checkout whose app runs (a benchmark's "before")."""
+    checkout whose app runs (a benchmark's "before"); ``base_path``: the server's
+    ``server.baseUrlPath`` (the URL yielded includes it)."""
     port = free_port()
     # The app starts as `make run` starts it (app/serve.py); another script as `streamlit run`.
     start = ["app.serve"] if script is None else ["streamlit", "run", str(script)]
@@ -64,12 +68,13 @@ def serve_process(
         "--server.address=127.0.0.1",
         "--browser.gatherUsageStats=false",
         "--server.fileWatcherType=none",
+        *([f"--server.baseUrlPath={base_path}"] if base_path else []),
     ]
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"h2o-streamlit-{port}.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(
         cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
     )
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://127.0.0.1:{port}" + (f"/{base_path.strip('/')}" if base_path else "")
     try:
         deadline = time.monotonic() + 90
         while True:

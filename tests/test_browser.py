@@ -25,6 +25,7 @@ from streamlit_server import (
 )
 
 import h2o
+from app import shell
 
 # url path, plotly charts expected at least, a text the page shows
 PAGES = [
@@ -163,9 +164,10 @@ def test_plotly_js_is_fetched_once_and_before_the_player_mounts(server, browser,
                 timeout=60_000,
             )
         fetched = page.evaluate(
-            """() => performance.getEntriesByType("resource")
-                 .filter((e) => e.name.endsWith("/app/static/plotly.min.js"))
-                 .map((e) => e.startTime)"""
+            """(path) => performance.getEntriesByType("resource")
+                 .filter((e) => e.name.endsWith(path))
+                 .map((e) => e.startTime)""",
+            "/" + shell.PLOTLY_PATH,  # the page shell's copy: `make run` serves the shell
         )
         if path == "all-policies":
             assert fetched == []

@@ -25,6 +25,7 @@ from typing import Any
 import plotly
 import streamlit as st
 
+from app import shell
 from h2o.player import CSS_FILE, JS_DIR, JS_FILES, bundle, constants
 
 HERE = Path(__file__).parent
@@ -89,9 +90,11 @@ def ensure_static() -> Path:
 
 
 def plotly_url() -> str:
-    """Where the browser fetches plotly.js: the app's static route, under any base URL path."""
+    """Where the browser fetches plotly.js, under any base URL path: the page shell's copy
+    (:mod:`app.shell`, which the browser may have started fetching already) when the server
+    serves the shell, else the app's static route."""
     base = str(st.get_option("server.baseUrlPath") or "").strip("/")
-    return ("/" + base if base else "") + "/app/static/plotly.min.js"
+    return ("/" + base if base else "") + "/" + (shell.plotly_path() or "app/static/plotly.min.js")
 
 
 @st.cache_resource(show_spinner=False)
