@@ -96,6 +96,18 @@ def test_a_pages_first_run_ends_below_its_first_figure_until_the_browser_reports
     assert _seen(_open(spec.file)) == (charts_after, texts_after)
 
 
+@pytest.mark.first_paint
+def test_the_lessons_table_waits_for_its_first_chart():
+    """Chapter 1's table comes after its chart, folded: its code (Streamlit's data grid, the
+    largest module a page loads after plotly.js) starts in the browser once the chart is
+    painted, not beside it."""
+    at = _open(LESSON)
+    assert len(at.get("plotly_chart")) >= 1 and not at.dataframe
+    report_painted(at, "lesson_painted")
+    assert not at.exception, at.exception
+    assert len(at.dataframe) >= 1
+
+
 # -- in a browser: the report reruns the fragment, not the page ---------------------------------
 def _shown(run: Run) -> list[tuple[str, str]]:
     """A run's elements as they read: type, and text or id."""

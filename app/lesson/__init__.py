@@ -32,7 +32,14 @@ class Chapter:
     number: int
     title: str
     anchor: str
-    draw: Callable[[], None]
+    #: Draws the chapter; may return what follows its first figure and can wait for it to be
+    #: painted (the lesson's first chapter: its table's code is large for a browser to start).
+    draw: Callable[[], Callable[[], None] | None]
+
+    def draw_whole(self) -> None:
+        more = self.draw()
+        if more is not None:
+            more()
 
 
 def predict(qid: str, question: str, options: Sequence[str], answer: str, why: str) -> bool:

@@ -10,7 +10,7 @@ figure.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pandas as pd
 import streamlit as st
@@ -158,7 +158,7 @@ def shapes_table(shapes: tuple[explain.ModelShape, ...]) -> pd.DataFrame:
     return pd.DataFrame(table)
 
 
-def why_evict() -> None:
+def why_evict() -> Callable[[], None]:
     st.markdown(
         "Every token a model reads or writes leaves a **key** and a **value** vector in every "
         "layer, for every KV head — the **KV cache**, kept so later tokens can attend to it. It "
@@ -190,6 +190,11 @@ def why_evict() -> None:
         where=chart,
     )
     st.markdown(f"{memory}\n\n{reads}")  # one element, a paragraph each
+    return lambda: shapes_details(shapes, where, budget)
+
+
+def shapes_details(shapes: list[explain.ModelShape], where: str, budget: int) -> None:
+    """Chapter 1's folded details: the shapes' table and what it says."""
     with st.expander("The shapes, H2O's own bytes, and the other ways to save KV memory"):
         st.dataframe(shapes_table(tuple(shapes)), hide_index=True, key="lesson_kv_table")
         st.markdown(

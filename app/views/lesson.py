@@ -98,7 +98,7 @@ if presenter:
     st.progress(ch.number / LAST, text=f"Chapter {ch.number} of {LAST}")
     st.header(f"{ch.number}. {ch.title}", anchor=ch.anchor)
     with st.container(key="lesson_chapter"):
-        ch.draw()
+        ch.draw_whole()
     left, _, right = st.columns([1, 3, 1])
     left.button(
         "← Previous",
@@ -129,15 +129,20 @@ else:
     )
     st.progress(answered / lesson.QUESTIONS, text=f"{answered} of {lesson.QUESTIONS} answered")
 
-    # Chapter 1 first: the rest follows once the browser has painted it (app/painted.py).
-    def chapter(ch: lesson.Chapter) -> None:
+    # Chapter 1 down to its figure first: the rest follows once the browser has painted it
+    # (app/painted.py).
+    def heading(ch: lesson.Chapter) -> None:
         st.header(f"{ch.number}. {ch.title}", anchor=ch.anchor, divider="gray")
-        ch.draw()
+
+    heading(CHAPTERS[0])
+    more = CHAPTERS[0].draw()
 
     def rest() -> None:
-        """Chapters 2 to the last."""
+        """The rest of chapter 1, then chapters 2 to the last."""
+        if more is not None:
+            more()
         for ch in CHAPTERS[1:]:
-            chapter(ch)
+            heading(ch)
+            ch.draw_whole()
 
-    chapter(CHAPTERS[0])
     painted.first_figure_first("lesson", rest, waiting=f"Chapters 2 to {LAST} are on their way…")
