@@ -41,14 +41,12 @@ _IMPORT = re.compile(r'(?:from|import)\s*"\./([\w.-]+\.js)"')
 #: The modules ``index.html`` already preloads.
 _PRELOADED = re.compile(r"static/js/([\w.-]+\.js)")
 
-#: A page's first elements are on screen: its menu (Streamlit's first message) is drawn.
-_DRAWN = '[data-testid="stSidebarNav"]'
 #: The shell this process serves (None: Streamlit's own page).
 _installed: list[Path] = []
 
 
-#: Streamlit's modules that draw each kind of first figure: a Plotly chart; the player (a
-#: custom component, after the ``st.html`` that starts plotly.js on its page).
+#: Streamlit's modules that draw each kind of first figure: a Plotly chart; the player (a custom
+#: component, on a page whose elements include HTML).
 MODULES = {"chart": ("PlotlyChart",), "player": ("Html", "BidiComponent")}
 
 
@@ -88,9 +86,7 @@ def head_script(modules: dict[str, list[str]]) -> str:
     app, then starts the fetches the page's first figure needs (``modules``: for each kind of
     figure, the files of Streamlit's modules that draw it and of those they import). A URL that
     ends in no page is the default page's (``/``, or a proxy's prefix)."""
-    config = json.dumps(
-        {"figures": first_figures(), "modules": modules, "plotly": PLOTLY_PATH, "drawn": _DRAWN}
-    )
+    config = json.dumps({"figures": first_figures(), "modules": modules, "plotly": PLOTLY_PATH})
     return (
         "<script>(() => {\n"
         f"const c = {config.replace('</', '<' + chr(92) + '/')};\n"
@@ -110,29 +106,8 @@ const preload = (rel, path) => {
   link.href = location.origin + base + "/" + path;
   document.head.appendChild(link);
 };
-if (figure === "player") {
-  preload("preload", c.plotly);
-  // plotly.js runs once Streamlit has drawn the page's first elements: not sooner (it would
-  // hold up Streamlit's start), not when the player arrives (the plots would wait for it).
-  const run = () => {
-    if (window.Plotly || window.__h2oPlotly) return;
-    window.__h2oPlotly = new Promise((resolve, reject) => {
-      const s = document.createElement("script");
-      s.src = location.origin + base + "/" + c.plotly;
-      s.onload = resolve;
-      s.onerror = () => {
-        window.__h2oPlotly = null;
-        reject(new Error("could not load " + s.src));
-      };
-      document.head.appendChild(s);
-    });
-    window.__h2oPlotly.catch(() => {});
-  };
-  const seen = new MutationObserver(() => {
-    if (document.querySelector(c.drawn)) { seen.disconnect(); run(); }
-  });
-  seen.observe(document, { childList: true, subtree: true });
-}
+// The player runs plotly.js itself once it has drawn its stories and kept slots.
+if (figure === "player") preload("preload", c.plotly);
 for (const name of c.modules[figure] || []) preload("modulepreload", "static/js/" + name);
 })();</script>"""
     )

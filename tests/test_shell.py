@@ -110,6 +110,19 @@ def test_the_player_loads_the_shells_plotly_js_when_there_is_one(monkeypatch):
     assert player.plotly_url() == "/" + shell.PLOTLY_PATH
 
 
+def test_with_the_shell_the_router_leaves_plotly_js_to_the_player(monkeypatch):
+    """The shell's page fetched plotly.js already; the player runs it after drawing its stories
+    and kept slots. Without the shell the router's script starts it (tests/test_preload.py)."""
+    shown: list[str] = []
+    monkeypatch.setattr(player.st, "html", lambda body, **kw: shown.append(body))
+    monkeypatch.setattr(shell, "_installed", [])
+    player.preload()
+    assert len(shown) == 1 and "loadPlotly" in shown[0]
+    monkeypatch.setattr(shell, "_installed", [Path("/nowhere")])
+    player.preload()
+    assert len(shown) == 1
+
+
 # -- served, in Chromium ---------------------------------------------------------------------
 
 _WS_OPENED = """

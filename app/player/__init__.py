@@ -128,8 +128,12 @@ def preload() -> None:
     """Start fetching and running plotly.js now, while the server computes the page: the router
     calls it first on a page that opens on a player, so the plots are drawn sooner after the
     player arrives. A script in ``st.html``, not a component: it runs as soon as the page's
-    first elements are drawn, where a component's code is fetched first."""
-    st.html(_preload_html(plotly_url()), unsafe_allow_javascript=True)
+    first elements are drawn, where a component's code is fetched first. Nothing when the
+    server serves the page shell (:mod:`app.shell`): its page fetched plotly.js from the start,
+    and the player runs it once its stories and kept slots are drawn (those sooner on screen,
+    the plots no later: ``benchmarks/app.py``)."""
+    if shell.plotly_path() is None:
+        st.html(_preload_html(plotly_url()), unsafe_allow_javascript=True)
 
 
 @functools.lru_cache(maxsize=4)
