@@ -41,9 +41,8 @@ _IMPORT = re.compile(r'(?:from|import)\s*"\./([\w.-]+\.js)"')
 #: The modules ``index.html`` already preloads.
 _PRELOADED = re.compile(r"static/js/([\w.-]+\.js)")
 
-#: The shell this process serves (None: Streamlit's own page).
+#: The shell this process serves (empty: Streamlit's own page).
 _installed: list[Path] = []
-
 
 #: Streamlit's modules that draw each kind of first figure: a Plotly chart; the player (a custom
 #: component, on a page whose elements include HTML).
@@ -73,7 +72,7 @@ def imported(static_dir: Path, name: str, have: set[str]) -> list[str]:
 
 
 def first_figures() -> dict[str, str]:
-    """Each page's URL path, in menu order, and what its first figure needs: ``player``
+    """Each page's URL path, the default page's first, and what its first figure needs: ``player``
     (plotly.js for the step-through player), ``chart`` (Streamlit's Plotly chart) or ``none``."""
     return {
         p.url_path: "player" if p.opens_on_player else "chart" if p.has_chart else "none"
@@ -93,7 +92,7 @@ def head_script(modules: dict[str, list[str]]) -> str:
         + r"""const parts = location.pathname.replace(/\/+$/, "").split("/");
 const last = parts[parts.length - 1];
 let figure = Object.values(c.figures)[0], base = parts.join("/");
-if (Object.hasOwn(c.figures, last)) {
+if (Object.prototype.hasOwnProperty.call(c.figures, last)) {
   figure = c.figures[last];
   base = parts.slice(0, -1).join("/");
   window.__streamlit = { BACKEND_BASE_URL: location.origin + base + "/" };

@@ -113,7 +113,7 @@ def chapter1(literal: Callable[..., str], titles: dict) -> list[Cell]:
         ),
         md(
             "### The shapes, H2O's own bytes, and the other ways to save KV memory\n\n"
-            + literal("chapters_1_3", "why_evict", "Two other ways to fit a cache")
+            + literal("chapters_1_3", "shapes_details", "Two other ways to fit a cache")
         ),
         code(
             """

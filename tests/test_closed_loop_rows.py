@@ -108,3 +108,20 @@ def test_the_steady_state_is_taken_in_one_call_and_a_dead_head_falls_back():
         assert bank.kept(g).tolist() == ref.kept(g).tolist()
         assert bank.scores(g).tobytes() == ref.scores(g).tobytes()
     assert bank.last_pos == ref.last_pos == t0 + c - 1
+
+
+@pytest.mark.parametrize(("G", "gs", "n"), [(1, 2, 9), (3, 3, 94), (2, 4, 513), (3, 3, 4097)])
+def test_the_rows_arithmetic_is_numpys_matmul_on_this_machine(G, gs, n):
+    """How numpy's matmul adds a row's products (rounded then added, or fused multiply-adds:
+    it depends on the BLAS and the CPU) is asked of numpy once; the compiled loop's sums then
+    give numpy's float32 bits on other shapes and data too."""
+    from h2o.bank.kernels import _products, matmul_fuses
+
+    fused = matmul_fuses()
+    assert fused is not None  # the machines the project runs on do one or the other
+    rng = np.random.default_rng(G * 1000 + n)
+    pk = rng.random((G, gs, n), dtype=np.float32) / np.float32(n)
+    w = rng.random((G, gs), dtype=np.float32) * np.float32(5)
+    out = np.empty((G, n), np.float32)
+    _products(w, pk, out, fused)
+    assert out.tobytes() == np.matmul(w[:, None, :], pk)[:, 0, :].tobytes()
