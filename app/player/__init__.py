@@ -6,8 +6,9 @@ view's server side is ``stepper.py``.
 Inside the app it is a custom component v2 (inline HTML/CSS/JS, no iframe): the page sends a
 view's payload (:mod:`h2o.player.playback`) once per range of steps; stepping and playing happen
 in the browser; the component's ``view`` state (step and view settings) comes back when the user
-pauses or stops interacting. plotly.js is served by the app itself (``app/static/plotly.min.js``,
-copied from the ``plotly`` package), never from a CDN: classrooms are often offline.
+pauses or stops interacting. plotly.js is served by the app itself (the page shell's copy, or
+``app/static/plotly.min.js``: the ``plotly`` package's), never from a CDN: classrooms are often
+offline.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import plotly
 import streamlit as st
 
 from app import shell
@@ -30,7 +30,7 @@ from h2o.player import CSS_FILE, JS_DIR, JS_FILES, bundle, constants
 
 HERE = Path(__file__).parent
 STATIC = HERE.parent / "static"
-PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+PLOTLY_JS = shell.PLOTLY_JS  # the plotly package's own
 NAME = "h2o_player"
 
 _LOADER = """
