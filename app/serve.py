@@ -6,7 +6,8 @@ to import the app's libraries (plotly, scipy, the library's pages and figures) a
 compiled loops from numba's disk cache: a thread does both while the server starts, so the first
 page a lecturer opens after ``make run`` is about as quick as any later one; and the page it
 serves is the app's shell (:mod:`app.shell`: Streamlit's page, whose first chart's scripts are
-fetched from the start). ``make run`` and ``deploy/proxy.py`` start the app this way.
+fetched from the start), with Streamlit's static files answered from memory
+(:mod:`app.static_files`). ``make run`` and ``deploy/proxy.py`` start the app this way.
 """
 
 from __future__ import annotations
@@ -78,9 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     threading.Thread(target=preload, name="h2o-preload", daemon=True).start()
-    from app import shell
+    from streamlit import file_util
+
+    from app import shell, static_files
 
     shell.install()  # the page shell: the first chart's scripts are fetched from the start
+    static_files.install(file_util.get_static_dir())  # the shell's folder, or Streamlit's
     from streamlit.web import cli
 
     sys.argv = command(list(sys.argv[1:] if argv is None else argv))
