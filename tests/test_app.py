@@ -620,6 +620,15 @@ def test_stale_spike_page_computes_its_story():
     assert metrics["Scissorhands: position 0"].startswith("evicted at step")
     canonical = [v for k, v in metrics.items() if k.endswith("(recent_window=64) mass")]
     assert len(canonical) == 2 and abs(float(canonical[0]) - float(canonical[1])) < 0.01
+    # The costliest eviction as the page opens (budget 8, recent_window 2, top-k 4).
+    from h2o import age_bias
+
+    spike = h2o.stale_spike_trace()
+    c = age_bias.costliest_eviction(h2o.replay(h2o.H2O(8, recent_window=2), spike, 4), spike)
+    (m,) = [m for m in at.metric if m.label.startswith("H2O: costliest eviction")]
+    assert m.label == f"H2O: costliest eviction, step {c.evicted_at}"
+    assert m.value == f"position {c.position}" and m.delta == f"{c.lost:.1f} steps' worth lost"
+    assert f"more than {c.other_max:.2f}" in m.help
 
 
 @pytest.mark.parametrize(

@@ -19,12 +19,14 @@ from streamlit_server import (
     PLAYER,
     needs_chromium,
     serve,
+    settle,
     shown_step,
     wait_player,
     wait_ready,
 )
 
 import h2o
+from app import pages as app_pages
 from app import shell
 
 # url path, plotly charts expected at least, a text the page shows
@@ -373,6 +375,26 @@ def test_a_projector_shows_every_control_whole(server, browser, tmp_path):
         )
         assert sizes and min(sizes) >= 14
         page.screenshot(path=str(tmp_path / "projector.png"))
+    finally:
+        ctx.close()
+
+
+@pytest.mark.parametrize("spec", app_pages.PAGES, ids=lambda p: p.url_path)
+def test_a_projector_shows_every_metric_whole(server, browser, spec):
+    """At 1280×720 no metric's label, value or caption is cut short: Streamlit ends a metric's
+    line with an ellipsis where it does not fit, and a cut number is a claim the room cannot
+    read."""
+    ctx, page = new_page(browser, size=(1280, 720))
+    try:
+        page.goto(f"{server}/{'' if spec.default else spec.url_path}")
+        settle(page, timeout=240)
+        cut = page.evaluate(
+            """() => [...document.querySelectorAll(
+                '[data-testid="stMain"] [data-testid="stMetric"] *')]
+              .filter(e => e.offsetParent !== null && e.scrollWidth > e.clientWidth + 1)
+              .map(e => e.innerText)"""
+        )
+        assert cut == [], f"metrics cut at 1280 px: {cut}"
     finally:
         ctx.close()
 

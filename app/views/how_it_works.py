@@ -105,7 +105,7 @@ c2.metric(
 c3.metric(
     "Per decode step",
     "O(kept)",
-    "one addition per kept position + one argmin",
+    "kept additions + one argmin",
     "off",
     delta_arrow="off",
 )

@@ -69,15 +69,16 @@ c1.metric(
     delta_color="off",
     delta_arrow="off",
 )
+# Value and delta short enough for a third of a projected 1280-pixel page (Streamlit cuts them).
 c2.metric(
-    "H2O: its costliest eviction",
-    f"position {costly.position} at step {costly.evicted_at}",
-    f"{costly.lost:.1f} steps' worth of attention lost; no other eviction over "
-    f"{costly.other_max:.2f}",
+    f"H2O: costliest eviction, step {costly.evicted_at}",
+    f"position {costly.position}",
+    f"{costly.lost:.1f} steps' worth lost",
     delta_color="off",
     delta_arrow="off",
     help="Attention the trace gives a position after its eviction, summed over the steps: the "
-    "mass a replay loses on it. Taken apart below the step view.",
+    f"mass a replay loses on it. No other eviction of H2O's loses more than "
+    f"{costly.other_max:.2f}. Taken apart below the step view.",
 )
 c3.metric(
     f"Scissorhands: position {spike}",
@@ -157,11 +158,13 @@ def rest() -> None:
     m3.metric(
         "Slots the two caches share",
         f"{agree['share']:.0%}",
-        f"holding {agree['both']:.3f} of the mass; the rest ≈ {agree['only_a']:.3f} each",
+        f"holding {agree['both']:.3f} of the mass",
         delta_color="off",
         delta_arrow="off",
         help=f"Means over steps t ≥ {c_budget}. The positions only one of them keeps are the ones "
-        "the two rules rank differently.",
+        f"the two rules rank differently: those only {h_row['label']} keeps hold "
+        f"{agree['only_a']:.3f} of the mass, those only {s_row['label']} keeps "
+        f"{agree['only_b']:.3f}.",
     )
     epoch = int(canon.trace.meta.get("epoch", 512))
     at_32 = abs(sweep_h2o[windows.index(32)] - sweep_sc[windows.index(32)]) < chapters_4_6.TIE
