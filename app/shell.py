@@ -11,6 +11,9 @@ scripts, instead of after the server's first answer:
   asks for ``/step-through/_stcore/health``, gets a 404 and tries one level up after a pause.
   When the URL ends in one of the app's pages the shell names the base instead, with
   ``window.__streamlit.BACKEND_BASE_URL``, Streamlit's own setting for where its server is.
+* **the default page's own name**: Streamlit serves the default page (the lesson) at the base
+  only, and answers ``/lesson`` with "Page not found"; the shell turns that URL into the base's
+  before Streamlit reads it.
 
 ``python -m app.serve`` (``make run``, the replicas) serves the shell from a folder built once
 per server (:func:`install`); ``streamlit run app/main.py`` serves Streamlit's own page, which
@@ -95,7 +98,12 @@ let figure = Object.values(c.figures)[0], base = parts.join("/");
 if (Object.prototype.hasOwnProperty.call(c.figures, last)) {
   figure = c.figures[last];
   base = parts.slice(0, -1).join("/");
-  window.__streamlit = { BACKEND_BASE_URL: location.origin + base + "/" };
+  if (last === Object.keys(c.figures)[0]) {
+    // The default page lives at the base: Streamlit's router knows it by no other name.
+    history.replaceState(history.state, "", base + "/" + location.search + location.hash);
+  } else {
+    window.__streamlit = { BACKEND_BASE_URL: location.origin + base + "/" };
+  }
 }
 const preload = (rel, path) => {
   const link = document.createElement("link");

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from streamlit import file_util
-from streamlit_server import needs_chromium, serve_process, wait_player, wait_ready
+from streamlit_server import needs_chromium, serve_process, settle, wait_player, wait_ready
 
 from app import pages, player, shell
 
@@ -190,5 +190,23 @@ def test_a_page_asks_where_the_server_is_once_and_fetches_its_figure_first(
                 fetched,
                 opened,
             )
+        finally:
+            ctx.close()
+
+
+@needs_chromium
+@pytest.mark.browser
+def test_the_default_pages_own_name_opens_it(server, prefixed, browser):
+    """Streamlit serves the default page at the base only: ``/lesson`` opened "Page not found"."""
+    (lesson,) = [p for p in pages.PAGES if p.default]
+    for base in (server, prefixed):
+        ctx = browser.new_context(viewport={"width": 1280, "height": 720})
+        page = ctx.new_page()
+        try:
+            page.goto(f"{base}/{lesson.url_path}?chapter=3")
+            settle(page)
+            assert page.url == f"{base}/?chapter=3"
+            assert page.locator('[role="dialog"]').count() == 0
+            assert page.locator("h1").first.inner_text() == "H2O, step by step"
         finally:
             ctx.close()
