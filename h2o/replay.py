@@ -24,6 +24,9 @@ import numpy as np
 from .policies import Policy
 from .trace import Trace
 
+#: What may pick a policy's victim (``Policy.evicts_by``), as :meth:`Replay.narrate` tells it.
+EVICTS_BY = ("score", "age", "chance")
+
 
 @dataclass(eq=False)
 class Replay:
@@ -50,6 +53,7 @@ class Replay:
     kept_score: np.ndarray | None = None  # (T, cap) float64, nan padded
     extra: dict[str, Any] = field(default_factory=dict)
     reads_attention: bool = True  # the policy's own flag (its class may be in no registry)
+    evicts_by: str = "score"  # what picks its victim (the class's ``evicts_by``)
 
     # -- summaries -----------------------------------------------------------------------------
     def summary(self) -> dict[str, float]:
@@ -136,11 +140,11 @@ class Replay:
         evictable = n - self.window - self.sinks
         what = ", ".join(f"{p}" for p, _ in victims)
         noun = "position" if len(victims) == 1 else "positions"
-        if self.policy in ("streaming-llm", "sliding-window"):
+        if self.evicts_by == "age":
             pinned = f" outside the {self.sinks} pinned sinks" if self.sinks else ""
             why = f"the oldest{pinned}"
             return f"step {t}: evicted {noun} {what} — {why}{window}"
-        if self.policy == "random":
+        if self.evicts_by == "chance":
             return (
                 f"step {t}: evicted {noun} {what} — drawn at random from {evictable} "
                 f"evictable positions{window}"
@@ -341,6 +345,10 @@ def result(
     order (which also give the recall) and, if recorded, the per-step
     snapshots. Shared by :func:`replay` and the lock-step bank replay (:mod:`h2o.bank`)."""
     params = policy.params()
+    if policy.evicts_by not in EVICTS_BY:
+        raise ValueError(
+            f"{type(policy).__name__}.evicts_by is {policy.evicts_by!r}: one of {EVICTS_BY}"
+        )
     out = Replay(
         policy=policy.name,
         label=policy.label,
@@ -362,6 +370,7 @@ def result(
         kept_pos=kept_pos,
         kept_score=kept_score,
         reads_attention=bool(policy.reads_attention),
+        evicts_by=str(policy.evicts_by),
     )
     _freeze(out.mass, out.recall, out.n_kept, out.victim_step, out.victim_pos, out.victim_score)
     if kept_pos is not None:

@@ -109,6 +109,35 @@ def test_narration_names_victim_score_and_window(toy):
     assert "oldest outside the 1 pinned sinks" in r2.narrate(20)
 
 
+def test_narration_reads_what_picks_the_victim_from_the_class(toy):
+    """A replay tells each eviction by its class's ``evicts_by``, not by the policy's name: a
+    subclass under another name still evicts (and is told as evicting) the oldest."""
+    from h2o import RandomEviction, SlidingWindow
+
+    class MySinks(StreamingLLM):
+        name, label = "my-sinks", "My sinks"
+
+    for policy, said in [
+        (StreamingLLM(8, sinks=1), "the oldest outside the 1 pinned sinks"),
+        (SlidingWindow(8), "the oldest"),
+        (MySinks(8, sinks=2), "the oldest outside the 2 pinned sinks"),
+        (RandomEviction(8, 2, rng=np.random.default_rng(0)), "drawn at random from"),
+        (H2O(8, 2), "the lowest of"),
+    ]:
+        r = replay(policy, toy)
+        t = int(r.victim_step[0])
+        assert r.evicts_by == type(policy).evicts_by
+        assert said in r.narrate(t), (policy.label, r.narrate(t))
+
+
+def test_a_class_naming_no_known_eviction_is_refused(toy):
+    class Odd(StreamingLLM):
+        name, evicts_by = "odd", "luck"
+
+    with pytest.raises(ValueError, match=r"Odd.evicts_by is 'luck'"):
+        replay(Odd(8), toy)
+
+
 def test_score_grid_and_pooled_grid(toy):
     r = replay(H2O(6, 2), toy)
     grid = r.score_grid(10, 20)

@@ -101,6 +101,9 @@ class Policy:
     line_style: ClassVar[tuple[str, str, int] | None] = None
     #: Whether it keeps the attention sinks by rule (pinned slots), not by score.
     pins_sinks: ClassVar[bool] = False
+    #: What picks its victim, as a replay tells each step: "score" (the lowest, ties to the lower
+    #: position: the card's argmin), "age" (the oldest outside its pinned sinks) or "chance".
+    evicts_by: ClassVar[str] = "score"
     #: Whether it holds every position and chooses what each step *reads* instead of evicting
     #: (Quest): replayed by :func:`h2o.selection.replay_selection`, left out of the comparisons
     #: of what a cache of ``budget`` slots holds (``python -m h2o bench``, All policies).

@@ -18,6 +18,7 @@ class RandomEviction(ScoredPolicy):
     colour, line_style = "#A3A3A4", ("longdash", "cross", 8)  # on every chart
     reads_attention = False
     score_label = "(no score)"
+    evicts_by = "chance"
     bank = "scored"  # its draws run in numpy, lane by lane (no compiled rule)
 
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:

@@ -29,6 +29,7 @@ class StreamingLLM(Policy):
     reads_attention = False
     pins_sinks = True
     score_label = "(no score)"
+    evicts_by = "age"
 
     def __init__(
         self, budget: int = 512, sinks: int = 4, *, rng: np.random.Generator | None = None
