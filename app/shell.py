@@ -17,7 +17,8 @@ scripts, instead of after the server's first answer:
 
 ``python -m app.serve`` (``make run``, the replicas) serves the shell from a folder built once
 per server (:func:`install`); ``streamlit run app/main.py`` serves Streamlit's own page, which
-works the same, a little later. Nothing in the shell depends on a visitor.
+works the same, a little later, but for ``/lesson`` (Streamlit's "Page not found", then the
+lesson). Nothing in the shell depends on a visitor.
 """
 
 from __future__ import annotations

@@ -3,14 +3,15 @@ served from memory.
 
 A new browser asks for about a hundred of these files, most of them while its page's websocket
 brings the first figure. Streamlit answers each one through its middleware and Starlette's
-``FileResponse`` (a stat, a thread, a read): about 1.6 ms of the server's Python per file on the
-project's 2-core machine, in the event loop the websocket shares. Every file under ``static/`` is
-content-hashed or versioned and never changes while the server runs, so :class:`StaticFromMemory`
-reads each one once per server and answers it from memory, before Streamlit's middleware, with
-Streamlit's own headers (``immutable`` caching, no compression). Everything else, and any path it
-does not recognise, goes on to Streamlit unchanged.
+``FileResponse`` (a stat, a thread, a read): about 1.2 ms of the server's Python per file on the
+project's 2-core machine (``python benchmarks/static_files.py``), in the event loop the websocket
+shares. Every file under ``static/`` is content-hashed or versioned and never changes while the
+server runs, so :class:`StaticFromMemory` reads each one once per server (in a worker thread) and
+answers it from memory, before Streamlit's middleware, with Streamlit's own headers
+(``immutable`` caching, no compression). Everything else, and any path it does not recognise,
+goes on to Streamlit unchanged.
 
-``python -m app.serve`` installs it with the shell (:func:`app.shell.install`).
+``python -m app.serve`` installs it beside the shell (:mod:`app.shell`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import re
 import threading
 from pathlib import Path
 
+import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 #: A file it may answer: under ``static/``, in plain segments (no ``..``, no hidden files, no
@@ -42,7 +44,8 @@ class StaticFromMemory:
     ``directory`` is the folder Streamlit serves (the shell's, or Streamlit's own); ``base_url``
     is ``server.baseUrlPath``. A request with a ``Range`` header, another method, a path that
     :data:`SAFE_PATH` does not match or that is not a regular file inside ``directory`` goes on
-    to ``app``. ``If-None-Match`` with the file's ETag is answered ``304``."""
+    to ``app``, as does an ``.html`` file (Streamlit sends those uncached). ``If-None-Match``
+    with the file's ETag (or ``*``) is answered ``304``."""
 
     def __init__(
         self, app: ASGIApp, directory: str | Path, base_url: str = "", max_bytes: int = MAX_BYTES
@@ -67,43 +70,41 @@ class StaticFromMemory:
         if not path.startswith(self.prefix):
             return None
         rel = path[len(self.prefix) :]
-        if not SAFE_PATH.fullmatch(rel):
-            return None
+        if not SAFE_PATH.fullmatch(rel) or rel.endswith(".html"):
+            return None  # (Streamlit sends its pages uncached: they are its to answer)
         if any(name == b"range" for name, _ in scope.get("headers", ())):
             return None
         return rel
 
-    def load(self, rel: str) -> tuple[bytes, list[tuple[bytes, bytes]], bytes] | None:
-        """The file's bytes, its response headers and its ETag, read once (None: not a file
-        this middleware serves)."""
-        held = self.files.get(rel)
-        if held is not None:
-            return held
+    def read(self, rel: str) -> tuple[bytes, list[tuple[bytes, bytes]], bytes] | None:
+        """The file's bytes, its response headers and its ETag, read from disk and kept within
+        the bound (None: not a file this middleware serves). Run in a worker thread: a first
+        read must not hold up the websockets sharing the event loop."""
         path = self.root / rel
         try:
             # The shell's folder holds links into Streamlit's: they are followed (as Streamlit
             # does), while SAFE_PATH keeps the request itself inside the folder.
             if not path.is_file():
                 return None
-            size = path.stat().st_size
-            if size > MAX_FILE_BYTES:
+            stat = path.stat()
+            if stat.st_size > MAX_FILE_BYTES:
                 return None
             body = path.read_bytes()
         except OSError:
             return None
-        if len(body) != size:
-            return None
+        if len(body) != stat.st_size:
+            return None  # changed while read: Streamlit answers it
         kind = mimetypes.guess_type(rel)[0] or "application/octet-stream"
         if kind.startswith("text/"):
             kind += "; charset=utf-8"
         etag = b'"' + hashlib.blake2b(body, digest_size=12).hexdigest().encode() + b'"'
-        modified = email.utils.formatdate(path.stat().st_mtime, usegmt=True).encode()
         headers = [
             (b"content-type", kind.encode()),
             (b"content-length", str(len(body)).encode()),
+            (b"accept-ranges", b"bytes"),  # a range goes on to Streamlit, which answers it
             (b"cache-control", CACHE_CONTROL),
             (b"etag", etag),
-            (b"last-modified", modified),
+            (b"last-modified", email.utils.formatdate(stat.st_mtime, usegmt=True).encode()),
         ]
         entry = (body, headers, etag)
         with self._lock:
@@ -114,13 +115,15 @@ class StaticFromMemory:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         rel = self.relative(scope)
-        entry = self.load(rel) if rel is not None else None
+        entry = None
+        if rel is not None:
+            entry = self.files.get(rel) or await anyio.to_thread.run_sync(self.read, rel)
         if entry is None:
             await self.app(scope, receive, send)
             return
         body, headers, etag = entry
         asked = [v for k, v in scope.get("headers", ()) if k == b"if-none-match"]
-        if asked and any(etag in v for v in asked):
+        if any(v.strip() == b"*" or etag in v for v in asked):
             await send(
                 {
                     "type": "http.response.start",
