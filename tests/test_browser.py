@@ -379,14 +379,17 @@ def test_a_projector_shows_every_control_whole(server, browser, tmp_path):
         ctx.close()
 
 
-@pytest.mark.parametrize("spec", app_pages.PAGES, ids=lambda p: p.url_path)
-def test_a_projector_shows_every_metric_whole(server, browser, spec):
-    """At 1280×720 no metric's label, value or caption is cut short: Streamlit ends a metric's
-    line with an ellipsis where it does not fit, and a cut number is a claim the room cannot
-    read."""
+@pytest.mark.parametrize(
+    "link",
+    [("" if p.default else p.url_path) for p in app_pages.PAGES] + [d[0] for d in DEEP_LINKS],
+)
+def test_a_projector_shows_every_metric_whole(server, browser, link):
+    """At 1280×720 no metric's label, value or caption is cut short, on every page as it opens
+    and at the deep links' settings: Streamlit ends a metric's line with an ellipsis where it
+    does not fit, and a cut number is a claim the room cannot read."""
     ctx, page = new_page(browser, size=(1280, 720))
     try:
-        page.goto(f"{server}/{'' if spec.default else spec.url_path}")
+        page.goto(f"{server}/{link}")
         settle(page, timeout=240)
         cut = page.evaluate(
             """() => [...document.querySelectorAll(

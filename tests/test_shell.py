@@ -203,9 +203,9 @@ def test_the_default_pages_own_name_opens_it(server, prefixed, browser):
         ctx = browser.new_context(viewport={"width": 1280, "height": 720})
         page = ctx.new_page()
         try:
-            page.goto(f"{base}/{lesson.url_path}?chapter=3")
+            page.goto(f"{base}/{lesson.url_path}?chapter=3#top")
             settle(page)
-            assert page.url == f"{base}/?chapter=3"
+            assert page.url == f"{base}/?chapter=3#top"
             assert page.locator('[role="dialog"]').count() == 0
             assert page.locator("h1").first.inner_text() == "H2O, step by step"
         finally:
