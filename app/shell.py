@@ -100,8 +100,11 @@ if (Object.prototype.hasOwnProperty.call(c.figures, last)) {
   figure = c.figures[last];
   base = parts.slice(0, -1).join("/");
   if (last === Object.keys(c.figures)[0]) {
-    // The default page lives at the base: Streamlit's router knows it by no other name.
-    history.replaceState(history.state, "", base + "/" + location.search + location.hash);
+    // The default page lives at the base: Streamlit's router knows it by no other name. (A
+    // sandboxed frame may refuse: Streamlit then says "Page not found" and opens it anyway.)
+    try {
+      history.replaceState(history.state, "", base + "/" + location.search + location.hash);
+    } catch (e) {}
   } else {
     window.__streamlit = { BACKEND_BASE_URL: location.origin + base + "/" };
   }
