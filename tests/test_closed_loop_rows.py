@@ -11,10 +11,11 @@ import copy
 
 import numpy as np
 import pytest
+from numba import njit
 
 from h2o.bank import make_bank
-from h2o.bank.kernels import _sum32
-from h2o.model.closed_loop import Bank, LayerHeads
+from h2o.bank.kernels import _row_times, _sum32
+from h2o.model.closed_loop import Bank, LayerHeads, head_mean
 from h2o.policies import H2O, TOVA, Scissorhands
 
 
@@ -110,18 +111,48 @@ def test_the_steady_state_is_taken_in_one_call_and_a_dead_head_falls_back():
     assert bank.last_pos == ref.last_pos == t0 + c - 1
 
 
-@pytest.mark.parametrize(("G", "gs", "n"), [(1, 2, 9), (3, 3, 94), (2, 4, 513), (3, 3, 4097)])
-def test_the_rows_arithmetic_is_numpys_matmul_on_this_machine(G, gs, n):
-    """How numpy's matmul adds a row's products (rounded then added, or fused multiply-adds:
-    it depends on the BLAS and the CPU) is asked of numpy once; the compiled loop's sums then
-    give numpy's float32 bits on other shapes and data too."""
-    from h2o.bank.kernels import _products, matmul_fuses
+SHAPES = [(1, 2, 9), (3, 3, 94), (2, 4, 513), (3, 3, 4097)]
 
-    fused = matmul_fuses()
-    assert fused is not None  # the machines the project runs on do one or the other
+
+def _data(G, gs, n):
     rng = np.random.default_rng(G * 1000 + n)
     pk = rng.random((G, gs, n), dtype=np.float32) / np.float32(n)
     w = rng.random((G, gs), dtype=np.float32) * np.float32(5)
+    return w, pk
+
+
+@pytest.mark.parametrize(("G", "gs", "n"), SHAPES)
+def test_the_head_mean_is_its_rule_written_out(G, gs, n):
+    """The group's signal, written as its rule: for every head ``g`` and kept slot ``j``, the
+    float32 products ``w[g, h] * pk[g, h, j]``, each rounded, added in head order — one numpy
+    float32 scalar operation at a time (each correctly rounded, on every CPU)."""
+    w, pk = _data(G, gs, n)
+    want = np.empty((G, n), np.float32)
+    for g in range(G):
+        for j in range(n):
+            acc = np.float32(0.0)
+            for h in range(gs):
+                acc = np.float32(acc + np.float32(w[g, h] * pk[g, h, j]))
+            want[g, j] = acc
+    assert head_mean(w, pk).tobytes() == want.tobytes()
+
+
+@njit
+def _compiled_products(w, pk, out):
+    for g in range(pk.shape[0]):
+        for j in range(pk.shape[2]):
+            out[g, j] = _row_times(w, pk, g, j)
+
+
+@pytest.mark.parametrize(("G", "gs", "n"), SHAPES)
+def test_the_compiled_rows_add_as_the_per_row_path(G, gs, n):
+    """The compiled rows' signal (``kernels._row_times``) is the per-row path's
+    (``closed_loop.head_mean``) to the bit, on any CPU: neither asks a BLAS."""
+    w, pk = _data(G, gs, n)
     out = np.empty((G, n), np.float32)
-    _products(w, pk, out, fused)
-    assert out.tobytes() == np.matmul(w[:, None, :], pk)[:, 0, :].tobytes()
+    _compiled_products(w, pk, out)
+    assert out.tobytes() == head_mean(w, pk).tobytes()
+    # and both are the exact sum to float32's accuracy (gs roundings of products and sums)
+    exact = np.einsum("gh,ghn->gn", w.astype(np.float64), pk.astype(np.float64))
+    bound = 2 * gs * np.finfo(np.float32).eps * exact
+    assert np.all(np.abs(out - exact) <= bound)

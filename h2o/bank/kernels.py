@@ -20,12 +20,8 @@ exact in any order (see :func:`h2o.bank.replay._exact_sums`), so it is the pairw
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
 
 def rule_of(cls: type) -> np.ndarray | None:
@@ -301,76 +297,30 @@ def _sum32(a, lo, n, stack):
     return res
 
 
-@intrinsic
-def _fma32(typingctx, a, b, c):
-    """``a * b + c`` in float32 with one rounding (LLVM's ``llvm.fma``): what a fused
-    multiply-add instruction computes."""
-    sig = types.float32(types.float32, types.float32, types.float32)
-
-    def codegen(context, builder, signature, args):
-        f32 = ir.FloatType()
-        fma = builder.module.declare_intrinsic("llvm.fma", [f32], ir.FunctionType(f32, [f32] * 3))
-        return builder.call(fma, args)
-
-    return sig, codegen
-
-
 @njit(cache=True, nogil=True, inline="always")
-def _row_times(w, pk, g, j, fused):
-    """``sum_h w[g, h] * pk[g, h, j]`` in float32, the products added in order: each rounded
-    then added, or (``fused``) each added by a fused multiply-add."""
+def _row_times(w, pk, g, j):
+    """``sum_h w[g, h] * pk[g, h, j]`` in float32, each product rounded, then added in head
+    order: :func:`h2o.model.closed_loop.head_mean`'s arithmetic, which is numpy's elementwise
+    multiply and add (correctly rounded on every CPU, unlike a BLAS matmul, whose kernel chooses
+    its own order and fused multiply-adds)."""
     acc = np.float32(0.0)
     for h in range(pk.shape[1]):
-        if fused:
-            acc = _fma32(w[g, h], pk[g, h, j], acc)
-        else:
-            acc += w[g, h] * pk[g, h, j]
+        acc += w[g, h] * pk[g, h, j]
     return acc
 
 
 @njit(cache=True, nogil=True)
-def _products(w, pk, out, fused):
-    for g in range(pk.shape[0]):
-        for j in range(pk.shape[2]):
-            out[g, j] = _row_times(w, pk, g, j, fused)
-
-
-@functools.cache
-def matmul_fuses() -> bool | None:
-    """How numpy's ``matmul`` of ``(1, gs)`` float32 weights by ``(gs, n)`` rows adds the
-    products on this machine: True with fused multiply-adds (OpenBLAS's kernels for CPUs that
-    have them, such as AVX-512 ones), False rounded then added. It depends on the BLAS numpy
-    loaded and the CPU, so it is asked once, of numpy itself: the closed loop's rows in one call
-    (:func:`steady_rows`) must give the per-row path's float32 bits. None: neither (the rows
-    then go one by one)."""
-    rng = np.random.default_rng(0)
-    G, gs, n = 3, 3, 515
-    pk = rng.random((G, gs, n), dtype=np.float32) / np.float32(n)
-    w = rng.random((G, gs), dtype=np.float32) * np.float32(7)
-    # As the per-row path multiplies them (h2o.model.closed_loop._mean_unchecked): every head's
-    # weights by its gathered (gs, n) block, C-ordered, in one batched matmul.
-    want = np.matmul(w[:, None, :], pk)[:, 0, :]
-    out = np.empty((G, n), np.float32)
-    for fused in (False, True):
-        _products(w, pk, out, fused)
-        if np.array_equal(want, out):
-            return fused
-    return None
-
-
-@njit(cache=True, nogil=True)
-def steady_rows(p, pos, score, n, t0, i0, windows, rule, mask, pk, w, sig, stack, fused):
+def steady_rows(p, pos, score, n, t0, i0, windows, rule, mask, pk, w, sig, stack):
     """The model's closed loop in the steady state, rows ``i0..`` of a chunk in one call: for
     each row ``i`` (query ``t0 + i``), every KV head ``g`` (a lane at its budget ``n``) marks
     its kept positions in ``mask[g, i]``, takes the signal the per-row path computes — each
     query head's probabilities ``p[g, h, i]`` at its kept positions, renormalised by their
-    float32 pairwise sum, then averaged over the ``gs`` query heads in order, as numpy's
-    ``matmul`` of ``(1, gs)`` weights by ``(gs, n)`` rows adds them — and steps as
+    float32 pairwise sum, then averaged over the ``gs`` query heads in order (:func:`_row_times`)
+    — and steps as
     :func:`step_lanes`. Stops before a row in which some head's kept mass is not positive
     (the careful path's case) and returns the first row not stepped (``p.shape[2]``: all).
     ``pk``, ``w``, ``sig``: scratch ``(G, gs, n)``, ``(G, gs)`` and ``(G, n)`` float32;
-    ``stack``: :func:`_sum32`'s; ``fused``: numpy's ``matmul`` adds with fused multiply-adds
-    (:func:`matmul_fuses`)."""
+    ``stack``: :func:`_sum32`'s."""
     G, gs, c = p.shape[0], p.shape[1], p.shape[2]
     inv = np.float32(1.0 / gs)
     fair = 1.0 / n
@@ -388,7 +338,7 @@ def steady_rows(p, pos, score, n, t0, i0, windows, rule, mask, pk, w, sig, stack
                 w[g, h] = inv / z
         for g in range(G):
             for j in range(n):
-                sig[g, j] = _row_times(w, pk, g, j, fused)
+                sig[g, j] = _row_times(w, pk, g, j)
         for g in range(G):
             ps, s = pos[g], score[g]
             for j in range(n):
@@ -431,10 +381,7 @@ def warm() -> None:
     gather_kept(p, pos, 3, 0, np.zeros((2, 4, 8), dtype=np.bool_), np.empty((2, 3, 3), np.float32))
     scratch = (np.empty((2, 3, 3), np.float32), np.empty((2, 3), np.float32))
     scratch += (np.empty((2, 3), np.float32), np.empty((64, 4)))
-    for fused in (False, True):
-        mask = np.zeros((2, 4, 8), np.bool_)
-        steady_rows(p, pos, score, 3, 5, 0, windows, _H2O, mask, *scratch, fused)
-    matmul_fuses()
+    steady_rows(p, pos, score, 3, 5, 0, windows, _H2O, np.zeros((2, 4, 8), np.bool_), *scratch)
     from .lane import warm as warm_lane  # one replay's compiled loop (it builds on this module)
 
     warm_lane()

@@ -26,7 +26,7 @@ from h2o.policies.base import MAX_WEIGHT
 from h2o.policies.registry import BUILT_IN
 
 from .base import NO_VICTIMS, PolicyBank
-from .kernels import advance_lanes, evict_lanes, matmul_fuses, rule_of, steady_rows, step_lanes
+from .kernels import advance_lanes, evict_lanes, rule_of, steady_rows, step_lanes
 
 #: Weights the compiled loops read (each dtype is compiled once, then cached on disk).
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -139,7 +139,6 @@ class ScoredBank(PolicyBank):
             or p.dtype != np.float32
             or p.shape[0] != self.size
             or n == t0 + i0  # nothing evicted yet: the per-row path's causal case
-            or (fused := matmul_fuses()) is None  # numpy's matmul is neither way here
         ):
             return i0
         G, gs = p.shape[0], p.shape[1]
@@ -162,7 +161,6 @@ class ScoredBank(PolicyBank):
             self._compiled,
             mask,
             *scratch,
-            fused,
         )
         if done > i0:
             self._last_pos = t0 + done - 1

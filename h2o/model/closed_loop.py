@@ -318,8 +318,8 @@ def _step_parts(
     The same masks and the same signals as the instances' path: before any head has evicted,
     the causal row of every head at once (:func:`_signals`' first case); when every head keeps
     the same number, :func:`_signals` itself; otherwise each bank's lanes gathered as one
-    block — per lane the gather and :func:`_renormalised_mean` of the one-head path (a batched
-    matmul multiplies each head's block alone), and per lane one by one where a bank's own
+    block — per lane the gather and :func:`_renormalised_mean` of the one-head path (the head mean
+    is elementwise: each head's block alone), and per lane one by one where a bank's own
     lanes differ. All signals are checked before any bank moves; then each bank takes its
     trusted step, as in :func:`_step_bank`.
     """
@@ -406,7 +406,7 @@ def _step_whole(p: np.ndarray, t: int, i: int, group, mask: np.ndarray, layer: i
 
     Heads at equal fills go through :func:`_signals` itself. At different fills (an adaptive
     layer's usual state) each head's signal is :func:`_signals`' one-head gather and
-    :func:`_renormalised_mean`, unrolled: the same reduction and the same matmul on the same
+    :func:`_renormalised_mean`, unrolled: the same reduction and the same head mean on the same
     ``(gs, n)`` block, so the same float32 bits.
     """
     kept = group.kept_rows()
@@ -423,7 +423,7 @@ def _step_whole(p: np.ndarray, t: int, i: int, group, mask: np.ndarray, layer: i
             pk = p[g, :, i].T.take(kk, axis=0).T
             z = _sum(pk, axis=-1)
             if _min(z, axis=None) > 0:  # then every weight is finite: z is a finite sum
-                signals.append(np.matmul((inv / z)[None, :], pk)[0])
+                signals.append(head_mean((inv / z)[None, :], pk[None])[0])
             else:  # an underflowed head (or NaN): the general rule, and the check below
                 signals.append(_renormalised_mean(pk[None])[0])
                 odd = True
@@ -470,8 +470,20 @@ def _mean_unchecked(pk: np.ndarray, z: np.ndarray | None = None) -> np.ndarray:
     summed already): the same floats whenever every head's kept mass is positive, and a weight
     that is not finite otherwise — which the bank's step refuses, changing nothing, so the
     caller then takes the careful path."""
-    w = (np.float32(1.0 / pk.shape[1]) / (_sum(pk, axis=-1) if z is None else z))[:, None, :]
-    return np.matmul(w, pk)[:, 0, :]
+    w = np.float32(1.0 / pk.shape[1]) / (_sum(pk, axis=-1) if z is None else z)
+    return head_mean(w, pk)
+
+
+def head_mean(w: np.ndarray, pk: np.ndarray) -> np.ndarray:
+    """``sum_h w[:, h] * pk[:, h]``: ``(G, gs)`` float32 weights by ``(G, gs, n)`` rows, each
+    product rounded, then added in head order — numpy's elementwise arithmetic, the same bits
+    on every CPU and in the compiled rows (:func:`h2o.bank.kernels.steady_rows`). Not a
+    ``matmul``: a BLAS adds a row's products in the order and with the fused multiply-adds its
+    kernel for that CPU and shape chooses, so its last bit differs between machines."""
+    out = w[:, 0, None] * pk[:, 0]
+    for h in range(1, pk.shape[1]):
+        out += w[:, h, None] * pk[:, h]
+    return out
 
 
 def _renormalised_mean(pk: np.ndarray) -> np.ndarray:
