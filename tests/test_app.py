@@ -167,8 +167,17 @@ def test_the_payload_holds_every_step_of_its_range():
         assert np.array_equal(arr["mass"], rep.mass.astype(np.float32))
 
 
-def test_a_report_moves_the_step_and_the_link():
+def test_the_view_opens_at_the_first_eviction():
+    # No step chosen: the view opens where the first eviction happens. Both default policies
+    # hold ``budget`` positions after steps 0..budget-1 and evict first at step ``budget``.
     at = open_app()
+    budget = at.session_state["budget"]
+    assert at.session_state["step"] == budget > 0
+    assert view(at)[0]["start"]["step"] == budget
+
+
+def test_a_report_moves_the_step_and_the_link():
+    at = open_app(step=0)  # a link's step is kept, even 0
     assert at.session_state["step"] == 0
     first = view(at)[0]["range"]
     report(at, step=40, colour="linear", rows="all", width=64, speed=30, reveal=True)
@@ -325,7 +334,8 @@ def test_link_values_that_are_not_usable_numbers(query, words):
     errors = " ".join(e.value for e in at.error)
     assert words in errors and len(errors) < 400
     if page == "views/step_through.py":
-        assert at.session_state["budget"] == 8 and at.session_state["step"] == 0
+        # the link's step ignored: the view opens at the first eviction (step = budget)
+        assert at.session_state["budget"] == 8 and at.session_state["step"] == 8
 
 
 def live_markup(text: str) -> list[str]:

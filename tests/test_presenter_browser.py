@@ -144,7 +144,7 @@ def test_a_view_at_step_0_exports_a_file_that_opens_at_the_first_eviction(
 ):
     ctx, page = new_page(browser)
     try:
-        page.goto(f"{server}/step-through?trace=toy&budget=8&recent_window=2")
+        page.goto(f"{server}/step-through?trace=toy&budget=8&recent_window=2&step=0")
         wait_player(page)
         assert shown_step(page) == 0
         with page.expect_download(timeout=60_000) as dl:

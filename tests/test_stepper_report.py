@@ -224,8 +224,12 @@ def payload_header(at: AppTest) -> dict[str, Any]:
 def test_the_payload_carries_the_views_settings_and_a_stable_view_id():
     at = open_page()
     header = payload_header(at)
-    assert at.session_state["spike_step"] == 0  # not in the session yet: step 0
-    assert header["start"] == {"step": 0, **stepper.SETTINGS}
+    # Not in the session yet: the view opens at the first step either panel evicts at (the toy
+    # trace's budget-8 caches are full after 8 steps: their first victim goes at step 8).
+    first = _first_eviction(("h2o", "tova"))
+    assert first > 0
+    assert at.session_state["spike_step"] == first
+    assert header["start"] == {"step": first, **stepper.SETTINGS}
     assert header["highlights"] == [[3, "7"]]  # JSON types, whatever the page passed
     assert header["presenter"] is False
     assert header["url"] == {"step": "spike_step", "defaults": stepper.SETTINGS}
@@ -239,7 +243,26 @@ def test_the_payload_carries_the_views_settings_and_a_stable_view_id():
     at.run()
     header = payload_header(at)
     assert header["presenter"] is True and header["view"] != view
-    assert header["start"] == {"step": 0, **stepper.SETTINGS, "width": 64}
+    assert header["start"] == {"step": first, **stepper.SETTINGS, "width": 64}
+
+
+def _first_eviction(names) -> int:
+    """The first step at which any of the page's policies evicts, read off their replays."""
+    from app import data
+    from h2o import analysis, replay
+
+    ref = data.load("toy", {})
+    steps = []
+    for name in names:
+        r = replay(analysis.make_policy(name, 8, recent_window=2), ref.trace, 5)
+        steps.append(int(r.victim_step.min()))
+    return min(steps)
+
+
+def test_a_step_chosen_by_the_link_is_kept_even_at_zero():
+    at = open_page(spike_step=0)
+    assert at.session_state["spike_step"] == 0
+    assert payload_header(at)["start"]["step"] == 0
 
 
 def test_a_view_of_refused_panels_only_still_plays():

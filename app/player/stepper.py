@@ -89,7 +89,9 @@ def render(
             icon=":material/error:",
         )
         ss[key] = last
-    ss[key] = max(0, min(int(ss.get(key, 0)), last))
+    if key not in ss:  # no link, chapter or earlier visit chose a step: where things happen
+        ss[key] = first_eviction(panels)
+    ss[key] = max(0, min(int(ss[key]), last))
     presenter = bool(ss.get(state.PRESENTER, False))
     extra = {
         "highlights": [[int(p), str(label)] for p, label in highlights],
@@ -154,17 +156,21 @@ def render(
     view_fragment()
 
 
-def export_step(step: int, panels: Sequence[playback.Panel]) -> int:
-    """Where an exported file opens: the view's step; at step 0, where nothing has happened yet,
-    the first eviction of any panel (0 if none evicts)."""
-    if step > 0:
-        return step
+def first_eviction(panels: Sequence[playback.Panel]) -> int:
+    """The first step at which any panel evicts (0 if none does): where a view opens when
+    nothing chose its step, so a class does not watch the cache fill first."""
     firsts = [
         int(s.replay.victim_step[0])
         for s in panels
         if s.replay is not None and len(s.replay.victim_step)
     ]
     return min(firsts, default=0)
+
+
+def export_step(step: int, panels: Sequence[playback.Panel]) -> int:
+    """Where an exported file opens: the view's step; at step 0, where nothing has happened yet,
+    the first eviction of any panel (0 if none evicts)."""
+    return step if step > 0 else first_eviction(panels)
 
 
 @dataclass(frozen=True)
