@@ -104,3 +104,14 @@ def test_on_the_model_the_context_is_compressed_then_the_question_read(model) ->
     ref = score_answer(model, prompt, answer, Row("full"), max_new=2)
     assert whole.token_logprobs == ref.token_logprobs
     assert whole.produced_ids == ref.produced_ids
+
+
+def test_what_a_fused_kernel_rules_out_is_h2os_sum_only():
+    """A fused attention kernel never writes the weights out: that rules out H2O, which adds up
+    every weight of every step, but not SnapKV or TOVA, which recompute the few queries' weights
+    they read (kvpress's ``compute_window_attention``; SnapKV's code with FlashAttention-2)."""
+    said = Knorm.since_h2o
+    cannot = said[said.index("cannot") - 80 : said.index("cannot")]
+    assert "H2O" in cannot
+    assert "SnapKV" not in cannot.split("(")[0] and "TOVA" not in cannot.split("(")[0]
+    assert "SnapKV and TOVA recompute" in said

@@ -4,8 +4,9 @@ Norm-Based Strategy for KV Cache Compression", https://arxiv.org/abs/2406.11430;
 
 The paper's observation: "a low L2 norm of the key embeddings usually leads to a high attention
 score during decoding". So the cache can be compressed without reading a single attention
-weight — the one signal H2O, TOVA and SnapKV cannot do without, and the one a fused attention
-kernel (FlashAttention) never writes out::
+weight. H2O, TOVA and SnapKV all read one; a fused attention kernel (FlashAttention) never writes
+the weights out, which rules out H2O's sum of every weight at every step, while SnapKV and TOVA
+recompute the few queries' weights they read (kvpress's ``compute_window_attention``)::
 
     prefill the context (full attention)
     score[j] = -||k_j||_2          for every context position j, per KV head (kvpress:
@@ -52,8 +53,9 @@ class Knorm(ContextCompression):
     colour = "#FF9DA7"
     marker = "square"
     since_h2o = (
-        "reads no attention weight, so it runs where a fused attention kernel never writes them "
-        "out (H2O, TOVA and SnapKV cannot)"
+        "reads no attention weight, so it runs behind a fused attention kernel, which never writes "
+        "the weights out: H2O, which adds up every weight of every step, cannot (SnapKV and TOVA "
+        "recompute the few queries' weights they read)"
     )
 
     def name(self) -> str:
