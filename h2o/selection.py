@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .policies.base import Policy
-from .replay import Replay, check_top_k, result
+from .replay_outcome import Replay, check_top_k, result
 from .trace import Trace
 
 

@@ -123,8 +123,8 @@ else:
         f"{WORDS.get(LAST, str(LAST)).capitalize()} short chapters, each with one live figure "
         "computed by the library (or computed ahead on the real model) as you read. "
         "Where it helps, a question asks you to **predict** first; answer it or not, the figure "
-        "that settles it is one click away. Every chapter opens its full page with the same "
-        "settings. Presenting? Switch on **Presenter mode** in the sidebar: one chapter per "
+        "that settles it is one click away. Where a chapter has a page of its own in the app, a "
+        "button opens it. Presenting? Switch on **Presenter mode** in the sidebar: one chapter per "
         "screen, ← / → or a clicker to move."
     )
     st.progress(answered / lesson.QUESTIONS, text=f"{answered} of {lesson.QUESTIONS} answered")

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from h2o.policies import Policy
 from h2o.policies.registry import BUILT_IN
 
+from . import kernels, lane
 from .base import BankAttn, PolicyBank
 from .replay import replay_bank
 from .ring import RingBank
@@ -35,6 +36,14 @@ BANK_KINDS: dict[str, type[PolicyBank]] = {"scored": ScoredBank, "ring": RingBan
 BANKS: dict[type, type[PolicyBank]] = {
     cls: BANK_KINDS[kind] for cls in BUILT_IN if isinstance(kind := cls.declares("bank"), str)
 }
+
+
+def warm() -> None:
+    """Compile every loop of the banks and of one replay (the first run after install: a second
+    or two each) or load it from numba's disk cache, so the first sweep a server runs does not
+    wait for it. ``make setup`` runs it once; the app, in the background, when it starts."""
+    kernels.warm()
+    lane.warm()
 
 
 def bank_class(policy: object) -> type[PolicyBank]:

@@ -355,9 +355,9 @@ _H2O = np.array([1.0, 1.0, 0.0])
 
 
 def warm() -> None:
-    """Compile every loop (the first run after install: a second or two each) or load it from
-    the disk cache, for the argument types the library passes — so the first sweep a server
-    runs does not wait for it. The app calls it once, in the background, when it starts."""
+    """Compile every loop of this module (the first run after install: a second or two each)
+    or load it from the disk cache, for the argument types the library passes
+    (:func:`h2o.bank.warm` runs it with the replay's own loop)."""
     pos, score = np.zeros((2, 8), dtype=np.int32), np.zeros((2, 8))
     windows, go, out = (
         np.zeros(2, dtype=np.int64),
@@ -382,6 +382,3 @@ def warm() -> None:
     scratch = (np.empty((2, 3, 3), np.float32), np.empty((2, 3), np.float32))
     scratch += (np.empty((2, 3), np.float32), np.empty((64, 4)))
     steady_rows(p, pos, score, 3, 5, 0, windows, _H2O, np.zeros((2, 4, 8), np.bool_), *scratch)
-    from .lane import warm as warm_lane  # one replay's compiled loop (it builds on this module)
-
-    warm_lane()

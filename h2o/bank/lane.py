@@ -24,7 +24,7 @@ import numpy as np
 from numba import njit
 
 from h2o.policies import Policy
-from h2o.replay import Replay, result
+from h2o.replay_outcome import Replay, result
 from h2o.trace import Trace
 
 from .kernels import PW_BLOCK, apply_rule_to_row, first_min, pairwise_block, rule_of

@@ -30,10 +30,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from h2o.progress import Progress
-from h2o.replay import Replay, check_top_k, replay, result
+from h2o.replay_outcome import Replay, check_top_k, result
+from h2o.stepwise import replay_stepwise
 from h2o.trace import ROW_SUM_TOLERANCE, Trace
 
 from .kernels import replay_steady
+from .lane import replay_compiled
 
 if TYPE_CHECKING:  # the bank's classes build on this module (PolicyBank mixes it in)
     from .base import PolicyBank
@@ -146,7 +148,12 @@ class LockstepReplay:
         for i in range(size):
             report(i * steps // size)
             lane = self.lane(i)
-            out.append(replay(lane, trace, top_k, record=False))
+            lane.observe(trace)
+            # as h2o.replay runs a lane's class: its rule compiled, or one Python step at a time
+            one = replay_compiled(lane, trace, top_k, False)
+            out.append(
+                one if one is not None else replay_stepwise(lane, trace, top_k, record=False)
+            )
             self._last_pos = lane.last_pos
         self._adopt()
         report(steps)
