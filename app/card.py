@@ -1,11 +1,32 @@
 """Passages of the H2O policy card, quoted by the pages and the lesson.
 
-The card lives outside the repository (``../shared/h2o-policy-card.txt`` in the project's
-workspace), so the passages are quoted here rather than read at run time. ``WHEN`` and
-``WHEN_NOT`` are the card's own lists, in its order.
+The card is the project's one-page specification of H2O, written from the paper (Zhang et al.,
+NeurIPS 2023); the library implements its rules. It lives outside the repository
+(``../shared/h2o-policy-card.txt`` in the project's workspace), so the passages are quoted here
+rather than read at run time. ``WHEN`` and ``WHEN_NOT`` are the card's own lists, in its order.
+No streamlit here; ``tests/test_claims_card.py`` checks the cost passages against the card's
+text where the workspace has it.
 """
 
 from __future__ import annotations
+
+#: The paper the card is written from.
+PAPER = (
+    "Zhang et al., H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language "
+    "Models, NeurIPS 2023"
+)
+PAPER_URL = "https://arxiv.org/abs/2306.14048"
+#: What "the card" is, said once where the lesson first names it (chapter 2): students would
+#: otherwise credit the paper with the card's sentences.
+CARD_INTRO = (
+    "the **H2O policy card**, a one-page specification of H2O written for this project from the "
+    "paper that introduced it (Zhang et al., NeurIPS 2023), whose rules this library implements"
+)
+#: Under the quotes on How it works: whose sentences they are, and the card's own source.
+CARD_CAPTION = (
+    "Quotes from the H2O policy card, the project's specification, which is based on "
+    f"{PAPER}, {PAPER_URL}"
+)
 
 CARD_SUMMARY = (
     "Keep the tokens that have received the most attention so far, plus a window of recent "
@@ -30,6 +51,15 @@ CARD_NOTES = [
     "Scores accumulate in float64 while the weights arrive as float32.",
     "Tie-breaking. Equal scores evict the lower position.",
 ]
+#: The card's cost passages ("When not to use it", "Complexity"), quoted whole.
+CARD_COST = (
+    "The per-step cost is O(kept), against O(1) for streaming-llm, and it needs a float64 score "
+    "per position, 8 bytes each against that policy's zero."
+)
+CARD_COMPLEXITY = (
+    "This is the first policy in the domain whose per-step cost grows with the cache. "
+    "streaming-llm is O(1) per step regardless of budget."
+)
 WHEN = [
     "When old tokens carry real information. A fact stated once in the middle of a long "
     "document, a system prompt, a retrieved passage.",
@@ -47,3 +77,13 @@ WHEN_NOT = [
     "When simplicity is worth more than a few points. StreamingLLM is a ring buffer with four "
     "pinned slots and no arithmetic at all.",
 ]
+
+
+def cost_sentence(score_bytes: int, per_slot: int) -> str:
+    """How it works' sentence on what H2O's state costs against StreamingLLM's: the library's
+    own sizes (``score_bytes`` of the ``per_slot`` bytes a slot are the score), then the card's
+    two cost passages, each a whole quoted sentence."""
+    return (
+        f"Of H2O's {per_slot} bytes a slot, {score_bytes} are its score; StreamingLLM keeps no "
+        f"score at all. The card, on H2O: *{CARD_COST}* *{CARD_COMPLEXITY}*"
+    )

@@ -319,6 +319,22 @@ def shares_sentence(s: Shares, budget: int) -> str:
     )
 
 
+def slots_sentence(share: float, only_a: float, only_b: float, label_a: str, label_b: str) -> str:
+    """How far two replays' caches differ: ``share``, the mean fraction of slots both hold
+    (``app.sweeps.shared_slots``), and the mass on the positions only ``label_a`` or only
+    ``label_b`` keeps."""
+    mass = (
+        f"holding ≈ {only_a:.3f} of the mass either way"
+        if f"{only_a:.3f}" == f"{only_b:.3f}"
+        else f"the positions only {label_a} keeps holding {only_a:.3f} of the mass, those only "
+        f"{label_b} keeps {only_b:.3f}"
+    )
+    return (
+        f"The caches disagree on {1 - share:.0%} of their slots (positions one keeps and the "
+        f"other does not), {mass}."
+    )
+
+
 # -- the window: the newcomer's freeze and the band (chapter 4) ---------------------------------
 def freeze_sentence(share: float, final_kept: np.ndarray, budget: int) -> str:
     """How often the newcomer is the victim with no window, and where the cache ends up."""
@@ -394,4 +410,80 @@ def window_tie_sentence(
     return (
         f"H2O and Scissorhands are within a hundredth of each other from recent_window {w} on "
         f"({a[start]:.4f} and {b[start]:.4f} there); {at_default}."
+    )
+
+
+# -- Scissorhands' vote, step by step --------------------------------------------------------------
+@dataclass(frozen=True)
+class Vote:
+    """What one step gave a position under Scissorhands (read off a recorded replay)."""
+
+    step: int
+    #: The weight the policy saw: the row over the positions kept before the step admits its own
+    #: token, renormalised over them (as the replay feeds it).
+    weight: float
+    n: int  # how many positions that weight was shared among: the fair share is 1/n
+    votes: float  # what the step added to the position's score (the replay's own count)
+
+
+def votes_at(rep: Replay, trace: Trace, position: int, steps: Sequence[int]) -> list[Vote]:
+    """The vote ``position`` got at each of ``steps`` in a recorded Scissorhands replay of
+    ``trace``; each step must come after the position's admission, while it is kept."""
+    if rep.policy != "scissorhands":
+        raise ValueError(f"votes are Scissorhands' score; this replay is of {rep.policy!r}")
+    out = []
+    for t in steps:
+        t = int(t)
+        if not position < t < rep.steps:
+            raise ValueError(
+                f"step {t} is not after position {position}'s admission within the replay's "
+                f"{rep.steps} steps"
+            )
+        pos, scores = rep.kept_at(t)
+        prev_pos, prev_scores = rep.kept_at(t - 1)
+        if position not in pos or position not in prev_pos:
+            raise ValueError(f"position {position} is not kept at step {t}")
+        seen = pos[pos < t]  # kept when step t's attention arrives (t is admitted after it)
+        row = np.asarray(trace.row(t), dtype=np.float64)
+        weight = float(row[position] / row[seen].sum())
+        gained = float(scores[pos == position][0] - prev_scores[prev_pos == position][0])
+        out.append(Vote(t, weight, int(seen.size), gained))
+    return out
+
+
+def _weight(w: float, fair: float) -> str:
+    """``w`` with the fewest decimals (two or more) that tell it from ``fair``, so a sentence
+    never reads "0.50 > 1/2"; equal values stay at two."""
+    digits = 2
+    while w != fair and f"{w:.{digits}f}" == f"{fair:.{digits}f}" and digits < 8:
+        digits += 1
+    return f"{w:.{digits}f}"
+
+
+def vote_rule_sentence(rep: Replay, trace: Trace, position: int, steps: Sequence[int]) -> str:
+    """Scissorhands' vote rule (``h2o/policies/scissorhands.py``: a vote when a weight is
+    strictly greater than ``1 / len(attn)``), and what it gave ``position`` at ``steps``: the
+    count a reader would make by hand, one vote a step, is not the rule's."""
+    votes = votes_at(rep, trace, position, steps)
+    said = []
+    for v in votes:
+        w = _weight(v.weight, 1 / v.n)
+        if v.votes:
+            said.append(f"at step {v.step}, {w} > 1/{v.n}: {_plural(int(v.votes), 'vote')}")
+        elif v.n == 1:
+            said.append(
+                f"at step {v.step} it is the only kept position, and its weight, {w}, is not "
+                "more than 1/1: no vote"
+            )
+        else:
+            said.append(f"at step {v.step}, {w} is not more than 1/{v.n}: no vote")
+    total = int(sum(v.votes for v in votes))
+    which = f"{'step' if len(votes) == 1 else 'steps'} {_listing([str(v.step) for v in votes])}"
+    not_per_step = ", not one a step" if total != len(votes) else ""
+    return (
+        "Scissorhands' vote: at each step, a kept position gets one vote if its weight is "
+        "strictly more than the fair share 1/n, n being the positions that step's attention is "
+        "shared among (those kept before the step admits its own token). "
+        f"So position {position} gets {_plural(total, 'vote')} from {which}{not_per_step}: "
+        f"{'; '.join(said)}."
     )

@@ -160,6 +160,9 @@ def chapter5(literal: Callable[..., str], titles: dict) -> list[Cell]:
             text = age_bias.leader_sentence(reps["h2o"], spike)
             if tie is not None:
                 text += " " + age_bias.tie_sentence(tie, reps["scissorhands"].score_label)
+                text += " " + age_bias.vote_rule_sentence(
+                    reps["scissorhands"], stale, spike, chapters_4_6.spike_steps(spike)
+                )
             say(text)
             figures.received_lines(
                 curves=[(f"position {p}", explain.column(stale, p)) for p in [spike, *steady]],

@@ -21,6 +21,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import h2o
+from app import card
 from app.lesson import chapters_1_3
 from h2o import explain, synthetic
 
@@ -414,3 +415,13 @@ def test_the_lesson_renders_the_claims_it_is_tested_on():
     at.button(key="lesson_reveal_heavy").click().run()
     assert chapters_1_3.heavy_age_text(hf) in [m.value for m in at.markdown]
     assert chapters_1_3.tie_text(explain.tie_demo()) in shown
+    # "The card" is said to be the project's H2O policy card where the lesson first names it,
+    # so no student credits the paper with its sentences.
+    texts = [n.value for n in at.main if isinstance(getattr(n, "value", None), str)]
+    whole = "\n".join(texts)
+    first = re.search(r"\bcard\b", whole, re.IGNORECASE)
+    assert first and f"*the card* — {card.CARD_INTRO}" in whole
+    # The chart's description (plain text) may say it before the markdown does: either way, the
+    # introduction follows the first "card" at once.
+    after = whole[first.end() : first.end() + len(card.CARD_INTRO) + 10].replace("*", "")
+    assert after.startswith(f" — {card.CARD_INTRO.replace('*', '')}"), whole[: first.end()]

@@ -311,6 +311,91 @@ def test_one_more_window_slot_keeps_position_17(spike, spike_reps):
     assert "not the spike's slot" not in chapters_4_6.price_lead(False)
 
 
+def test_scissorhands_votes_only_strictly_above_the_fair_share():
+    """The rule the lesson states, against the policy: a weight of exactly 1/n earns nothing."""
+    p = h2o.Scissorhands(8, recent_window=2)
+    p.on_decode_step(0, None)
+    p.on_decode_step(1, np.array([1.0], np.float32))  # n = 1: the whole row is the fair share
+    assert p.scores.tolist() == [0.0, 0.0]
+    p.on_decode_step(2, np.array([0.5, 0.5], np.float32))  # n = 2: both exactly fair
+    assert p.scores.tolist() == [0.0, 0.0, 0.0]
+    p.on_decode_step(3, np.array([0.5, 0.25, 0.25], np.float32))  # n = 3: only 0.5 > 1/3
+    assert p.scores.tolist() == [1.0, 0.0, 0.0, 0.0]
+
+
+def kept_when_row_arrives(rep: h2o.Replay, t: int) -> list[int]:
+    """The positions step ``t``'s attention is spread over: kept at ``t``, less ``t`` itself."""
+    return [q for q in rep.kept_at(t)[0].tolist() if q < t]
+
+
+def test_every_vote_of_the_replay_follows_the_stated_rule(spike, spike_reps):
+    rep = spike_reps["scissorhands"]
+    checked = 0
+    for t in range(1, rep.steps):
+        before = set(rep.kept_at(t - 1)[0].tolist())
+        for q in kept_when_row_arrives(rep, t):
+            if q not in before:
+                continue
+            seen = kept_when_row_arrives(rep, t)
+            w = spike.row(t)[q] / spike.row(t)[seen].sum()
+            (v,) = age_bias.votes_at(rep, spike, q, [t])
+            assert (v.n, v.votes) == (len(seen), float(w > 1 / len(seen))), (t, q)
+            assert v.weight == pytest.approx(w)
+            checked += 1
+    assert checked > 500
+    with pytest.raises(ValueError, match="Scissorhands"):
+        age_bias.votes_at(spike_reps["h2o"], spike, 0, [1])
+    with pytest.raises(ValueError, match="not after position 4"):
+        age_bias.votes_at(rep, spike, 4, [4])
+    with pytest.raises(ValueError, match="not kept at step 9"):
+        age_bias.votes_at(rep, spike, 0, [9])  # evicted at step 8
+
+
+def test_the_vote_rule_is_stated_where_the_spike_is_counted(spike, spike_reps):
+    rep = spike_reps["scissorhands"]
+    steps = chapters_4_6.spike_steps(0)
+    assert steps == (1, 2)  # the two steps the spike's row sentence names
+    text = age_bias.vote_rule_sentence(rep, spike, 0, steps)
+    assert (
+        "a kept position gets one vote if its weight is strictly more than the fair share 1/n, n "
+        "being the positions that step's attention is shared among" in text
+    )
+    # Recomputed here from the rows: step 1 spreads over position 0 alone, step 2 over 0 and 1.
+    col = received(spike, 0)
+    assert [kept_when_row_arrives(rep, t) for t in steps] == [[0], [0, 1]]
+    assert col[1] == pytest.approx(1.0) and col[2] > 1 / 2
+    assert "So position 0 gets 1 vote from steps 1 and 2, not one a step" in text
+    assert (
+        "at step 1 it is the only kept position, and its weight, 1.00, is not more than 1/1: no "
+        "vote" in text
+    )
+    assert f"at step 2, {col[2] / spike.row(2)[[0, 1]].sum():.2f} > 1/2: 1 vote." in text
+    # ... and that is the count the tie states: no vote after step 2 until the eviction.
+    tie = age_bias.tie_at(rep, 0)
+    upto = age_bias.votes_at(rep, spike, 0, range(1, tie.step + 1))
+    assert sum(v.votes for v in upto) == tie.score == 1
+
+
+def test_the_caches_disagree_on_slots(canonical):
+    reps = [
+        h2o.replay(analysis.make_policy(n, 256, recent_window=64), canonical, 32)
+        for n in ("h2o", "scissorhands")
+    ]
+    share, only_a, only_b = [], [], []
+    for t in range(256, canonical.steps):
+        a, b = (set(kept_when_row_arrives(r, t)) for r in reps)
+        row = canonical.row(t)
+        share.append(len(a & b) / len(a))
+        only_a.append(row[sorted(a - b)].sum(dtype=np.float64))
+        only_b.append(row[sorted(b - a)].sum(dtype=np.float64))
+    s, oa, ob = np.mean(share), np.mean(only_a), np.mean(only_b)
+    text = age_bias.slots_sentence(s, oa, ob, "H2O", "Scissorhands")
+    assert f"The caches disagree on {1 - s:.0%} of their slots" in text and "panel" not in text
+    assert f"holding ≈ {oa:.3f} of the mass either way" in text and f"{oa:.3f}" == f"{ob:.3f}"
+    apart = age_bias.slots_sentence(0.4, 0.02, 0.05, "H2O", "Scissorhands")
+    assert "only H2O keeps holding 0.020 of the mass, those only Scissorhands keeps 0.050" in apart
+
+
 @pytest.mark.parametrize("start", range(96))
 def test_the_spike_page_says_where_its_view_opens_at_every_step(start):
     text = chapters_4_6.spike_view_opening(start, 8, 0)
@@ -324,6 +409,20 @@ def test_the_spike_page_says_where_its_view_opens_at_every_step(start):
 # -- rendered = built ------------------------------------------------------------------------------
 def markdown(at: AppTest) -> list[str]:
     return [m.value for m in at.markdown]
+
+
+def test_chapter_5_reveals_the_vote_rule_with_the_tie(spike, spike_reps):
+    at = AppTest.from_file(MAIN, default_timeout=300)
+    at.query_params["presenter"] = "1"
+    at.query_params["chapter"] = "5"
+    at.run()
+    sc = spike_reps["scissorhands"]
+    rule = age_bias.vote_rule_sentence(sc, spike, 0, (1, 2))
+    assert not any(rule in m for m in markdown(at))  # it gives the answer away: after it only
+    at.button(key="lesson_reveal_spike").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    tie = age_bias.tie_sentence(age_bias.tie_at(sc, 0), sc.score_label)
+    assert f"{age_bias.leader_sentence(spike_reps['h2o'], 0)} {tie} {rule}" in markdown(at)
 
 
 def test_chapter_6_renders_its_sentences_at_the_largest_budget(canonical):
@@ -361,6 +460,8 @@ def test_stale_spike_page_renders_the_chain_and_where_it_opens(spike, spike_reps
         age_bias.shares_sentence(age_bias.shares(spike, steady), 8),
         age_bias.leader_sentence(spike_reps["h2o"], 0),
         age_bias.tie_sentence(age_bias.tie_at(sc, 0), sc.score_label),
+        age_bias.vote_rule_sentence(sc, spike, 0, (1, 2)),
         age_bias.window_tie_sentence(*sweep, 32),
     ):
         assert s in shown, s
+    assert "of their slots" in shown and "of the panels" not in shown

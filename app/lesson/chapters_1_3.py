@@ -16,7 +16,7 @@ import pandas as pd
 import streamlit as st
 
 import h2o
-from app import charts, controls, data, figures, model_runs, pages, state
+from app import card, charts, controls, data, figures, model_runs, pages, state
 from app.figures import gib
 from app.lesson import Chapter, open_in, predict
 from h2o import explain
@@ -245,9 +245,10 @@ def sinks_text(f: explain.SinkFacts) -> list[str]:
         f"step's {f.top_k} most-attended positions still kept), against an oracle bound of "
         f"{f.oracle:.3f} (the most any {f.budget} positions could hold). Exact definitions, and "
         "what these measures are not, below.",
-        "The canonical trace is **synthetic**, built to the card's description and calibrated "
-        f"to its numbers. Positions 0–{f.sinks - 1} take {f.sink_share:.3f} of a steady-state "
-        f"row, a sink share chosen so that StreamingLLM keeps the card's 0.7367 at budget 256 "
+        "The canonical trace is **synthetic**, built to the description in *the card* — "
+        f"{card.CARD_INTRO} — and calibrated to its numbers. Positions 0–{f.sinks - 1} take "
+        f"{f.sink_share:.3f} of a steady-state row, a sink share chosen so that StreamingLLM "
+        "keeps the card's 0.7367 at budget 256 "
         f"(measured here: {f.mass:.4f} at budget {f.budget}). A recency band covers the "
         f"{f.band} newest positions and stops dead after the {f.band}th: with what lies under "
         f"it, {f.band_share:.2f} of a steady-state row (steps after {f.band}) falls on the last "

@@ -184,11 +184,17 @@ def spike_why(h2o_score: float | None, tie: age_bias.Tie | None) -> str:
     return f"{h}; Scissorhands evicts it at step {tie.step}, on {votes}."
 
 
+def spike_steps(spike: int) -> tuple[int, int]:
+    """The spike's two big steps: the first two rows after its admission."""
+    return spike + 1, spike + 2
+
+
 def spike_row_sentence(trace: h2o.Trace, spike: int) -> str:
     col = explain.column(trace, spike)
+    a, b = spike_steps(spike)
     return (
-        f"Position {spike} takes {col[1]:.2f} of step 1 and {col[2]:.2f} of step 2, then "
-        f"{col[3:].mean():.3f} of each row on average."
+        f"Position {spike} takes {col[a]:.2f} of step {a} and {col[b]:.2f} of step {b}, then "
+        f"{col[b + 1 :].mean():.3f} of each row on average."
     )
 
 
@@ -200,12 +206,13 @@ CARD_ON_SCISSORHANDS = (
 #: What the card's "decays" stands for, in this library and in the paper (Liu et al., 2023).
 SCISSORHANDS_SOURCES = (
     "The library's Scissorhands (`h2o/policies/scissorhands.py`) decays nothing: its score is "
-    "a lifetime count, one vote for every step a position receives more than its fair share "
-    "(1/n of the n kept positions), never taken back. What it changes is what one step can be "
-    "worth — a single vote, however large the weight — so a spike's two steps earn at most two "
-    "votes. The paper (Liu et al., 2023) counts the other way and within a limit: inside a "
-    "*history window* of recent steps, how often a position's attention was *low*, and drops "
-    "the positions low most often — there, old evidence does leave the window."
+    "a lifetime count, one vote for every step a position receives strictly more than its fair "
+    "share (1/n, n the positions kept at that step), never taken back. What it changes is "
+    "what one step can be worth — a single vote, however large the weight — so a spike's two "
+    "steps earn at most two votes. The paper (Liu et al., 2023) counts the other way and "
+    "within a limit: inside a *history window* of recent steps, how often a position's "
+    "attention was *low*, and drops the positions low most often — there, old evidence does "
+    "leave the window."
 )
 
 
@@ -241,7 +248,7 @@ def stale_spike() -> None:
         spike_answer(labels),
         why,
     ):
-        _spike_reveal(reps, spike, tie)
+        _spike_reveal(reps, trace, spike, tie)
     shares = age_bias.shares_sentence(age_bias.shares(trace, steady), budget)
     charts.show(
         figures.received_lines(
@@ -273,10 +280,15 @@ def stale_spike() -> None:
     )
 
 
-def _spike_reveal(reps: dict[str, h2o.Replay], spike: int, tie: age_bias.Tie | None) -> None:
+def _spike_reveal(
+    reps: dict[str, h2o.Replay], trace: h2o.Trace, spike: int, tie: age_bias.Tie | None
+) -> None:
     text = age_bias.leader_sentence(reps["h2o"], spike)
     if tie is not None:
-        text += " " + age_bias.tie_sentence(tie, reps["scissorhands"].score_label)
+        sc = reps["scissorhands"]
+        text += " " + age_bias.tie_sentence(tie, sc.score_label)
+        # The rule behind the tie's count: a reader counting the spike's two big steps gets 2.
+        text += " " + age_bias.vote_rule_sentence(sc, trace, spike, spike_steps(spike))
     charts.show(
         figures.kept_score_lines(
             curves=[

@@ -1,5 +1,6 @@
 """The sentences about the real model that state a number, a ranking or who answers right:
-chapter 7 of the lesson, chapter 8's link to it, and the Real model page's answer check.
+chapter 7 of the lesson, chapter 8's link to it, and the Real model page's answer check and layer
+story.
 
 Each is built from the numbers the figure or table beside it shows, never typed in, so it stays
 true when a setting or a recomputed row changes them. No streamlit here: the tests call these at
@@ -11,6 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from h2o.model.generate import label_policy
 
@@ -272,3 +275,119 @@ def layers_sentence(
                 f"holds — it is {ahead} with no arithmetic at all."
             )
     return " ".join(out)
+
+
+# -- the Real model page, section 2: the layer story -----------------------------------------------
+#: "Most of a layer's attention": more than half. The shares of the sinks, the recent tokens and
+#: the middle sum to 1, so a layer's attention is mostly on the sinks and the recent tokens exactly
+#: when its middle share is below this.
+MOSTLY = 0.5
+
+
+def fmt_layers(layers: Sequence[int]) -> str:
+    """``[3, 4, 5, 9]`` → ``"3–5, 9"``."""
+    out: list[tuple[int, int]] = []
+    for x in sorted(layers):
+        if out and out[-1][1] == x - 1:
+            out[-1] = (out[-1][0], x)
+        else:
+            out.append((x, x))
+    return ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in out) or "none"
+
+
+@dataclass(frozen=True)
+class LayerStory:
+    """The layers of the story, grouped by what the two charts show of them.
+
+    ``wins``: H2O keeps more than ``margin`` above StreamingLLM. The others split by their middle
+    share: ``sinks_recent`` put less on the middle than the mean over the layers and less than
+    :data:`MOSTLY` (so most of their attention is on the sinks and the recent tokens);
+    ``middle_heavy`` do not, and StreamingLLM still keeps as much or more there.
+    """
+
+    wins: list[int]
+    sinks_recent: list[int]
+    middle_heavy: list[int]
+    #: A layer's middle share must be below this to be said to attend mostly to the sinks and the
+    #: recent tokens: the mean middle share, or :data:`MOSTLY` if that is lower. Below the mean
+    #: alone could still be half or more of a layer's attention (a text every layer reads back
+    #: through); below ``MOSTLY`` alone would file a layer that puts nearly half on the middle,
+    #: far above the typical layer, with those whose middle hardly matters.
+    threshold: float
+    mean_middle: float
+
+
+def layer_story(
+    h2o_mass: Sequence[float],
+    sl_mass: Sequence[float],
+    middle: Sequence[float],
+    margin: float = MARGIN,
+) -> LayerStory:
+    """Group the layers (index = layer) by H2O's lead in retained mass over StreamingLLM and by
+    the share of their attention on the middle."""
+    h, s, m = (np.asarray(a, dtype=np.float64) for a in (h2o_mass, sl_mass, middle))
+    if not h.size or h.shape != s.shape or h.shape != m.shape or h.ndim != 1:
+        raise ValueError(
+            f"need one value per layer in each array, got {h.shape}, {s.shape} and {m.shape}"
+        )
+    if not (np.isfinite(h).all() and np.isfinite(s).all() and np.isfinite(m).all()):
+        raise ValueError("the layer story's arrays hold a NaN or an infinity")
+    mean = float(m.mean())
+    threshold = min(mean, MOSTLY)
+    gap = h - s
+    layers = range(h.size)
+    return LayerStory(
+        wins=[i for i in layers if gap[i] > margin],
+        sinks_recent=[i for i in layers if gap[i] <= margin and m[i] < threshold],
+        middle_heavy=[i for i in layers if gap[i] <= margin and m[i] >= threshold],
+        threshold=threshold,
+        mean_middle=mean,
+    )
+
+
+def layer_story_sentence(
+    budget: int,
+    h2o_mass: Sequence[float],
+    sl_mass: Sequence[float],
+    middle: Sequence[float],
+    margin: float = MARGIN,
+) -> str:
+    """The text under the layer story's mass chart: where H2O keeps clearly more than
+    StreamingLLM at ``budget`` (retained mass per layer, index = layer) and, for the other
+    layers, what their share of attention on the middle says — the reason "the sinks and the
+    recent tokens" only where the middle share is low (:class:`LayerStory`), the numbers
+    where it is not."""
+    g = layer_story(h2o_mass, sl_mass, middle, margin)
+    h, s, m = (np.asarray(a, dtype=np.float64) for a in (h2o_mass, sl_mass, middle))
+    n = h.size
+    text = (
+        f"At budget {budget}, H2O keeps clearly more (by more than {margin}) in "
+        f"**{len(g.wins)} of {n} layers**: {fmt_layers(g.wins)}"
+    )
+    rest = g.sinks_recent + g.middle_heavy
+    if g.wins:
+        best = max(g.wins, key=lambda i: h[i] - s[i])
+        text += (
+            f" (largest gap: layer {best}, {h[best]:.2f} vs {s[best]:.2f}). "
+            f"Those layers put {m[g.wins].mean():.2f} of their attention on the middle"
+        )
+        if rest:
+            text += f", against {m[rest].mean():.2f} in the others"
+    text += ". "
+    if g.sinks_recent:
+        low = g.sinks_recent
+        text += (
+            f"In {'layer' if len(low) == 1 else 'layers'} {fmt_layers(low)} StreamingLLM is within "
+            f"{margin} of H2O or ahead, and the middle takes at most {m[low].max():.2f} of "
+            f"{'its' if len(low) == 1 else 'their'} attention (the mean over the {n} layers is "
+            f"{g.mean_middle:.2f}): most of it is on the sinks and the recent tokens, which its "
+            "ring buffer keeps anyway. "
+        )
+    for i in g.middle_heavy:
+        behind = "less of it" if h[i] < s[i] else f"at most {margin} more of it"
+        text += (
+            f"Layer {i} puts {m[i]:.2f} of its attention on the middle"
+            + ("" if g.sinks_recent else f" (the mean over the {n} layers is {g.mean_middle:.2f})")
+            + f", yet H2O retains {behind} than StreamingLLM ({h[i]:.2f} vs {s[i]:.2f}). "
+        )
+    return text.rstrip()

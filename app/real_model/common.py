@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import streamlit as st
 
 import h2o
 from app import controls, data, pages, state
-from app.real_model.claims import MARGIN  # noqa: F401  (re-exported: the sections read it here)
+
+# Re-exported: the sections read them here.
+from app.real_model.claims import MARGIN, fmt_layers  # noqa: F401
 
 STEP_PAGE = pages.STEP_THROUGH
 GOTO, OPEN_ERROR = "_rm_goto", "_rm_open_error"
@@ -43,17 +44,6 @@ class Settings:
 def go(flag: str) -> None:
     """Callback of a "compute" button: the section runs the model on the rerun it starts."""
     ss[flag] = True
-
-
-def fmt_layers(layers: Sequence[int]) -> str:
-    """``[3, 4, 5, 9]`` → ``"3–5, 9"``."""
-    out: list[tuple[int, int]] = []
-    for x in sorted(layers):
-        if out and out[-1][1] == x - 1:
-            out[-1] = (out[-1][0], x)
-        else:
-            out.append((x, x))
-    return ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in out) or "none"
 
 
 def open_in_step_through(key: str, upload: data.Upload | None = None) -> None:

@@ -10,15 +10,8 @@ import streamlit as st
 
 import h2o
 from app import charts, data, figures, model_runs, state, sweeps
-from app.real_model.common import (
-    MARGIN,
-    TOP_K,
-    Settings,
-    fmt_layers,
-    go,
-    open_in_step_through,
-    ss,
-)
+from app.real_model import claims
+from app.real_model.common import TOP_K, Settings, go, open_in_step_through, ss
 from h2o import analysis
 from h2o.model.layers import by_layer
 
@@ -153,31 +146,7 @@ def draw(texts: list[str], default_text: str, cfg: Settings, captured: list[data
             shipped = sorted({int(r.trace.meta["layer"]) for r in captured})
             h2o_label = analysis.describe("h2o", lineup[0][1])
             sl_label = analysis.describe("streaming-llm", lineup[1][1])
-            gap = h2o_by - sl_by
-            wins = [i for i in layers if gap[i] > MARGIN]
-            rest = [i for i in layers if gap[i] <= MARGIN]
-            middle = np.asarray(story["middle"])
-            best = int(np.argmax(gap))
-            text = (
-                f"At budget {story_budget}, H2O keeps clearly more (by more than {MARGIN}) in "
-                f"**{len(wins)} of {len(layers)} layers**: {fmt_layers(wins)}"
-            )
-            if wins:
-                text += (
-                    f" (largest gap: layer {best}, {h2o_by[best]:.2f} vs {sl_by[best]:.2f}). "
-                    f"Those layers put {middle[wins].mean():.2f} of their attention on the middle"
-                )
-                if rest:
-                    text += f", against {middle[rest].mean():.2f} in the others"
-                text += ". "
-            else:
-                text += ". "
-            if rest:
-                text += (
-                    f"In layers {fmt_layers(rest)} StreamingLLM is within {MARGIN} of H2O or "
-                    "ahead: their attention is on the sinks and the recent tokens, which its ring "
-                    "buffer keeps anyway."
-                )
+            text = claims.layer_story_sentence(story_budget, h2o_by, sl_by, story["middle"])
             charts.show(
                 figures.layer_mass(
                     layers=layers,

@@ -13,7 +13,15 @@ import streamlit as st
 
 import h2o
 from app import a11y, sources, state
-from app.card import CARD_NOTES, CARD_PSEUDOCODE, CARD_SUMMARY, WHEN, WHEN_NOT
+from app.card import (
+    CARD_CAPTION,
+    CARD_NOTES,
+    CARD_PSEUDOCODE,
+    CARD_SUMMARY,
+    WHEN,
+    WHEN_NOT,
+    cost_sentence,
+)
 from h2o.policies.base import ScoredPolicy
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control
@@ -86,12 +94,14 @@ fitted_code(sources.source(ScoredPolicy), "hiw_scored", line_numbers=True, heigh
 st.header("Cost")
 default = h2o.H2O
 per_slot = default.nbytes_per_slot
+score_bytes = ScoredPolicy.SCORE_DTYPE.itemsize
 default_budget = inspect.signature(default).parameters["budget"].default
 c1, c2, c3 = st.columns(3)
 c1.metric(
     "State per slot",
     f"{per_slot} bytes",
-    "4 position + 8 score + 1 scratch",
+    f"{ScoredPolicy.POS_DTYPE.itemsize} position + {score_bytes} score + "
+    f"{ScoredPolicy.SCRATCH_DTYPE.itemsize} scratch",
     "off",
     delta_arrow="off",
 )
@@ -109,18 +119,14 @@ c3.metric(
     "off",
     delta_arrow="off",
 )
-st.markdown(
-    "StreamingLLM keeps no score at all — 8 bytes a slot against its zero — and its step is "
-    "O(1) whatever the budget: *This is the first policy in the domain whose per-step cost "
-    "grows with the cache.*"
-)
+st.markdown(cost_sentence(score_bytes, per_slot))
 budgets = [64, 256, 1024, 4096]
 st.dataframe(
     pd.DataFrame(
         {
             "budget": budgets,
             "H2O state (bytes)": [per_slot * b for b in budgets],
-            "of which scores (bytes)": [8 * b for b in budgets],
+            "of which scores (bytes)": [score_bytes * b for b in budgets],
         }
     ),
     hide_index=True,
@@ -177,8 +183,4 @@ with b:
     st.markdown("\n".join(f"- *{item}*" for item in WHEN_NOT))
 # Not a caption: Streamlit draws a caption at 60 % opacity, links too, and the link's blue at 60 %
 # is 3.0:1 on white (WCAG AA asks 4.5:1; tests/test_a11y_browser.py).
-st.markdown(
-    "Quotes from the H2O policy card. Source: Zhang et al., H2O: Heavy-Hitter Oracle for "
-    "Efficient Generative Inference of Large Language Models, NeurIPS 2023, "
-    "https://arxiv.org/abs/2306.14048"
-)
+st.markdown(CARD_CAPTION)

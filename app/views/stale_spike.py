@@ -96,6 +96,8 @@ start = max(0, min(int(st.session_state[STEP_KEY]), last))
 said = age_bias.leader_sentence(h_rep, spike)
 if tie is not None:
     said += " " + age_bias.tie_sentence(tie, s_rep.score_label)
+    # The rule behind the tie's count: a reader counting the spike's two big steps gets 2.
+    said += " " + age_bias.vote_rule_sentence(s_rep, trace, spike, chapters_4_6.spike_steps(spike))
 st.markdown(
     "> *a position that takes almost the whole of the first two steps and nearly nothing after "
     "has the highest score of any position here and a single vote there, so this policy defends "
@@ -180,9 +182,8 @@ def rest() -> None:
         f"{h_row['top_k_recall']:.4f} vs {s_row['top_k_recall']:.4f}: the two land "
         f"{'within a hundredth' if diff < chapters_4_6.TIE else f'{diff:.4f} apart'} of each other."
     )
-    disagree = (
-        f"The caches disagree on {1 - agree['share']:.0%} of the panels, holding "
-        f"≈ {agree['only_a']:.3f} of the mass either way."
+    disagree = age_bias.slots_sentence(
+        agree["share"], agree["only_a"], agree["only_b"], h_row["label"], s_row["label"]
     )
     st.markdown(
         land + "\n\n"
