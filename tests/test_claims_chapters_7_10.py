@@ -33,7 +33,7 @@ from h2o import analysis
 from h2o.alloc import ALLOCATORS, make_allocator
 from h2o.model.layers import region_shares
 from h2o.policies import make_policy
-from h2o.stats import share
+from h2o.stats import positions
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIN = str(ROOT / "app" / "main.py")
@@ -210,8 +210,9 @@ def grid_cells() -> list:
     return needle_data.read_grid(RESULTS / needle_data.GRID_FILE).records
 
 
-def share_text(k: int, n: int) -> str:
-    return share(k, n).text()  # the Wilson interval: tests/test_claims_needle.py checks it by hand
+def share_text(outcomes: dict) -> str:
+    # over positions: h2o/stats.py, checked by hand in tests/test_stats.py
+    return positions(outcomes).text()
 
 
 def check_grid_fact(text: str, cells) -> None:
@@ -225,13 +226,10 @@ def check_grid_fact(text: str, cells) -> None:
 
     full, default, half = oc("full"), oc("h2o@256"), oc("h2o@256:w50%")
     w = make_policy("h2o", 256).recent_window
-    assert (
-        f"H2O at 256 slots answers {share_text(sum(default.values()), len(default))} with its "
-        in text
-    )
+    assert f"H2O at 256 slots answers {share_text(default)} with its " in text
     assert f"default recent window of {w} slots and " in text
-    assert f"{share_text(sum(half.values()), len(half))} with half the budget (128 slots)" in text
-    assert f"the full cache answers {share_text(sum(full.values()), len(full))}" in text
+    assert f"{share_text(half)} with half the budget (128 slots)" in text
+    assert f"the full cache answers {share_text(full)}" in text
     deps = sorted({c.depth for c in mid if c.row == "h2o@256"})
     lens = sorted({c.length for c in mid if c.row == "h2o@256"})
     assert (
@@ -240,10 +238,14 @@ def check_grid_fact(text: str, cells) -> None:
     )
 
     def p_of(a, b):
-        keys = [k for k in a if k in b]
-        return mcnemar_by_hand(
-            sum(a[k] and not b[k] for k in keys), sum(b[k] and not a[k] for k in keys)
-        )
+        """The sign test over positions (a length and depth), by hand: at each, which row
+        answered more of the needles both were asked; ties dropped."""
+        ta: dict = {}
+        tb: dict = {}
+        for k in (k for k in a if k in b):
+            ta[k[:2]] = ta.get(k[:2], 0) + a[k]
+            tb[k[:2]] = tb.get(k[:2], 0) + b[k]
+        return mcnemar_by_hand(sum(ta[p] > tb[p] for p in ta), sum(ta[p] < tb[p] for p in ta))
 
     ps = [p_of(default, full), p_of(half, full)]
     fewer = all(sum(o.values()) < sum(full[k] for k in o) for o in (default, half))
@@ -251,11 +253,11 @@ def check_grid_fact(text: str, cells) -> None:
         all(p < 0.05 for p in ps) and fewer
     )
     between = p_of(default, half)
-    keys = [k for k in default if k in half]
+    n = len({k[:2] for k in default if k in half})
     if between < 0.05:
         assert "answers more" in text
     else:
-        assert f"the two windows not distinguishable with n = {len(keys)}" in text
+        assert f"the two windows not distinguishable with n = {n} positions" in text
 
 
 def test_the_fact_note_reads_the_grid_and_names_its_windows():
@@ -280,9 +282,11 @@ def test_the_fact_note_says_a_window_difference_only_when_the_test_does():
     ]
     text = chapters_7_10.grid_fact(cells)
     check_grid_fact(text, cells)
-    assert "the window of 128 slots answers more (p < 0.001)" in text
-    assert "with 128 slots not distinguishable from the full cache with n = 27" in text
-    assert "with 32 slots fewer than the full cache (exact paired test p < 0.001)" in text
+    # 9 positions (three lengths, three middle depths), every one won by the half window (all
+    # three needles; the default answers at most one): p = 2 / 2**9
+    assert f"the window of 128 slots answers more (p = {2 / 2**9:.3f})" in text
+    assert "with 128 slots not distinguishable with n = 9 positions from the full cache" in text
+    assert "with 32 slots fewer than the full cache (exact sign test p = " in text
 
 
 def test_the_windows_said_are_the_policies_own():

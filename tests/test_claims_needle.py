@@ -302,6 +302,41 @@ def share_text(k: int, n: int) -> str:
     return f"{k} of {n} ({k / n:.0%}, 95 % CI {lo * 100:.0f}–{hi * 100:.0f} %)"
 
 
+def positions_text(outcomes: dict) -> str:
+    """A row's needles over positions (cell key ``(*position, needle)``), written out: the mean
+    share answered at a position, Wilson's interval on the number of positions there."""
+    by: dict = {}
+    for k, ok in outcomes.items():
+        by.setdefault(k[:-1], []).append(bool(ok))
+    n = len(by)
+    mean = sum(sum(v) / len(v) for v in by.values()) / n
+    z = 1.959963984540054
+    centre = (mean + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(mean * (1 - mean) / n + z * z / (4 * n * n))
+    lo, hi = max(0.0, centre - half), min(1.0, centre + half)
+    right, asked = sum(sum(v) for v in by.values()), sum(len(v) for v in by.values())
+    hit = sum(any(v) for v in by.values())
+    where = "position" if n == 1 else "positions"
+    return (
+        f"{right} of {asked} needles, at {hit} of {n} {where} ({mean:.0%}; 95 % CI "
+        f"{lo * 100:.0f}–{hi * 100:.0f} % over {where})"
+    )
+
+
+def sign_by_hand(a: dict, b: dict) -> tuple[int, int, int, float]:
+    """Shared positions, positions A answered more of its shared needles, B more, and the
+    two-sided sign test (the binomial tail of :func:`mcnemar_by_hand`)."""
+    shared = [k for k in a if k in b]
+    ta: dict = {}
+    tb: dict = {}
+    for k in shared:
+        ta[k[:-1]] = ta.get(k[:-1], 0) + bool(a[k])
+        tb[k[:-1]] = tb.get(k[:-1], 0) + bool(b[k])
+    more_a = sum(ta[p] > tb[p] for p in ta)
+    more_b = sum(ta[p] < tb[p] for p in ta)
+    return len(ta), more_a, more_b, mcnemar_by_hand(more_a, more_b)
+
+
 def _cell(row: str, depth: int, needle: str, ok: bool) -> data.Cell:
     """A 512-token cell of ``row`` at ``depth``, answered right or not (the other fields fixed)."""
     return data.Cell(
@@ -340,17 +375,20 @@ def test_the_wilson_interval_matches_the_formula():
         stats.share(3, 2)
 
 
-def test_the_paired_test_matches_mcnemar_by_hand():
+def test_the_paired_test_is_a_sign_test_over_positions_by_hand():
     for b, c in [(0, 5), (5, 0), (1, 4), (2, 2), (0, 0), (3, 9), (12, 2)]:
-        assert stats.mcnemar_exact(b, c) == pytest.approx(mcnemar_by_hand(b, c), abs=1e-12)
-    # worked examples: 5 discordant cells all one way is p = 0.0625; 2 of 5 against 0 is 0.5
-    assert stats.mcnemar_exact(5, 0) == pytest.approx(0.0625)
-    assert stats.mcnemar_exact(2, 0) == pytest.approx(0.5)
-    t = stats.paired({1: True, 2: True, 3: False, 4: True}, {1: True, 2: False, 3: False, 9: True})
-    assert (t.n, t.right_a, t.right_b, t.only_a, t.only_b) == (3, 2, 1, 1, 0)
+        assert stats.sign_test(b, c) == pytest.approx(mcnemar_by_hand(b, c), abs=1e-12)
+    # worked examples: 5 positions all one way is p = 0.0625; 2 of 2 against 0 is 0.5
+    assert stats.sign_test(5, 0) == pytest.approx(0.0625)
+    assert stats.sign_test(2, 0) == pytest.approx(0.5)
+    a = {(1, "x"): True, (2, "x"): True, (3, "x"): False, (4, "x"): True}
+    b = {(1, "x"): True, (2, "x"): False, (3, "x"): False, (9, "x"): True}
+    t = stats.paired(a, b)
+    assert (t.n, t.right_a, t.right_b, t.more_a, t.more_b) == (3, 2, 1, 1, 0)
+    assert (t.n, t.more_a, t.more_b, t.p) == sign_by_hand(a, b)
     assert not t.differs
     with pytest.raises(ValueError, match="share no cell"):
-        stats.paired({1: True}, {2: True})
+        stats.paired({(1, "x"): True}, {(2, "x"): True})
 
 
 def test_the_scores_sentence_ranks_by_accuracy(fixture_dir):
@@ -361,34 +399,43 @@ def test_the_scores_sentence_ranks_by_accuracy(fixture_dir):
     text = claims.scores_sentence(grid.scores(cells, shown), mine)
     assert text.startswith("Row by row — full: ")
     acc = g[g.row.isin(shown)].groupby("row").correct.agg(["sum", "count", "mean"])
+    ok = {
+        r: {(x.length, x.depth, x.needle): bool(x.correct) for x in g[g.row == r].itertuples()}
+        for r in shown
+    }
     for r in shown:
         lp = g[g.row == r].logprob.mean()
-        said = share_text(int(acc.loc[r, "sum"]), int(acc.loc[r, "count"]))
-        assert f"{claims.esc(r)}: {said} right, mean log-prob {lp:.2f}" in text
+        said = positions_text(ok[r])
+        assert f"{claims.esc(r)}: {said} answered, mean log-prob {lp:.2f}" in text
     top, low = acc["mean"].idxmax(), acc["mean"].idxmin()
-    ok = {
-        r: {(x.length, x.depth, x.needle): x.correct for x in g[g.row == r].itertuples()}
-        for r in (top, low)
-    }
-    only_a = sum(ok[top][k] and not ok[low][k] for k in ok[top])
-    only_b = sum(ok[low][k] and not ok[top][k] for k in ok[top])
-    p = mcnemar_by_hand(only_a, only_b)
+    n, more_a, more_b, p = sign_by_hand(ok[top], ok[low])
     assert f"{claims.esc(top)} against {claims.esc(low)}" in text
+    assert (
+        f"positions {more_a} won by the first, {more_b} by the second" in text
+        and f"tied of {n}" in text
+    )
     if p < 0.05:
         assert "The most accurate row answers more than the least" in text
     else:
-        assert "not distinguishable" in text
+        assert "not distinguishable" in text or "no verdict possible" in text
 
 
 def test_the_scores_sentence_refuses_a_difference_the_test_does_not_support():
-    """3 of 5 against 5 of 5 ("40 percentage points" on 5 cells): p = 0.5."""
+    """3 of 5 against 5 of 5 ("40 percentage points" on 5 positions): p = 0.5, and no test on 5
+    positions can reach p < 0.05 (the smallest is 2 / 2**5); three needles at each of 4
+    positions, all answered by a and none by b, are 4 positions won, p = 2 / 2**4 = 0.125."""
 
     cs = [_cell("a", d, "n", True) for d in range(5)] + [
         _cell("b", d, "n", d < 3) for d in range(5)
     ]
     text = claims.scores_sentence(grid.scores(cs, ["a", "b"]), cs)
-    assert "not distinguishable with n = 5" in text and "p = 0.500" in text
+    assert "no verdict possible with n = 5 positions" in text and "p = 0.500" in text
+    assert f"the smallest attainable is p = {2 / 2**5:.3f}" in text
     assert "answers more" not in text
+    cs = [_cell(r, d, x, r == "a") for d in range(4) for x in "xyz" for r in "ab"]
+    text = claims.scores_sentence(grid.scores(cs, ["a", "b"]), cs)
+    assert "12 against 0 of 12 shared needles at 4 positions" in text
+    assert f"p = {2 / 2**4:.3f}" in text and "answers more" not in text
     cs = [_cell("a", d, "n", True) for d in range(12)] + [
         _cell("b", d, "n", d < 2) for d in range(12)
     ]
@@ -402,14 +449,17 @@ def test_the_full_cache_note_reads_its_cells(fixture_dir):
     full = g[g.kind == "full"]
     short = full[full.length <= 2048]
     text = claims.full_note(cells)
-    share = short.correct.mean()
+
+    def oc(frame: pd.DataFrame) -> dict:
+        return {(x.length, x.depth, x.needle): bool(x.correct) for x in frame.itertuples()}
+
+    by = short.groupby(["length", "depth"]).correct.mean()
     assert text.startswith(
-        "With the full cache the model answers "
-        f"{share_text(int(short.correct.sum()), len(short))} cells at ≤ 2,048 tokens"
+        f"With the full cache the model answers {positions_text(oc(short))} at ≤ 2,048 tokens"
     )
-    assert ("short of the 90%" in text) == (share < 0.9)
+    assert ("short of the 90%" in text) == (by.mean() < 0.9)
     long = full[full.length == 4096]
-    assert f"at 4,096 tokens {share_text(int(long.correct.sum()), len(long))}" in text
+    assert f"at 4,096 tokens {positions_text(oc(long))}" in text
     assert "not in the file" in claims.full_note([c for c in cells if c.kind != "full"])
 
 
@@ -504,22 +554,19 @@ def check_verdict(text: str, frame: pd.DataFrame, memory: int, lower: bool, outc
             assert "without an interval" in text
             return
         for g, b in ranked[1:]:
-            a_, b_ = outcomes[win.row], outcomes[b.row]
-            shared = [k for k in a_ if k in b_]
-            only_a = sum(a_[k] and not b_[k] for k in shared)
-            only_b = sum(b_[k] and not a_[k] for k in shared)
-            p = mcnemar_by_hand(only_a, only_b)
-            said = f"{only_a} right only under the first and {only_b} only under the second"
-            assert said in text, (g, text)
+            n, more_a, more_b, p = sign_by_hand(outcomes[win.row], outcomes[b.row])
+            said = f"positions {more_a} won by the first, {more_b} by the second"
+            assert said in text and f"tied of {n}" in text, (g, text)
             if p < 0.05:
                 assert (
                     "answers more needles than" in text
-                    if only_a > only_b
+                    if more_a > more_b
                     else "answers fewer needles than" in text
                 )
+            elif 2 / 2**n < 0.05:  # a sign test on n positions could have decided
+                assert f"not distinguishable with n = {n}" in text
             else:
-                assert "not distinguishable with n = " in text
-                assert str(len(shared)) in text
+                assert f"no verdict possible with n = {n} positions" in text
     elif len(bests) == 1:
         assert f"Only {names[next(iter(bests))]} has a row at this memory" in text
     else:
@@ -687,17 +734,25 @@ def test_equal_memory_is_within_two_percent_by_hand():
 
 
 def test_an_accuracy_verdict_says_more_only_when_the_paired_test_does():
-    """The issue's case: 5 of 5 against 3 of 5 on the same cells is p = 0.5: not "beats"."""
+    """5 of 5 against 3 of 5 on the same 5 positions is p = 0.5, and 5 positions cannot reach
+    p < 0.05 at all: no verdict; 6 of 8 positions won, 2 tied, is p = 2 / 2**6 = 0.031 but
+    three needles at each of 4 positions, all won, only p = 2 / 2**4."""
     a = [((d, "n"), True) for d in range(5)]
     b = [((d, "n"), d < 3) for d in range(5)]
     pts = [point("a", "evict", 1000, 1.0, a), point("b", "compress", 1005, 0.6, b)]
     text = claims.verdict(pts, 1000, claims.ACCURACY)
-    assert "a is not distinguishable with n = 5 from the best KIVI-style quantization row" in text
+    assert "Against the best KIVI-style quantization row" in text
+    assert "no verdict possible with n = 5 positions" in text
     assert (
-        "2 right only under the first and 0 only under the second, exact paired test p = 0.500"
+        "positions 2 won by the first, 0 by the second, 3 tied of 5, exact sign test p = 0.500"
         in text
     )
     assert "answers more" not in text
+    a = [((d, x), True) for d in range(4) for x in "xyz"]
+    b = [((d, x), False) for d in range(4) for x in "xyz"]
+    pts = [point("a", "evict", 1000, 1.0, a), point("b", "compress", 1005, 0.0, b)]
+    text = claims.verdict(pts, 1000, claims.ACCURACY)
+    assert f"p = {2 / 2**4:.3f}" in text and "answers more" not in text
     a = [((d, "n"), True) for d in range(12)]
     b = [((d, "n"), d < 2) for d in range(12)]
     pts = [point("a", "evict", 1000, 1.0, a), point("b", "compress", 1005, 2 / 12, b)]
@@ -734,13 +789,19 @@ def test_the_modes_sentence_by_hand():
             cs.append(_cell(dec, d, nd, d == 100))
             cs.append(_cell(pre, d, nd, d == 100))
     text = claims.modes_sentence(cs, dec, pre)
-    assert text.startswith("On the same 15 cells, H2O in its prefill mode (h2o@256:w50%:prefill)")
-    assert f"answers {share_text(3, 15)}" in text and "right only at depth 100 %" in text
-    assert "not distinguishable with n = 15 (exact paired test p = 1.000)" in text
+    # one length, five depths: 5 positions of three needles
+    assert text.startswith(
+        "On the same 5 positions, H2O in its prefill mode (h2o@256:w50%:prefill)"
+    )
+    mode = {(512, d, nd): d == 100 for d in (0, 25, 50, 75, 100) for nd in "abc"}
+    assert f"answers {positions_text(mode)}" in text and "right only at depth 100 %" in text
+    assert "no verdict possible with n = 5 positions" in text
+    assert "(exact sign test p = 1.000)" in text
     cs = [_cell(pre, d, nd, d < 100) for d in (0, 25, 50, 75, 100) for nd in "ab"]
     cs += [_cell(dec, d, nd, False) for d in (0, 25, 50, 75, 100) for nd in "ab"]
     text = claims.modes_sentence(cs, dec, pre)
-    assert "the prefill mode answers more (exact paired test p = 0.008)" in text  # 8 against 0
+    # 8 cells against 0, but 4 positions against 0: p = 2 / 2**4, never below 0.05 on 5
+    assert "answers more" not in text and f"exact sign test p = {2 / 2**4:.3f}" in text
     assert claims.modes_sentence(cs, dec, "h2o@64") == ""
 
 
@@ -773,7 +834,8 @@ def test_the_window_sweep_sentence_by_hand():
     text = claims.window_sweep_sentence(cs, rows, 512)
     assert text.startswith("The card's check, done: H2O evicting while it reads, at 512 tokens,")
     assert "in 2 settings of its budget and recent window" in text
-    assert f"The most any setting answers is {share_text(2, 3)} (h2o@64:w50%)" in text
+    best = {(100, "a"): True, (100, "b"): True, (50, "c"): False}
+    assert f"The most any setting answers is {positions_text(best)} (h2o@64:w50%)" in text
     assert "Of the 3 needles answered over all settings, 2 lay wholly inside" in text
     assert ", 1 partly, none outside it: what H2O recalls here, its window kept" in text
     # a needle answered from outside the window: said, and no "window kept" conclusion

@@ -35,38 +35,44 @@ def test_the_block_is_written_between_the_markers(tmp_path):
     assert p.read_text() == "no markers"
 
 
-def test_a_pair_is_said_to_differ_only_at_p_below_005(tmp_path):
-    cells = []
-    for i in range(6):
-        for row, ok in (("kivi4", True), ("kivi2", i == 0)):
-            cells.append(
-                {
-                    "row": row,
-                    "length": 512,
-                    "depth": 0,
-                    "needle": f"n{i}",
-                    "correct": ok,
-                    "kv_bytes": 1,
-                    "prompt_tokens": 1,
-                }
-            )
-    (line,) = findings.comparisons(cells)
-    assert "6 against 1 of 6 shared cells (5 right only under the first, 0 only under the" in line
-    assert "p = 0.062" in line and line.endswith("not distinguishable with n = 6.")
-    cells += [
-        {
-            "row": r,
-            "length": 512,
-            "depth": 25,
-            "needle": "m",
-            "correct": r == "kivi4",
-            "kv_bytes": 1,
-            "prompt_tokens": 1,
-        }
-        for r in ("kivi4", "kivi2")
+def _line(row: str, length: int, depth: int, needle: str, ok: bool) -> dict:
+    return {
+        "row": row,
+        "length": length,
+        "depth": depth,
+        "needle": needle,
+        "correct": ok,
+        "kv_bytes": 1,
+        "prompt_tokens": 1,
+    }
+
+
+def test_a_pair_is_said_to_differ_only_at_p_below_005():
+    """The unit is the position: three needles at a position are one observation. Five positions,
+    each with three needles kivi4 answers and kivi2 does not: 15 discordant cells (exact McNemar
+    2 / 2**15) but 5 positions won of 5 — p = 2 / 2**5 = 0.0625, the smallest a sign test on 5
+    positions can give, so no verdict is possible there."""
+    five = [(512, d) for d in (0, 25, 50, 75, 100)]
+    cells = [
+        _line(r, n, d, x, r == "kivi4") for n, d in five for x in "abc" for r in ("kivi4", "kivi2")
     ]
     (line,) = findings.comparisons(cells)
-    assert "p = 0.031" in line and line.endswith("`kivi4` answers more.")
+    assert "3 against 0" not in line and "15 against 0 of 15 shared needles at 5 positions" in line
+    assert "(positions 5 won by the first, 0 by the second, 0 tied of 5; exact sign test" in line
+    assert f"p = {2 / 2**5:.3f}" in line and "answers more" not in line
+    assert line.endswith(
+        "no verdict possible with n = 5 positions (no sign test on 5 positions can reach "
+        "p < 0.05: the smallest attainable is p = 0.062)."
+    )
+    # a sixth position (another length), also won: 6 of 6, p = 2 / 2**6 = 0.031 < 0.05
+    cells += [_line(r, 1024, 0, "a", r == "kivi4") for r in ("kivi4", "kivi2")]
+    (line,) = findings.comparisons(cells)
+    assert f"p = {2 / 2**6:.3f}" in line and line.endswith("`kivi4` answers more.")
+    # five of six won, one tied: 5 discordant positions, p = 0.0625: not distinguishable
+    cells = [c for c in cells if c["length"] == 512 or c["row"] == "kivi4"]
+    cells += [_line("kivi2", 1024, 0, "a", True)]
+    (line,) = findings.comparisons(cells)
+    assert "1 tied of 6" in line and line.endswith("not distinguishable with n = 6 positions.")
 
 
 def _cell(row: str, depth: int, needle: str, ok: bool, length: int = 1024) -> dict:
@@ -124,17 +130,36 @@ def test_every_row_and_pair_the_findings_list_is_in_the_shipped_file():
 
 
 def test_followup_rows_with_the_same_counts_share_a_line():
+    """Six cells a row at two positions (the facts at 25 and 75 %, or 75 and 25 %), three pairs
+    of facts at each: counted by position, and rows whose counts are the same share a line."""
+
     def cell(row, i, a, b):
-        return {"row": row, "length": 1024, "correct_first": a, "correct_second": b, "i": i}
+        d = (25, 75) if i < 3 else (75, 25)
+        return {
+            "row": row,
+            "length": 1024,
+            "depth_first": d[0],
+            "depth_second": d[1],
+            "first": f"f{i}",
+            "second": f"s{i}",
+            "correct_first": a,
+            "correct_second": b,
+        }
 
     lines = [cell("full", i, True, i != 0) for i in range(6)]
-    lines += [cell("kivi4", i, True, i != 5) for i in range(6)]  # other cells, same counts
+    lines += [cell("kivi4", i, True, i != 5) for i in range(6)]  # the other position: same counts
     lines += [cell("snapkv@256", i, i < 2, i < 1) for i in range(6)]
     out = findings.followup(lines)
     assert len(out) == 2
-    assert out[0].startswith("- `full`, `kivi4` (1,024 tokens): the first question 6 of 6")
-    assert "the second 5 of 6" in out[0] and "(1 cell lost only the second, 0 only" in out[0]
-    assert out[1].startswith("- `snapkv@256` (1,024 tokens): the first question 2 of 6")
+    assert out[0].startswith(
+        "- `full`, `kivi4` (1,024 tokens): the first question 6 of 6 needles, at 2 of 2 positions"
+    )
+    assert "the second 5 of 6 needles, at 2 of 2 positions" in out[0]
+    assert "(positions 1 won by the first, 0 by the second, 1 tied of 2; sign test" in out[0]
+    # two positions: no sign test can reach p < 0.05 (the smallest p is 2 / 2**2)
+    assert f"the smallest attainable is p = {2 / 2**2:.3f}" in out[0]
+    assert out[1].startswith("- `snapkv@256` (1,024 tokens): the first question 2 of 6 needles")
+    assert "at 1 of 2 positions" in out[1]  # both first answers at the first position
 
 
 def test_the_band_note_says_what_the_band_columns_window_is():
@@ -183,37 +208,63 @@ def test_the_docs_band_numbers_are_the_band_files():
     assert f"the median over the {len(band)} layers is {(lo + hi) / 2:g}" in docs
 
 
-def test_the_docs_second_question_paragraph_is_the_files():
-    """The docs' paragraph on SnapKV and the second question, recounted from followup.jsonl with
-    the library's exact paired test: no row's second question is said to differ from its first
-    (none does at p < 0.05), and every count it gives is the file's."""
+def _grid_test(a: str, b: str, length: int | None = None) -> Paired:
+    """The sign test over positions of two rows of the shipped grid (at ``length``, or at every
+    length up to the findings' longest)."""
+    cells = findings.read_lines(ROOT / "traces" / "results" / "needle-grid.jsonl")
+
+    def oc(r: str) -> dict:
+        return {
+            (c["length"], c["depth"], c["needle"]): bool(c["correct"])
+            for c in cells
+            if c["row"] == r
+            and c["length"] <= findings.MAX_LENGTH
+            and (length is None or c["length"] == length)
+        }
+
+    return paired(oc(a), oc(b))
+
+
+def test_the_docs_snapkv_paragraph_is_the_files():
+    """The docs' paragraph on SnapKV, recounted by position from the grid and followup.jsonl:
+    SnapKV over H2O's prefill mode as the test says, over StreamingLLM only if it does, and the
+    second question said to differ from the first for no row (no test on its positions can)."""
+    said = _bullet(_docs(), "- **SnapKV answers more than H2O's prefill mode at the same budget**")
+    pre = _grid_test("snapkv@256", "h2o@256:w50%:prefill")
+    assert pre.differs and pre.more_a > pre.more_b
+    assert f"positions {pre.more_a} won and {pre.more_b} lost of {pre.n}" in said
+    assert f"exact sign test {p_text(pre.p)}" in said
+    sl = _grid_test("snapkv@256", "streaming-llm@256")
+    assert not sl.differs  # otherwise the paragraph must say SnapKV answers more
+    assert f"({sl.more_a} won, {sl.more_b} lost, {p_text(sl.p)})" in said
+    assert "more than StreamingLLM and H2O" not in _docs()  # the old cell-unit verdict
     lines = findings.read_lines(ROOT / "traces" / "results" / "followup.jsonl")
 
     def test_of(row: str) -> Paired:
         cs = [x for x in lines if x["row"] == row]
         assert {x["length"] for x in cs} == {1024}, row
         return paired(
-            {i: bool(x["correct_first"]) for i, x in enumerate(cs)},
-            {i: bool(x["correct_second"]) for i, x in enumerate(cs)},
+            {findings.followup_key(x): bool(x["correct_first"]) for x in cs},
+            {findings.followup_key(x): bool(x["correct_second"]) for x in cs},
+            findings.followup_position,
         )
 
-    said = _bullet(_docs(), "- **SnapKV answers more than StreamingLLM and H2O")
     snap = test_of("snapkv@256")
     assert not snap.differs  # otherwise the paragraph must say which answers more
-    cells_ = "cell" if snap.only_a == 1 else "cells"
+    needles = snap.needles
     assert (
-        f"SnapKV at 256 slots answers the first question in {snap.right_a} of {snap.n} cells and "
-        f"the second in {snap.right_b} ({snap.only_a} {cells_} lost only the second, {snap.only_b} "
-        f"only the first; exact paired test {p_text(snap.p)}): not distinguishable with "
-        f"n = {snap.n}." in said
+        f"SnapKV at 256 slots answers the first question in {snap.right_a} of {needles} cells and "
+        f"the second in {snap.right_b} ({snap.counts()}; exact sign test {p_text(snap.p)}): "
+        f"{snap.undecided().split(' (')[0]}." in said
     )
     assert "answers fewer" not in said and "where that ends" not in said
     rows = list(dict.fromkeys(x["row"] for x in lines))
-    assert all(not test_of(r).differs for r in rows)  # "no row's first and second differ"
-    assert {test_of(r).n for r in rows} == {6} and "6 cells a row at 1,024 tokens" in said
+    assert all(not test_of(r).decidable for r in rows)  # "no sign test on them can reach"
+    assert {test_of(r).needles for r in rows} == {6} and {test_of(r).n for r in rows} == {2}
+    assert "6 cells a row at 1,024 tokens, 2 positions: no sign test on them can" in said
     for r in ("full", "kivi4"):  # "the first in every cell and the second in all but one"
         t = test_of(r)
-        assert (t.right_a, t.right_b) == (t.n, t.n - 1), r
+        assert (t.right_a, t.right_b) == (t.needles, t.needles - 1), r
     for r in ("h2o@256:w50%", "h2o@256:w50%:prefill", "streaming-llm@256"):  # "answer neither"
         t = test_of(r)
         assert (t.right_a, t.right_b) == (0, 0), r
@@ -238,6 +289,8 @@ def test_equal_memory_compares_only_rows_within_two_percent():
     cells = [cell("kivi4", i, True, 1000) for i in range(6)]
     cells += [cell("snapkv@100", i, i == 0, 1019) for i in range(6)]
     cells += [cell("h2o@100:w50%", i, False, 1021) for i in range(6)]
+    for c in cells:  # six positions, one needle each
+        c["depth"] = int(c["needle"][1:]) * 10
     old = dict(findings.EQUAL_MEMORY)
     try:
         findings.EQUAL_MEMORY.clear()
@@ -247,48 +300,65 @@ def test_equal_memory_compares_only_rows_within_two_percent():
         findings.EQUAL_MEMORY.clear()
         findings.EQUAL_MEMORY.update(old)
     assert line.startswith("- `kivi4` at 512 tokens, 1,000 KV bytes per token, 6/6; at its memory:")
-    # 5 right only under kivi4, 0 only under snapkv: exact McNemar 2 / 2**5 = 0.0625
+    # 5 positions won by kivi4, 0 by snapkv, 1 tied: the sign test's 2 / 2**5 = 0.0625; six
+    # positions could reach p < 0.05 (2 / 2**6), so "not distinguishable"
     assert (
-        "`snapkv@100` 1/6 (1,019 B; 5 right only under `kivi4`, 0 only under `snapkv@100`" in line
+        "`snapkv@100` 1/6 (1,019 B; positions 5 won by `kivi4`, 0 by `snapkv@100` of 6, sign "
+        "test p = 0.062: not distinguishable with n = 6 positions)" in line
     )
-    assert "p = 0.062: not distinguishable with n = 6)" in line
+    assert "no verdict" not in line
     assert "`h2o@100:w50%` 1,021 B: not within 2%, not compared" in line
     assert "answers more" not in line
 
 
 def test_the_docs_equal_memory_bullets_are_the_files():
-    """docs/explanation/findings.md's two equal-memory bullets, recounted from the grid with an
-    exact paired test on each pair's shared cells (h2o.stats, scipy)."""
+    """docs/explanation/findings.md's equal-memory bullets, recounted from the grid by position:
+    a length alone (5 positions) can give no verdict; over the three lengths (each beside its own
+    equal-memory budget) the verdicts the bullet states are the sign test's."""
     cells = findings.read_lines(ROOT / "traces" / "results" / "needle-grid.jsonl")
 
-    def test_of(a: str, b: str, length: int) -> Paired:
-        def oc(r):
-            return {
-                (c["depth"], c["needle"]): bool(c["correct"])
-                for c in cells
-                if c["row"] == r and c["length"] == length
-            }
-
-        return paired(oc(a), oc(b))
+    def pooled(a: str, method: str) -> Paired:
+        oa: dict = {}
+        ob: dict = {}
+        for (row, length), partners in findings.EQUAL_MEMORY.items():
+            if row != a:
+                continue
+            (b,) = [p for p in partners if findings._budgetless(p) == method]
+            assert _grid_test(a, b, length).n == 5 and not _grid_test(a, b, length).decidable
+            for r, o in ((a, oa), (b, ob)):
+                o.update(
+                    {
+                        (c["length"], c["depth"], c["needle"]): bool(c["correct"])
+                        for c in cells
+                        if c["row"] == r and c["length"] == length
+                    }
+                )
+        return paired(oa, ob)
 
     def more(t: Paired) -> bool:
-        return t.differs and t.only_a > t.only_b
+        return t.differs and t.more_a > t.more_b
 
     docs = _docs()
-    assert "answer more than H2O**, in either mode, at 512, 1,024 and 2,048 tokens" in docs
+    for a in ("kivi4", "kivi2"):
+        for m in ("h2o@B:w50%", "h2o@B:w50%:prefill", "streaming-llm@B"):
+            assert more(pooled(a, m)), (a, m)  # "answer more than H2O ... and StreamingLLM"
+    assert "**At equal memory the paper's 4-bit and 2-bit caches answer more than H2O**" in docs
+    assert "**and more than StreamingLLM**, over the 15 positions of 512, 1,024 and 2,048" in docs
+    four, two = pooled("kivi4", "snapkv@B"), pooled("kivi2", "snapkv@B")
+    assert more(four) and not two.differs
+    assert "**The 4-bit cache answers more than SnapKV too; the 2-bit cache is not" in docs
+    assert f"(positions {two.more_a} won, {two.more_b} lost, {p_text(two.p)})" in docs
+    assert "A length alone has 5 positions, where no sign test can reach p < 0.05" in docs
+    snap, h2o_ = pooled("snapkv@256+kivi4", "snapkv@B"), pooled("h2o@256:w50%+kivi4", "h2o@B:w50%")
+    assert more(snap) and h2o_.more_a == h2o_.more_b == 0
+    assert (
+        f"SnapKV at its memory (positions {snap.more_a} won, {snap.more_b} lost, "
+        f"{p_text(snap.p)}), H2O with 4 bits exactly what H2O" in docs
+    )
     for (a, length), partners in findings.EQUAL_MEMORY.items():
-        for b in partners:
-            t = test_of(a, b, length)
-            assert t.n == 15, (a, b, length)
-            if a in ("kivi4", "kivi2") and b.startswith("h2o@"):
-                assert more(t), (a, b, length, t.p)
-            elif a in ("kivi4", "kivi2") and b.startswith("streaming-llm@"):
-                # "more than StreamingLLM there, but for the 2-bit cache at 512 tokens"
-                assert more(t) == ((a, length) != ("kivi2", 512)), (a, b, length, t.p)
-            else:  # SnapKV beside a quantized cache, a combination beside its own method
-                assert not t.differs, (a, b, length, t.p)
-    assert "cache at 512 tokens, where the two are not distinguishable with n = 15" in docs
-    assert "**Neither is distinguishable from SnapKV** at any of the three lengths" in docs
+        for b in partners:  # what the block prints per length: no verdict at 5 positions
+            assert _grid_test(a, b, length).n == 5
+    assert "no verdict at this length" in findings.details(ROOT / "traces" / "results")
 
     def budgets(row: str) -> list[str]:
         return [
@@ -299,3 +369,47 @@ def test_the_docs_equal_memory_bullets_are_the_files():
     snap, h2o = budgets("snapkv@256+kivi4"), budgets("h2o@256:w50%+kivi4")
     assert f"SnapKV at {snap[0]}, {snap[1]} and {snap[2]} slots at 512, 1,024 and 2,048" in docs
     assert f"H2O at {h2o[0]}, {h2o[1]} and {h2o[2]}: within 2 %" in docs
+
+
+def test_the_docs_say_no_more_than_the_evidence():
+    """The family paragraphs, recounted by position: KVzip over SnapKV and SnapKV over Expected
+    Attention as the sign test says; Quest compared at about the bytes a step of it reads (not
+    at SnapKV's budget); no claim about a method that one small model at short prompts cannot
+    carry, and no reason stated that was not measured."""
+    docs = _docs()
+    assert "does not find a fact stated once" not in docs  # said of the method, from one model
+    cells = findings.read_lines(ROOT / "traces" / "results" / "needle-grid.jsonl")
+    ea = {c["length"] for c in cells if c["row"].startswith("expected-attention@")}
+    assert f"**On SmolLM2-135M at up to {max(ea):,} tokens, Expected Attention found no" in docs
+    assert "bound is loose" not in docs  # no measurement behind it
+    for b in (128, 256):
+        kv = _grid_test(f"kvzip@{b}", f"snapkv@{b}")
+        assert kv.differs and kv.more_a > kv.more_b
+        assert f"{kv.more_a} won and {kv.more_b} lost" in docs and p_text(kv.p) in docs
+        e = _grid_test(f"snapkv@{b}", f"expected-attention@{b}")
+        assert e.differs and e.more_a > e.more_b and p_text(e.p) in docs
+    q = _grid_test("quest@128", "snapkv@256")
+    assert not q.differs
+    assert (
+        f"positions {q.more_a} won and {q.more_b} lost of {q.n} (exact sign test {p_text(q.p)}), "
+        f"not distinguishable with n = {q.n}" in docs
+    )
+
+    quest = {(c["length"], c["depth"], c["needle"]) for c in cells if c["row"] == "quest@128"}
+
+    def per_token(row: str, key: str) -> float:  # mean over Quest's cells
+        xs = [
+            c[key] / c["prompt_tokens"]
+            for c in cells
+            if c["row"] == row and (c["length"], c["depth"], c["needle"]) in quest
+        ]
+        assert len(xs) == len(quest), row
+        return sum(xs) / len(xs)
+
+    read, held = per_token("quest@128", "read_bytes"), per_token("snapkv@256", "kv_bytes")
+    assert abs(read - held) <= 0.02 * held  # "about what SnapKV at 256 holds"
+    assert f"a step reads {read:,.0f} bytes a token, about what SnapKV at 256 holds" in docs
+    assert f"({held:,.0f})" in docs
+    w = _grid_test("h2o@256:w50%", "h2o@256")
+    assert not w.differs and "half the budget as window answers more cells" not in docs
+    assert f"{w.more_a} won and {w.more_b} lost of {w.n} (exact sign test {p_text(w.p)})" in docs

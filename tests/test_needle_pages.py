@@ -18,7 +18,13 @@ from page_text import said
 from streamlit.testing.v1 import AppTest
 from streamlit_server import needs_chromium, wait_ready
 from test_browser import new_page
-from test_claims_needle import check_verdict, frontier_frames, raw_frames, write_fixture
+from test_claims_needle import (
+    check_verdict,
+    frontier_frames,
+    positions_text,
+    raw_frames,
+    write_fixture,
+)
 
 from app import jobs, model_runs, state
 from app.lesson import needle as lesson_needle
@@ -236,21 +242,29 @@ def test_absent_and_damaged_files_are_clear_messages(tmp_path, monkeypatch):
     assert any("has no usable lines" in i.value for i in at.info)
 
 
-def wilson_by_hand(right: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """The Wilson score interval, written out."""
-    p = right / n
+def wilson_fraction_by_hand(p: float, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """The Wilson score interval at a mean share ``p`` of ``n`` positions, written out."""
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - half, centre + half
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def test_the_grid_table_gives_every_accuracy_its_count_and_interval(results):
     at = open_page(GRID_PAGE)
     (table,) = [d.value for d in at.dataframe if "accuracy" in d.value.columns]
     assert len(table)
+    cells = data.read_grid(results / data.GRID_FILE).records
     for r in table.itertuples(index=False):
         assert r.accuracy == pytest.approx(r.right / r.cells)
-        low, high = wilson_by_hand(r.right, r.cells)
+        # the interval is over positions (a length and depth): Wilson on their number at the
+        # mean share a position answered
+        by: dict = {}
+        for c in cells:
+            if c.row == r.row:
+                by.setdefault((c.length, c.depth), []).append(c.correct)
+        mean = sum(sum(v) / len(v) for v in by.values()) / len(by)
+        assert r.positions == len(by)
+        low, high = wilson_fraction_by_hand(mean, len(by))
         assert r[table.columns.get_loc("95 % interval, low")] == pytest.approx(low, abs=1e-9)
         assert r[table.columns.get_loc("95 % interval, high")] == pytest.approx(high, abs=1e-9)
 
@@ -262,11 +276,8 @@ def test_evict_or_compress_table_gives_counts_intervals_and_needles(results):
     at_2048 = [c for c in cells if c.length == 2048]
     for r in table.dropna(subset=["needle accuracy"]).itertuples(index=False):
         mine = [c for c in at_2048 if c.row == r.row]
-        right, n = sum(c.correct for c in mine), len(mine)
-        low, high = wilson_by_hand(right, n)
-        text = r[table.columns.get_loc("needle cells right (95 % interval)")]
-        assert text.startswith(f"{right} of {n} (")
-        assert f"{low * 100:.0f}–{high * 100:.0f} %" in text
+        text = r[table.columns.get_loc("needles answered (95 % interval over positions)")]
+        assert text == positions_text({(c.depth, c.needle): c.correct for c in mine})
         per_depth = {}
         for c in mine:
             per_depth.setdefault(c.depth, set()).add(c.needle)

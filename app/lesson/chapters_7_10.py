@@ -17,7 +17,7 @@ from app.needle.data import Cell, derived
 from app.real_model import claims
 from h2o.model.generate import label_policy
 from h2o.model.rows import Row
-from h2o.stats import p_text, paired, share
+from h2o.stats import p_text, paired, positions
 
 ANSWER_BUDGETS = (256, 512, 1024)
 #: The policies of the shipped answers, in their order (`generate --policy full,…`).
@@ -313,9 +313,10 @@ def window_words(row: Row) -> str:
 def grid_fact(cells: Sequence[Cell]) -> str:
     """The needle grid on a fact stated once in the middle (depths strictly between 0 and
     100 %, prompts up to chapter 7's longest): H2O's count with each of :data:`FACT_ROWS`'
-    windows and the full cache's, each with its 95 % Wilson interval; each window against the
-    full cache and the two against each other by an exact paired test on the cells both rows
-    have, a difference said only at p < 0.05 ("" when the file lacks a row)."""
+    windows and the full cache's over their positions (a length and depth), each with its 95 %
+    interval over positions; each window against the full cache and the two against each other
+    by an exact sign test over the positions both rows have, a difference said only at p < 0.05
+    ("" when the file lacks a row)."""
     top = needle_chapters.LESSON_MAX_LENGTH
     mid = [c for c in cells if c.length <= top and 0 < c.depth < 100]
 
@@ -330,39 +331,36 @@ def grid_fact(cells: Sequence[Cell]) -> str:
     lens = sorted({c.length for c in used})
     deps = sorted({c.depth for c in used})
     span = f"{lens[0]:,} to {lens[-1]:,}" if len(lens) > 1 else f"{lens[0]:,}"
-    said = [
-        f"{share(sum(o.values()), len(o)).text()} with {window_words(r)}"
-        for r, o in ((ra, a), (rb, b))
-    ]
+    said = [f"{positions(o).text()} with {window_words(r)}" for r, o in ((ra, a), (rb, b))]
     text = (
         f"on the needle grid, with the fact hidden in the middle (depth "
         f"{claims.names([str(d) for d in deps], 'or')} % of prompts of {span} tokens), "
         f"{labels()[str(ra.policy)]} at {ra.budget} slots answers {said[0]} and {said[1]}, where "
-        f"the full cache answers {share(sum(full.values()), len(full)).text()}"
+        f"the full cache answers {positions(full).text()}"
     )
     tests = [(r, paired(o, full)) for r, o in ((ra, a), (rb, b))]
-    if all(t.differs and t.only_b > t.only_a for _, t in tests):
+    if all(t.differs and t.more_b > t.more_a for _, t in tests):
         verdict = (
-            "fewer than the full cache with either window (exact paired tests "
+            "fewer than the full cache with either window (exact sign tests over positions "
             f"{claims.names([p_text(t.p) for _, t in tests])})"
         )
     else:
         verdict = "; ".join(
             f"with {r.recent_window} slots "
             + (
-                f"{'fewer' if t.only_b > t.only_a else 'more'} than the full cache"
+                f"{'fewer' if t.more_b > t.more_a else 'more'} than the full cache"
                 if t.differs
-                else f"not distinguishable from the full cache with n = {t.n}"
+                else f"{t.undecided()} from the full cache"
             )
-            + f" (exact paired test {p_text(t.p)})"
+            + f" (exact sign test {p_text(t.p)})"
             for r, t in tests
         )
     t = paired(a, b)
     if t.differs:
-        more = ra if t.only_a > t.only_b else rb
+        more = ra if t.more_a > t.more_b else rb
         windows = f"the window of {more.recent_window} slots answers more ({p_text(t.p)})"
     else:
-        windows = f"the two windows not distinguishable with n = {t.n} ({p_text(t.p)})"
+        windows = f"the two windows {t.undecided()} ({p_text(t.p)})"
     return f"{text}: {verdict}, and {windows}"
 
 

@@ -131,7 +131,8 @@ def grid_section() -> None:
     if view.since:
         st.markdown(
             "**The family since H2O.** Newer methods each answer one of H2O's limits; here each "
-            f"at {LESSON_BUDGET} slots beside SnapKV, on the cells both have. " + view.how
+            f"at {LESSON_BUDGET} slots beside SnapKV, on the positions (a length and depth) both "
+            "have. " + view.how
         )
         st.markdown("\n\n".join(view.since))  # one element, a paragraph each
     followup_section("lesson_followup")
@@ -206,8 +207,9 @@ def evict_or_compress() -> None:
     if acc_said is not None:
         st.markdown(acc_said)
         st.caption(
-            "A difference in needles is claimed only where an exact paired test on the same "
-            "cells supports it; one text's perplexity is a single measurement a row."
+            "A difference in needles is claimed only where an exact sign test over the same "
+            "positions (a length and depth, its needles one observation) supports it; one "
+            "text's perplexity is a single measurement a row."
         )
     open_in("Open Evict or compress?", pages.EVICT_OR_COMPRESS, {}, key="lesson_open_8")
 

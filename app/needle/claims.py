@@ -19,7 +19,7 @@ from app.needle.frontier import GROUPS, Point
 from app.needle.grid import RowScore
 from app.needle.grid import rows as grid_rows
 from app.real_model.claims import esc, names
-from h2o.stats import Paired, p_text, paired, share
+from h2o.stats import Paired, p_text, paired, positions
 
 #: The share of cells the full cache should answer at ≤ :data:`FULL_MAX_LENGTH` tokens (what the
 #: needle prompt's format aims for; the page says so when the full cache falls short of it).
@@ -36,7 +36,7 @@ class Metric:
     def value(self, p: Point) -> str:
         if self.lower_better:
             return f"perplexity {p.y:.2f}"
-        return f"{share(p.right, p.n).text()} needle cells right"
+        return f"{positions(dict(p.outcomes)).text()} answered"
 
 
 PERPLEXITY = Metric("perplexity", lower_better=True)
@@ -72,7 +72,8 @@ def _nearest(mine: Sequence[Point], memory: float, name: str) -> str:
 
 
 def compare(win: Point, other: Point) -> Paired:
-    """The exact paired test of two accuracy points on the cells they share."""
+    """The exact sign test of two accuracy points over the positions (depths, at the point's
+    length) they share."""
     return paired(dict(win.outcomes), dict(other.outcomes))
 
 
@@ -81,36 +82,41 @@ def _accuracy_said(win: Point, others: Sequence[tuple[str, Point]]) -> str:
     for name, b in others:
         t = compare(win, b)
         said = (
-            f"the best {name} row ({t.right_a} against {t.right_b} of {t.n} shared cells, "
-            f"{t.only_a} right only under the first and {t.only_b} only under the second, "
-            f"exact paired test {p_text(t.p)})"
+            f"the best {name} row ({t.right_a} against {t.right_b} of {t.needles} shared "
+            f"needles at {t.n} positions, {t.counts()}, exact sign test {p_text(t.p)})"
         )
         if not t.differs:
             same.append(said)
-        else:  # on the cells both have, the test may favour either (their cell sets differ)
-            (more if t.only_a > t.only_b else fewer).append(said)
+        else:  # on the positions both have, the test may favour either (their cells differ)
+            (more if t.more_a > t.more_b else fewer).append(said)
     text = ""
     if more:
         text += f" {label(win)} answers more needles than {names(more)}."
     if fewer:
-        text += f" On their shared cells, {label(win)} answers fewer needles than {names(fewer)}."
-    if same:
-        n = sorted({compare(win, b).n for _, b in others if not compare(win, b).differs})
-        lead = "It" if more or fewer else label(win)
         text += (
-            f" {lead} is not distinguishable with n = {names([str(x) for x in n])} from "
-            f"{names(same)}."
+            f" On their shared positions, {label(win)} answers fewer needles than {names(fewer)}."
         )
+    if same:
+        tests = [t for _, b in others if not (t := compare(win, b)).differs]
+        lead = "It" if more or fewer else label(win)
+        if all(t.decidable for t in tests):
+            n = sorted({t.n for t in tests})
+            text += (
+                f" {lead} is not distinguishable with n = {names([str(x) for x in n])} "
+                f"positions from {names(same)}."
+            )
+        else:  # as many positions as depths: a sign test may not be able to decide at all
+            text += f" Against {names(same)}: {names(sorted({t.undecided() for t in tests}))}."
     return text
 
 
 def verdict(points: Sequence[Point], memory: int, metric: Metric) -> str:
     """The equal-memory answer at ``memory`` bytes per token: each group's best row within
     :data:`frontier.TOLERANCE` of it (a group with none says so, and names its nearest row), and
-    how they compare — for accuracy by an exact paired test on their shared cells, a difference
-    said only at p < 0.05, among rows with at least :data:`frontier.MIN_NEEDLES` needles at every
-    depth (the others near ``memory`` are named as not compared); for perplexity (one text, one
-    number a row) the values alone."""
+    how they compare — for accuracy by an exact sign test over their shared positions (the
+    depths: one length), a difference said only at p < 0.05, among rows with at least
+    :data:`frontier.MIN_NEEDLES` needles at every depth (the others near ``memory`` are named
+    as not compared); for perplexity (one text, one number a row) the values alone."""
     aside: list[Point] = []
     if not metric.lower_better:  # a needle accuracy: only rows with enough needles a depth
         points, aside = frontier.compared(points)
@@ -206,40 +212,44 @@ def shown_sentence(
 
 
 def scores_sentence(scores: Sequence[RowScore], cells: Sequence[Cell]) -> str:
-    """Per row: cells right with its 95 % Wilson interval, and mean log-prob; then the most
-    against the least accurate row, said to differ only when an exact paired test on their
-    shared cells (``cells``: the cells shown) gives p < 0.05."""
+    """Per row: needles answered over its positions (each a length and depth) with the 95 %
+    interval over positions, and mean log-prob; then the most against the least accurate row,
+    said to differ only when an exact sign test over their shared positions (``cells``: the
+    cells shown) gives p < 0.05."""
     if not scores:
         return ""
+    mine: dict[str, dict] = {s.row: {} for s in scores}
+    for c in cells:
+        if c.row in mine:
+            mine[c.row][(c.length, c.depth, c.needle)] = bool(c.correct)
     parts = [
-        f"{esc(s.row)}: {share(s.right, s.cells).text()} right, mean log-prob {s.mean_logprob:.2f}"
+        f"{esc(s.row)}: {positions(mine[s.row]).text()} answered, mean log-prob "
+        f"{s.mean_logprob:.2f}"
         for s in scores
+        if mine[s.row]
     ]
     text = "Row by row — " + "; ".join(parts) + "."
     accs = [s.accuracy for s in scores]
     if len(scores) > 1 and max(accs) > min(accs):
         top = min((s for s in scores if s.accuracy == max(accs)), key=lambda s: s.cells)
         low = min((s for s in scores if s.accuracy == min(accs)), key=lambda s: s.cells)
-        outcome: dict[str, dict] = {top.row: {}, low.row: {}}
-        for c in cells:
-            if c.row in outcome:
-                outcome[c.row][(c.length, c.depth, c.needle)] = bool(c.correct)
         try:
-            t = paired(outcome[top.row], outcome[low.row])
+            t = paired(mine[top.row], mine[low.row])
         except ValueError:
             return text + f" {esc(top.row)} and {esc(low.row)} share no cell to compare."
         pair = f"{esc(top.row)} against {esc(low.row)}"
         said = (
-            f"{t.right_a} against {t.right_b} of {t.n} shared cells, exact paired test "
-            f"{p_text(t.p)}"
+            f"{t.right_a} against {t.right_b} of {t.needles} shared needles at {t.n} positions, "
+            f"{t.counts()}, exact sign test {p_text(t.p)}"
         )
-        if t.differs:
+        if t.differs and t.more_a > t.more_b:
             text += f" The most accurate row answers more than the least ({pair}: {said})."
-        else:
+        elif t.differs:  # on their shared positions the test may favour the other
             text += (
-                f" Even the most and the least accurate rows are not distinguishable with "
-                f"n = {t.n} ({pair}: {said})."
+                f" On their shared positions the least accurate row answers more ({pair}: {said})."
             )
+        else:
+            text += f" Even the most and the least accurate rows: {t.undecided()} ({pair}: {said})."
     elif len(scores) > 1:
         text += f" Every row shown answers {accs[0]:.0%}."
     return text
@@ -257,15 +267,14 @@ def full_note(cells: Sequence[Cell]) -> str:
     short = [c for c in full if c.length <= FULL_MAX_LENGTH]
     text = "With the full cache the model answers "
     if short:
-        r = sum(c.correct for c in short)
-        text += f"{share(r, len(short)).text()} cells at ≤ {FULL_MAX_LENGTH:,} tokens"
-        if r / len(short) < FULL_TARGET:
+        s = positions({(c.length, c.depth, c.needle): c.correct for c in short})
+        text += f"{s.text()} at ≤ {FULL_MAX_LENGTH:,} tokens"
+        if s.value < FULL_TARGET:
             text += f", short of the {FULL_TARGET:.0%} its prompt format aims for"
     longer = sorted({c.length for c in full if c.length > FULL_MAX_LENGTH})
     for n in longer:
-        cs = [c for c in full if c.length == n]
-        r = sum(c.correct for c in cs)
-        text += ("; at " if short else "at ") + f"{n:,} tokens {share(r, len(cs)).text()}"
+        cs = {(c.length, c.depth, c.needle): c.correct for c in full if c.length == n}
+        text += ("; at " if short else "at ") + f"{n:,} tokens {positions(cs).text()}"
     return text + "."
 
 
@@ -304,8 +313,9 @@ def held_sentence(held: Sequence[float] | None) -> str:
 # -- the second question ---------------------------------------------------------------------------
 def followup_sentences(cells: Sequence[FollowUpCell], rows: Sequence[str]) -> list[str]:
     """Per row of ``rows`` (in that order; those with cells): the first and the second question
-    answered, each with its 95 % Wilson interval, and whether the second is answered less — an
-    exact paired test on the row's own cells (each cell asks both), said only at p < 0.05."""
+    answered over the row's positions (a position: the length and the two facts' depths), each
+    with its 95 % interval over positions, and whether the second is answered less — an exact
+    sign test over the positions (each cell asks both), said only at p < 0.05."""
     out = []
     for r in rows:
         cs = [c for c in cells if c.row == r]
@@ -313,22 +323,27 @@ def followup_sentences(cells: Sequence[FollowUpCell], rows: Sequence[str]) -> li
             continue
         first = {c.key: c.correct_first for c in cs}
         second = {c.key: c.correct_second for c in cs}
-        t = paired(first, second)
+        t = paired(first, second, followup_position)
         said = (
-            f"**{esc(r)}**: the first question {share(t.right_a, t.n).text()}, the second "
-            f"{share(t.right_b, t.n).text()}"
+            f"**{esc(r)}**: the first question {positions(first, followup_position).text()}, the "
+            f"second {positions(second, followup_position).text()}"
         )
-        cells_ = "cell" if t.only_a == 1 else "cells"
-        test = f"{t.only_a} {cells_} lost only the second, {t.only_b} only the first; {p_text(t.p)}"
+        test = f"{t.counts()}; {p_text(t.p)}"
         if t.differs:
-            more = "fewer" if t.right_b < t.right_a else "more"
+            more = "fewer" if t.more_a > t.more_b else "more"
             said += f" — the second answered {more} ({test})"
         elif t.right_a == t.right_b:
             said += f" — the same count ({test})"
         else:
-            said += f" — not distinguishable with n = {t.n} ({test})"
+            said += f" — {t.undecided()} ({test})"
         out.append(said + ".")
     return out
+
+
+def followup_position(key: tuple) -> tuple:
+    """A follow-up cell's position (:attr:`FollowUpCell.key` without its facts): the length and
+    the two facts' depths."""
+    return key[:3]
 
 
 def followup_summary(cells: Sequence[FollowUpCell], rows: Sequence[str]) -> str:
@@ -354,14 +369,17 @@ def followup_summary(cells: Sequence[FollowUpCell], rows: Sequence[str]) -> str:
 
 
 def modes_sentence(cells: Sequence[Cell], decode: str, prefill: str) -> str:
-    """H2O's two modes on the cells both rows have: how many each answers (with its interval),
-    where (the depths), and what the exact paired test says."""
+    """H2O's two modes on the cells both rows have: how many each answers over its positions
+    (with its interval), where (the depths), and what the exact sign test over the positions
+    says."""
     a = {(c.length, c.depth, c.needle): c for c in cells if c.row == prefill}
     b = {(c.length, c.depth, c.needle): c for c in cells if c.row == decode}
     shared = [k for k in a if k in b]
     if not shared:
         return ""
-    t = paired({k: a[k].correct for k in shared}, {k: b[k].correct for k in shared})
+    oa = {k: a[k].correct for k in shared}
+    ob = {k: b[k].correct for k in shared}
+    t = paired(oa, ob)
     deps = sorted({k[1] for k in shared if a[k].correct or b[k].correct})
     where = (
         f"only at depth {names([f'{d} %' for d in deps])}"
@@ -369,14 +387,14 @@ def modes_sentence(cells: Sequence[Cell], decode: str, prefill: str) -> str:
         else ("at no depth" if not deps else "at every depth")
     )
     text = (
-        f"On the same {t.n} cells, H2O in its prefill mode ({esc(prefill)}) answers "
-        f"{share(t.right_a, t.n).text()} and evicting while it reads ({esc(decode)}) "
-        f"{share(t.right_b, t.n).text()}, right {where}"
+        f"On the same {t.n} positions, H2O in its prefill mode ({esc(prefill)}) answers "
+        f"{positions(oa).text()} and evicting while it reads ({esc(decode)}) "
+        f"{positions(ob).text()}, right {where}"
     )
     if t.differs:
-        more = "the prefill mode" if t.only_a > t.only_b else "evicting while reading"
-        return text + f": {more} answers more (exact paired test {p_text(t.p)})."
-    return text + f": not distinguishable with n = {t.n} (exact paired test {p_text(t.p)})."
+        more = "the prefill mode" if t.more_a > t.more_b else "evicting while reading"
+        return text + f": {more} answers more (exact sign test {p_text(t.p)})."
+    return text + f": {t.undecided()} (exact sign test {p_text(t.p)})."
 
 
 def band_sentence(band: Sequence[int], warmup: int, window: int | None = None) -> str:
@@ -412,7 +430,6 @@ def window_sweep_sentence(cells: Sequence[Cell], rows: Sequence[str], length: in
     if not by_row:
         return ""
     best = max(by_row, key=lambda r: (sum(c.correct for c in by_row[r]), -len(by_row[r])))
-    right_best = sum(c.correct for c in by_row[best])
     where = {"inside": 0, "partly": 0, "outside": 0, "unknown": 0}
     for r, cs in by_row.items():
         w = Row.parse(r).recent_window or 0
@@ -431,7 +448,8 @@ def window_sweep_sentence(cells: Sequence[Cell], rows: Sequence[str], length: in
     text = (
         f"The card's check, done: H2O evicting while it reads, at {length:,} tokens, in "
         f"{len(by_row)} settings of its budget and recent window. The most any setting answers "
-        f"is {share(right_best, len(by_row[best])).text()} ({esc(best)})"
+        f"is {positions({(c.depth, c.needle): c.correct for c in by_row[best]}).text()} "
+        f"({esc(best)})"
     )
     if not answered:
         return text + "."

@@ -1,6 +1,9 @@
 """The family since H2O on the needle grid: what each newer method in the file answers, beside
-SnapKV at the same budget on the same cells (the one-shot method that reads the question's
-attention before it compresses).
+SnapKV (the one-shot method that reads the question's attention before it compresses) on the
+positions both have — at the same budget for a method that holds what it reads; for a selection
+(Quest), which reads a part of what it holds, at the SnapKV budget whose bytes held match what a
+step of it reads, and at the one matching what it holds, where the file has one. Every test is
+an exact sign test over positions (:mod:`h2o.stats`).
 
 A method belongs here when its kind of cache says what it answers of H2O's limits
 (:attr:`h2o.model.caches.CacheKind.since_h2o`): the app keeps no list of them. No streamlit
@@ -18,7 +21,7 @@ from app.needle.grid import rows as ordered_rows
 from app.real_model.claims import esc, names
 from h2o.model.caches.base import ContextCompression
 from h2o.model.rows import Row
-from h2o.stats import p_text, paired, share
+from h2o.stats import Paired, p_text, paired, positions
 
 
 def _family(cells: Sequence[Cell], budget: int | None) -> list[tuple[str, Row]]:
@@ -57,8 +60,9 @@ def how_they_run(cells: Sequence[Cell], budget: int | None = None) -> str:
         one = len(press) == 1
         parts.append(
             f"{names(press)} {'compresses' if one else 'compress'} the context and then "
-            f"{'reads' if one else 'read'} the question through the compressed cache (kvpress's "
-            "pipeline)"
+            f"{'reads' if one else 'read'} the question through the compressed cache, as kvpress "
+            "runs its presses (an author's own code may run otherwise: which tokens it protects, "
+            "which layers it leaves whole, whether the question is read before compressing)"
         )
     parts.append("SnapKV reads the question first and chooses by it")
     if select:
@@ -67,7 +71,7 @@ def how_they_run(cells: Sequence[Cell], budget: int | None = None) -> str:
             "is read in full and each step after it reads only the pages of keys its query "
             "can attend to"
         )
-    return "Each runs as its authors run it: " + "; ".join(parts) + "." + decode_time(cells, budget)
+    return "How each runs here: " + "; ".join(parts) + "." + decode_time(cells, budget)
 
 
 def decode_time(cells: Sequence[Cell], budget: int | None = None) -> str:
@@ -128,21 +132,89 @@ def read_clause(cells: Sequence[Cell]) -> str:
     )
 
 
+def _key(c: Cell) -> tuple[int, int, str]:
+    return (c.length, c.depth, c.needle)
+
+
+def _verdict(t: Paired, mine: str) -> str:
+    """Which answers more, only at p < 0.05 by the sign test over positions."""
+    if t.differs:
+        more = "SnapKV" if t.more_b > t.more_a else mine
+        return f": {more} answers more (exact sign test {p_text(t.p)})"
+    if not t.decidable:  # the clause names the smallest attainable p instead
+        return f": {t.undecided()}"
+    return f": {t.undecided()} (exact sign test {p_text(t.p)})"
+
+
+def _snapkv_rows(cells: Sequence[Cell]) -> list[str]:
+    """The file's plain SnapKV rows (``snapkv@B``: no option, allocation or bits)."""
+    return [r for r in ordered_rows(cells) if r.startswith("snapkv@") and r[7:].isdigit()]
+
+
+#: The two memory bases a selection is compared on: (participle, verb) of what a step reads of
+#: its cache, and of what the cache holds.
+READ, HELD = ("read", "reads"), ("held", "holds")
+
+
+def _at_bytes(
+    cells: Sequence[Cell], mine: Sequence[Cell], family: str, basis: tuple[str, str]
+) -> str:
+    """Beside the SnapKV row (one with a cell at every cell of ``mine``: the same positions and
+    needles) whose bytes held a token lie nearest what ``mine`` reads or holds a token
+    (``basis``), means over those cells: compared by the sign test if within
+    :data:`TOLERANCE`, else named with its bytes and not compared."""
+    done, does = basis
+    ours = {_key(c): c for c in mine}
+    want = _read_per_token(mine) if basis == READ else _bytes_per_token(mine)
+    near: list[tuple[float, str, float]] = []
+    for r in _snapkv_rows(cells):
+        theirs = {_key(c): c for c in cells if c.row == r}
+        if all(k in theirs for k in ours):
+            x = _bytes_per_token([theirs[k] for k in ours])
+            near.append((abs(x - want) / want, r, x))
+    if not near:
+        return f" The file has no SnapKV row with its cells to compare at equal bytes {done}."
+    gap, other, x = min(near)
+    if gap > TOLERANCE:
+        return (
+            f" At equal bytes {done}: no SnapKV row with its cells holds within {TOLERANCE:.0%} "
+            f"of the {want:,.0f} bytes a token it {does} (the nearest, {esc(other)}, holds "
+            f"{x:,.0f}): not compared."
+        )
+    theirs = {_key(c): c for c in cells if c.row == other}
+    t = paired({k: c.correct for k, c in ours.items()}, {k: theirs[k].correct for k in ours})
+    return (
+        f" At about equal bytes {done}, beside {esc(other)} (which holds {x:,.0f} bytes a token "
+        f"against the {want:,.0f} it {does}): at {t.n} positions it answers {t.right_a} and "
+        f"SnapKV {t.right_b} of {t.needles} needles ({t.counts()}){_verdict(t, family)}."
+    )
+
+
 def family_sentence(cells: Sequence[Cell], row: str) -> str:
-    """One method: what it fixes, how many needles it answers (with the 95 % interval) and,
-    on the cells SnapKV at its budget shares, SnapKV's count, both rows' bytes a token and the
-    exact paired test; a difference is said only at p < 0.05."""
+    """One method: what it fixes, how many needles it answers over its positions (with the 95 %
+    interval over positions) and, beside SnapKV, the exact sign test over the positions both
+    have; a difference is said only at p < 0.05. A method that reads all it holds is set beside
+    SnapKV at its budget; a selection, which reads a part of what it holds, beside the SnapKV
+    row holding about what a step of it reads and the one holding about what it holds (each
+    within :data:`TOLERANCE`, else none: the sentence says which basis)."""
     r = Row.parse(row)
     mine = [c for c in cells if c.row == row]
     if not mine:
         return ""
     name = f"{r.family} at {r.budget} slots ({esc(row)})"
-    right = share(sum(c.correct for c in mine), len(mine))
+    right = positions({_key(c): c.correct for c in mine})
     lens = sorted({c.length for c in mine})
     text = (
         f"{name} {r.cache.since_h2o}. On prompts of {names([f'{n:,}' for n in lens])} tokens "
         f"it answers {right.text()}{read_clause(mine)}"
     )
+    if read_clause(mine):
+        return (
+            text
+            + "."
+            + _at_bytes(cells, mine, r.family, READ)
+            + _at_bytes(cells, mine, r.family, HELD)
+        )
     other = partner(row)
     theirs = {(c.length, c.depth, c.needle): c for c in cells if c.row == other}
     ours = {(c.length, c.depth, c.needle): c for c in mine}
@@ -157,17 +229,11 @@ def family_sentence(cells: Sequence[Cell], row: str) -> str:
         if abs(a - b) <= TOLERANCE * b
         else f"{a:,.0f} bytes a token against SnapKV's {b:,.0f}"
     )
-    ra = _read_per_token([ours[k] for k in keys])
-    if read_clause([ours[k] for k in keys]):
-        held += f" (a step reads {ra:,.0f} of them, SnapKV all it holds)"
     text += (
-        f". On the {t.n} cells SnapKV at the same budget ({esc(other)}) has too, at {held}, it "
-        f"answers {t.right_a} and SnapKV {t.right_b}"
+        f". On the {t.n} positions SnapKV at the same budget ({esc(other)}) has too, at {held}, "
+        f"it answers {t.right_a} and SnapKV {t.right_b} of {t.needles} needles ({t.counts()})"
     )
-    if t.differs:
-        more = "SnapKV" if t.only_b > t.only_a else r.family
-        return text + f": {more} answers more (exact paired test {p_text(t.p)})."
-    return text + f": not distinguishable with n = {t.n} (exact paired test {p_text(t.p)})."
+    return text + _verdict(t, r.family) + "."
 
 
 def family_sentences(cells: Sequence[Cell], budget: int | None = None) -> list[str]:

@@ -19,7 +19,7 @@ from app import a11y, charts, figures, pages, painted, state
 from app.needle import claims, frontier, shipped
 from app.needle.data import derived
 from app.needle.frontier import GROUPS, PPL_TEXT, PPL_TOKENS
-from h2o.stats import share
+from h2o.stats import positions
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control
 
@@ -181,7 +181,9 @@ def rest() -> None:
         )
         charts.show(
             figures.frontier(
-                lines=frontier.figure_lines(acc, lambda p: f"{share(p.right, p.n).text()} right"),
+                lines=frontier.figure_lines(
+                    acc, lambda p: f"{positions(dict(p.outcomes)).text()} answered"
+                ),
                 full=full_of(acc),
                 limit=memory,
                 title=f"Needle accuracy against KV memory — prompts of {length:,} tokens "
@@ -213,7 +215,9 @@ def rest() -> None:
                 table[p.row] |= {
                     "bytes/token (needle)": p.x,
                     "needle accuracy": p.y,
-                    "needle cells right (95 % interval)": share(p.right, p.n).text(),
+                    "needles answered (95 % interval over positions)": positions(
+                        dict(p.outcomes)
+                    ).text(),
                     "needles a depth": p.needles,
                 }
             kinds = {"full": "full cache", **GROUPS}

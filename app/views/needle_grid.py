@@ -19,7 +19,7 @@ from app.lesson import needle as lesson_needle
 from app.needle import claims, family, grid, runs, shipped
 from app.needle.data import derived
 from app.needle.grid import METRIC_BUTTONS, METRICS
-from h2o.stats import share
+from h2o.stats import positions
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control
 
@@ -149,6 +149,13 @@ def rest() -> None:
         for r in chosen
         if (cs := grid.of_row(cells, r))
     }
+    # the interval is over positions (a length and depth), not cells: a position's needles move
+    # together (h2o.stats)
+    by_position = {
+        r: positions({(c.length, c.depth, c.needle): c.correct for c in cs})
+        for r in chosen
+        if (cs := grid.of_row(cells, r))
+    }
     st.dataframe(
         pd.DataFrame(
             [
@@ -158,7 +165,8 @@ def rest() -> None:
                     "cells": s.cells,
                     "right": s.right,
                     "accuracy": s.accuracy,
-                    "95 % interval, low": (ci := share(s.right, s.cells)).low,
+                    "positions": (ci := by_position[s.row]).n,
+                    "95 % interval, low": ci.low,
                     "95 % interval, high": ci.high,
                     "mean log-prob": s.mean_logprob,
                     "KV bytes per token (mean over cells)": bytes_per_token[s.row],
@@ -172,7 +180,9 @@ def rest() -> None:
         column_config={
             "accuracy": st.column_config.NumberColumn(format="percent"),
             "95 % interval, low": st.column_config.NumberColumn(
-                format="percent", help="Wilson score interval of the share of cells answered right"
+                format="percent",
+                help="Wilson score interval over positions (each a length and depth, its share "
+                "of needles answered one observation) of the mean share answered",
             ),
             "95 % interval, high": st.column_config.NumberColumn(format="percent"),
             "mean log-prob": st.column_config.NumberColumn(format="%.2f"),
@@ -191,8 +201,9 @@ def rest() -> None:
         st.subheader("The family since H2O", divider="gray")
         st.markdown(
             "Methods since H2O, each answering one of its limits; choose their rows above to see "
-            "their heatmaps. Each is set beside SnapKV at the same budget, on the cells both have. "
-            + family_how
+            "their heatmaps. Each is set beside SnapKV on the positions both have: at the same "
+            "budget where it reads all it holds; a selection at the SnapKV budget holding about "
+            "what a step of it reads, and about what it holds. " + family_how
         )
         st.markdown("\n\n".join(family_text))  # one element, a paragraph each
 

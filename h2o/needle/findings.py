@@ -1,7 +1,8 @@
 """The findings the README states, computed from the shipped result files: each row's needles
-answered with a 95 % Wilson interval, the paired comparisons the text makes (an exact McNemar
-test on the cells two rows share), H2O's window sweep (with what its band column's window is
-against the model's attention band, ``attention-band.json``), and the second question.
+answered with a 95 % interval over positions (a position is a (length, depth) of the haystack,
+its needles one observation: :mod:`h2o.stats`), the paired comparisons the text makes (an exact
+sign test on the positions two rows share), H2O's window sweep (with what its band column's
+window is against the model's attention band, ``attention-band.json``), and the second question.
 
 ``python -m h2o.needle.findings`` prints them as Markdown; ``--write`` puts the table between the
 README's findings markers and the rest between those of ``docs/explanation/findings.md``
@@ -15,7 +16,7 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from h2o.stats import Paired, p_text, paired, share
+from h2o.stats import ALPHA, Paired, min_p, p_text, paired, positions
 
 RESULTS = Path(__file__).resolve().parents[2] / "traces" / "results"
 #: The lengths where the compared rows have several needles a cell.
@@ -114,15 +115,15 @@ def _bytes_per_token(cells: Iterable[dict], row: str, length: int) -> float:
 def table(cells: Sequence[dict]) -> list[str]:
     """One Markdown table row per row of :data:`TABLE_ROWS` in the file."""
     out = [
-        f"| row | needle cells at ≤ {MAX_LENGTH:,} tokens | needles a cell | answered (95 % CI) "
-        "| by depth 0/25/50/75/100 % |",
+        f"| row | positions at ≤ {MAX_LENGTH:,} tokens | needles a position | needles answered "
+        "(95 % CI over positions) | by depth 0/25/50/75/100 % |",
         "|---|---|---|---|---|",
     ]
     for r in TABLE_ROWS:
         oc = _outcomes(cells, r, None)
         if not oc:
             continue
-        s = share(sum(oc.values()), len(oc))
+        s = positions(oc)
         by = []
         for d in (0, 25, 50, 75, 100):
             xs = [v for (n, dd, _), v in oc.items() if dd == d]
@@ -132,7 +133,7 @@ def table(cells: Sequence[dict]) -> list[str]:
             per[(n, d)] = per.get((n, d), 0) + 1
         lo, hi = min(per.values()), max(per.values())
         needles = f"{lo}" if lo == hi else f"{lo}–{hi}"
-        out.append(f"| `{r}` | {len(oc)} | {needles} | {s.text()} | {' · '.join(by)} |")
+        out.append(f"| `{r}` | {s.n} | {needles} | {s.text()} | {' · '.join(by)} |")
     return out
 
 
@@ -235,23 +236,27 @@ def read_band(path: Path) -> list[int] | None:
 
 
 def _verdict(t: Paired, a: str, b: str) -> str:
-    """Which row answers more, only where the exact paired test says so (p < 0.05)."""
+    """Which row answers more, only where the sign test over positions says so (p < 0.05);
+    otherwise not distinguishable, or no verdict possible where no test on that many positions
+    could pass."""
     if t.differs:
-        return f"`{a}` answers more" if t.only_a > t.only_b else f"`{b}` answers more"
-    return f"not distinguishable with n = {t.n}"
+        return f"`{a}` answers more" if t.more_a > t.more_b else f"`{b}` answers more"
+    return t.undecided()
 
 
 def equal_memory(cells: Sequence[dict]) -> list[str]:
     """One line per (row, length) of :data:`EQUAL_MEMORY` in the file: its count, then each
-    partner's, bytes per token and exact paired test on their shared cells; a partner outside
-    :data:`EQUAL_TOLERANCE` of the row's bytes is named as such, never compared."""
+    partner's, bytes per token and the sign test over their shared positions; a partner outside
+    :data:`EQUAL_TOLERANCE` of the row's bytes is named as such, never compared. Counts are
+    needles. Where no sign test on a line's positions could reach p < 0.05, the line says so once
+    and gives no verdict."""
     out = []
     for (a, length), partners in EQUAL_MEMORY.items():
         oa = _outcomes(cells, a, length)
         if not oa:
             continue
         xa = _bytes_per_token(cells, a, length)
-        said = []
+        said, mute = [], []
         for b in partners:
             ob = _outcomes(cells, b, length)
             if not ob or not set(oa) & set(ob):
@@ -261,16 +266,74 @@ def equal_memory(cells: Sequence[dict]) -> list[str]:
                 said.append(f"`{b}` {xb:,.0f} B: not within {EQUAL_TOLERANCE:.0%}, not compared")
                 continue
             t = paired(oa, ob)
-            verdict = _verdict(t, a, b)
+            verdict = f": {_verdict(t, a, b)}" if t.decidable else ""
+            if not t.decidable:
+                mute.append(t)
             said.append(
-                f"`{b}` {t.right_b}/{t.n} ({xb:,.0f} B; {t.only_a} right only under `{a}`, "
-                f"{t.only_b} only under `{b}`, {p_text(t.p)}: {verdict})"
+                f"`{b}` {t.right_b}/{t.needles} ({xb:,.0f} B; positions {t.more_a} won by "
+                f"`{a}`, {t.more_b} by `{b}` of {t.n}, sign test {p_text(t.p)}{verdict})"
             )
         if said:
             right = sum(oa.values())
-            out.append(
+            line = (
                 f"- `{a}` at {length:,} tokens, {xa:,.0f} KV bytes per token, {right}/{len(oa)}; "
                 f"at its memory: {'; '.join(said)}."
+            )
+            for n in sorted({t.n for t in mute}):
+                line += (
+                    f" No sign test on {n} position{'s' * (n != 1)} can reach p < {ALPHA:g} (the "
+                    f"smallest "
+                    f"attainable is {p_text(min_p(n))}): no verdict at this length."
+                )
+            out.append(line)
+    return out
+
+
+def _budgetless(row: str) -> str:
+    """``h2o@226:w50%`` → ``h2o@B:w50%``: the method whatever its budget."""
+    head, _, rest = row.partition("@")
+    budget = rest.split(":", 1)[0].split("+", 1)[0].split("/", 1)[0]
+    return f"{head}@B{rest[len(budget) :]}"
+
+
+def equal_memory_pooled(cells: Sequence[dict]) -> list[str]:
+    """The rows of :data:`EQUAL_MEMORY` over every length at once: at each length the row beside
+    the partner of that method holding its bytes there (within :data:`EQUAL_TOLERANCE`), the
+    sign test over all those positions (a length alone has too few to decide). A method is
+    pooled only where every length of the row has its partner in the file."""
+    groups: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    lengths: dict[str, list[int]] = {}
+    for (a, length), partners in EQUAL_MEMORY.items():
+        lengths.setdefault(a, []).append(length)
+        for b in partners:
+            groups.setdefault((a, _budgetless(b)), []).append((length, b))
+    out = []
+    for (a, method), pairs in groups.items():
+        oa: dict = {}
+        ob: dict = {}
+        for length, b in pairs:
+            xa = _outcomes(cells, a, length)
+            xb = _outcomes(cells, b, length)
+            if not xa or not xb or not set(xa) & set(xb):
+                break
+            if abs(
+                _bytes_per_token(cells, b, length) - (m := _bytes_per_token(cells, a, length))
+            ) > (EQUAL_TOLERANCE * m):
+                break
+            oa.update(xa)
+            ob.update(xb)
+        else:
+            if [n for n, _ in pairs] != lengths[a]:
+                continue
+            t = paired(oa, ob)
+            verdict = _verdict(t, a, method)
+            at = ", ".join(f"{b.partition('@')[2].split(':')[0].split('+')[0]}" for _, b in pairs)
+            lens = [f"{n:,}" for n, _ in pairs]
+            out.append(
+                f"- `{a}` against `{method}` at {', '.join(lens[:-1])} and {lens[-1]} tokens, "
+                f"each length beside the budget holding its bytes there (B = {at}): "
+                f"{t.right_a} against {t.right_b} of {t.needles} needles at {t.n} positions "
+                f"({t.counts()}; exact sign test {p_text(t.p)}): {verdict}."
             )
     return out
 
@@ -290,32 +353,57 @@ def comparisons(cells: Sequence[dict]) -> list[str]:
             mem = f" ({xa:,.0f} and {xb:,.0f} KV bytes per token)"
         verdict = _verdict(t, a, b)
         out.append(
-            f"- `{a}` against `{b}` {where}{mem}: {t.right_a} against {t.right_b} of {t.n} "
-            f"shared cells ({t.only_a} right only under the first, {t.only_b} only under the "
-            f"second; exact paired test {p_text(t.p)}): {verdict}."
+            f"- `{a}` against `{b}` {where}{mem}: {t.right_a} against {t.right_b} of "
+            f"{t.needles} shared needles at {t.n} position{'s' * (t.n != 1)} ({t.counts()}; "
+            f"exact sign test "
+            f"{p_text(t.p)}): {verdict}."
         )
     return out
 
 
+def followup_key(line: dict) -> tuple:
+    """A follow-up cell, ``(length, depth of the first fact, of the second, i)``: its position
+    is the first three (both facts' places in one haystack), ``i`` its pair of facts there."""
+    return (
+        line["length"],
+        line["depth_first"],
+        line["depth_second"],
+        line.get("first"),
+        line.get("second"),
+        line.get("i"),
+    )
+
+
+def followup_position(key: tuple) -> tuple:
+    """A follow-up cell's position: the length and the two facts' depths."""
+    return key[:3]
+
+
 def followup(lines: Sequence[dict]) -> list[str]:
-    """The second-question file: per row, both questions' counts and the paired test between
-    them; rows whose counts are all the same share one line (in the file's order)."""
+    """The second-question file: per row, both questions' needles over positions (a position
+    is the length and the two facts' depths) and the sign test between them; rows whose counts
+    are all the same share one line (in the file's order)."""
     said: dict[tuple, list[str]] = {}
     for r in dict.fromkeys(x["row"] for x in lines):
         cs = [x for x in lines if x["row"] == r]
-        first = {i: bool(x["correct_first"]) for i, x in enumerate(cs)}
-        second = {i: bool(x["correct_second"]) for i, x in enumerate(cs)}
-        t = paired(first, second)
+        first = {followup_key(x): bool(x["correct_first"]) for x in cs}
+        second = {followup_key(x): bool(x["correct_second"]) for x in cs}
+        t = paired(first, second, followup_position)
         lens = tuple(sorted({x["length"] for x in cs}))
-        said.setdefault((lens, t.n, t.right_a, t.right_b, t.only_a, t.only_b, t.p), []).append(r)
+        a = positions(first, followup_position).text()
+        b = positions(second, followup_position).text()
+        said.setdefault((lens, a, b, t), []).append(r)
     out = []
-    for (lens, n, right_a, right_b, only_a, only_b, p), rows in said.items():
-        cells_ = "cell" if only_a == 1 else "cells"
+    for (lens, a, b, t), rows in said.items():
+        verdict = (
+            f"the {'first' if t.more_a > t.more_b else 'second'} answered more"
+            if t.differs
+            else t.undecided()
+        )
         out.append(
             f"- {', '.join(f'`{r}`' for r in rows)} ({', '.join(f'{x:,}' for x in lens)} "
-            f"tokens): the first question {share(right_a, n).text()}, the second "
-            f"{share(right_b, n).text()} ({only_a} {cells_} lost only the second, {only_b} "
-            f"only the first; {p_text(p)})."
+            f"tokens): the first question {a}, the second {b} ({t.counts()}; sign test "
+            f"{p_text(t.p)}: {verdict})."
         )
     return out
 
@@ -329,7 +417,11 @@ def details(results: Path = RESULTS) -> str:
     """The findings page's block: the paired comparisons, the rows at equal memory, H2O's window
     sweep with its band note, and the second question."""
     cells = read_lines(results / "needle-grid.jsonl")
-    parts = ["\n".join(comparisons(cells)), "\n".join(equal_memory(cells))]
+    parts = [
+        "\n".join(comparisons(cells)),
+        "\n".join(equal_memory(cells)),
+        "\n".join(equal_memory_pooled(cells)),
+    ]
     sweep = window_sweep(cells)
     parts.append("\n".join(sweep))
     band = read_band(results / BAND_FILE)
