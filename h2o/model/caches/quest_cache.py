@@ -82,23 +82,39 @@ def page_mask(q: np.ndarray, keys: np.ndarray, start: int, budget: int, group_si
 
 class PageReads:
     """Quest's :data:`~h2o.model.forward.Selector`: :func:`page_mask` in every layer from the
-    third, counting as it goes the keys each KV head reads (the union of its query heads'
-    pages), so that a run's bytes read are the ones it read."""
+    third, counting as it goes the keys each step reads, so that a run's bytes read are the
+    ones it read.
+
+    A step is one query row taken through the model's layers once: a position *and the pass
+    that read it*. Its keys are, summed over the sparse layers, the keys of the pages each KV
+    head read — the union of its query heads' pages, a key once however many of them read it.
+    A run that rewinds and reads the same positions again (the answer teacher-forced, then a
+    greedy continuation from the prompt; the follow-up's two questions) takes one step per
+    position and pass: a position read in two passes is two steps of their own keys, never one
+    step holding the keys of both. A pass calls the selector layer after layer, so a call at a
+    layer no later than the last one counted at a position is a new pass over it."""
 
     def __init__(self, budget: int, group_size: int) -> None:
         self.budget, self.group_size = budget, group_size
-        #: keys read by the step at each query position, over the sparse layers and KV heads
-        self.at_position: dict[int, int] = {}
+        self._position: list[int] = []  # a step's query position, in the order read
+        self._keys: list[int] = []  # its keys read, over the sparse layers and KV heads
+        self._open: dict[int, tuple[int, int]] = {}  # position -> (its latest step, last layer)
+
+    @property
+    def read(self) -> list[tuple[int, int]]:
+        """``(position, keys read)`` of every step, in the order read (a rewound position
+        again); the keys over the sparse layers and KV heads."""
+        return list(zip(self._position, self._keys, strict=True))
 
     @property
     def keys_read(self) -> int:
         """Keys read over every step, sparse layer and KV head."""
-        return sum(self.at_position.values())
+        return sum(self._keys)
 
     @property
     def steps(self) -> int:
-        """The steps (query positions) read so far."""
-        return len(self.at_position)
+        """The steps read so far: one a position and pass."""
+        return len(self._keys)
 
     def __call__(self, layer: int, q: np.ndarray, keys: np.ndarray, start: int):
         if layer < DENSE_LAYERS:
@@ -107,17 +123,35 @@ class PageReads:
         H, c, kv = mask.shape
         per_row = mask.reshape(H // self.group_size, self.group_size, c, kv).any(1).sum((0, 2))
         for i, n in enumerate(per_row.tolist()):
-            self.at_position[start + i] = self.at_position.get(start + i, 0) + int(n)
+            t = start + i
+            step, last = self._open.get(t, (-1, layer))
+            if layer <= last:  # the first layer of a pass over t: a step of its own
+                step = len(self._keys)
+                self._position.append(t)
+                self._keys.append(0)
+            self._keys[step] += int(n)
+            self._open[t] = (step, layer)
         return mask
 
     def keys_per_step(self) -> float:
-        """Keys read in one step, summed over the sparse layers and the KV heads (mean)."""
+        """Keys read in one step, summed over the sparse layers and the KV heads (mean over the
+        steps: each position and pass once)."""
         return self.keys_read / self.steps if self.steps else 0.0
 
 
 class Quest(CacheKind):
     """Every key held; each decoding step reads, per query head, the pages of 16 keys whose
-    bound on ``q . k`` is highest, up to ``budget`` tokens (``quest@BUDGET``)."""
+    bound on ``q . k`` is highest, up to ``budget`` tokens (``quest@BUDGET``).
+
+    What a step reads, in bytes, with ``n`` keys in the cache: every key and value of the two
+    dense layers (``n`` a KV head), the page summaries of the other layers (``ceil(n / 16)``
+    pages, two fp16 keys each, a KV head), and in those layers the keys and values of the pages
+    the step read — per KV head, the union of its query heads' pages, a key once however many of
+    them read it (the last page partial: the keys up to the step's own). A run's figure
+    (:meth:`read_bytes` with its selector) is the mean of that last part over the run's steps,
+    each position and pass once (:class:`PageReads`): a rewind that reads the answer's positions
+    again is more steps, not more keys in the same ones. So each step reads at most what the
+    cache holds at that step."""
 
     kind = "quest"
     decode_policy = "quest"  # h2o/policies/quest.py: the same pages, stepped on a head's trace
@@ -162,8 +196,10 @@ class Quest(CacheKind):
         """A step's reads at ``n_tokens`` keys: the dense layers' keys and values, the other
         layers' page summaries, and the keys and values of the pages read — a KV head's page
         once however many of its query heads read it. ``reads`` (the run's selector) counts
-        those pages as the run read them, per step on average; without it each KV head reads
-        the pages of one query head (its query heads agree, as in a model with one a KV head)."""
+        those pages as the run read them, the mean over its steps, each position and pass once
+        (:class:`PageReads`); the dense layers and the summaries at ``n_tokens`` keys, the
+        cache the row holds after the prompt. Without it each KV head reads the pages of one
+        query head (its query heads agree, as in a model with one a KV head)."""
         n = max(0, int(n_tokens))
         if reads is not None and reads.steps:
             return self.step_read_bytes(cfg, n, reads.keys_per_step())
@@ -180,9 +216,9 @@ class Quest(CacheKind):
         return int(dense + summaries + round(keys_read * per_head))
 
     def step_reads(self, cfg, reads: PageReads) -> list[tuple[int, int]]:
-        """``(keys held, bytes read)`` of every step a run's selector counted, in order."""
-        counted = sorted(reads.at_position.items())
-        return [(t + 1, self.step_read_bytes(cfg, t + 1, k)) for t, k in counted]
+        """``(keys held, bytes read)`` of every step a run's selector counted, in the order
+        read (a position read again after a rewind is a step again)."""
+        return [(t + 1, self.step_read_bytes(cfg, t + 1, k)) for t, k in reads.read]
 
     # -- how the model attends through it ----------------------------------------------------
     def selector(self, model) -> PageReads:
