@@ -401,6 +401,29 @@ def test_tova_keeps_its_own_window_everywhere():
     assert "TOVA keeps its own recent_window of 1" in " ".join(c.value for c in at.caption)
 
 
+def test_all_policies_shows_h2o_at_the_traces_band_beside_the_sidebars_window():
+    """The card's default window (32) is narrower than the canonical trace's recency band (64):
+    the budget chart draws H2O at the band's width too, dashed, and its caption says why; a
+    trace that names no band (the toy) shows the sidebar's window alone."""
+    at = open_app("views/all_policies.py")
+    w, band = at.session_state["recent_window"], h2o.analysis.band_width(h2o.canonical_trace())
+    assert band is not None and w != band
+    for fig in specs(at)[1:3]:  # the budget chart's two tabs: mass and recall
+        h2o_lines = [tr for tr in fig["data"] if tr["name"].startswith("H2O (")]
+        assert [tr["name"] for tr in h2o_lines] == [
+            f"H2O (recent_window={w})",
+            f"H2O (recent_window={band})",
+        ]
+        assert h2o_lines[0]["line"]["dash"] != h2o_lines[1]["line"]["dash"]
+    caption = " ".join(c.value for c in at.caption)
+    assert f"H2O also at recent_window {band}, the width of this trace's recency band" in caption
+    at = open_app("views/all_policies.py", trace="toy")
+    fig = specs(at)[1]
+    assert [tr["name"] for tr in fig["data"] if tr["name"].startswith("H2O (")] == [
+        f"H2O (recent_window={at.session_state['recent_window']})"
+    ]
+
+
 def test_budget_one_refuses_tova_and_says_why():
     at = open_app(trace="toy", budget=1, recent_window=0, sinks=0, policy_b="tova")
     errors = " ".join(e.value for e in at.error)

@@ -202,11 +202,14 @@ Curve = tuple[str, str, Sequence[float], Sequence[float]]
 
 
 def styled_lines(curves: Sequence[Curve], x_name: str, value: str) -> list[dict]:
-    """One line per curve in its policy's colour, dash and marker. A curve equal to an earlier
-    one at every point says so ("identical to H2O") in its legend entry and hover, and draws
-    thinner on top of it, so both stay visible. ``value`` is the hover's y format."""
+    """One line per curve in its policy's colour, dash and marker. A policy's second line (the
+    same policy at other settings) is dashed, so it does not rest on its legend alone. A curve
+    equal to an earlier one at every point says so ("identical to H2O") in its legend entry and
+    hover, and draws thinner on top of it, so both stay visible. ``value`` is the hover's y
+    format."""
     data: list[dict] = []
     drawn: list[tuple[str, np.ndarray, np.ndarray]] = []
+    seen: set[str] = set()
     for policy, label, xs, ys in curves:
         x = np.asarray(xs, dtype=np.float64)
         y = np.asarray(ys, dtype=np.float64)
@@ -220,6 +223,9 @@ def styled_lines(curves: Sequence[Curve], x_name: str, value: str) -> list[dict]
         )
         drawn.append((label, x, y))
         dash, symbol, size = POLICY_STYLES.get(policy, ("solid", "circle", 8))
+        if policy in seen:
+            dash = "dash" if dash != "dash" else "dot"
+        seen.add(policy)
         name = f"{label} — identical to {twin}" if twin else label
         data.append(
             {

@@ -121,6 +121,14 @@ def rest() -> None:
         for name, cls in h2o.POLICIES.items()
         if cls.runs_on(ctx.trace) and not cls.selects
     ]
+    # H2O also at a window as wide as the trace's recency band, beside the sidebar's (the card's
+    # default 32 is narrower than the canonical trace's band of 64: its one configuration
+    # mistake that matters, which should not be a student's first impression of H2O).
+    band = analysis.band_width(ctx.trace)
+    fitted = band is not None and band != w and "h2o" in h2o.POLICIES
+    if fitted:
+        at = next(i for i, (n, _) in enumerate(curve_lineup) if n == "h2o") + 1
+        curve_lineup.insert(at, ("h2o", controls.policy_settings("h2o", band, s)))
     curve_rows, oracle_by_budget = sweeps.budget_curves(
         ctx.ref.ident, ctx.trace, sweeps.freeze_lineup(curve_lineup), tuple(budgets), ctx.top_k
     )
@@ -137,6 +145,11 @@ def rest() -> None:
     settings = (
         f"recent_window {w} and sinks {s} from the sidebar, at every budget"
         + (f" ({own})" if own else "")
+        + (
+            f"; H2O also at recent_window {band}, the width of this trace's recency band (dashed)"
+            if fitted
+            else ""
+        )
         + (f". Skipped where a policy refuses its settings: {skipped}." if skipped else ".")
     )
     tabs = st.tabs(["Retained mass", f"Top-{ctx.top_k} recall"])
@@ -146,7 +159,11 @@ def rest() -> None:
     ):
         curves = []
         for name, params in curve_lineup:
-            mine = [r for r in curve_rows if r["policy"] == name]
+            mine = [
+                r
+                for r in curve_rows
+                if r["policy"] == name and all(r.get(k) == v for k, v in params.items())
+            ]
             if mine:
                 curves.append(
                     (
