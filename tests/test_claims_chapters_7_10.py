@@ -252,6 +252,10 @@ def check_grid_fact(text: str, cells) -> None:
     assert ("fewer than the full cache with either window" in text) == (
         all(p < 0.05 for p in ps) and fewer
     )
+    # the card's claim said to fail here exactly when both windows lose the fact
+    assert ("the card's first reason to use H2O does not hold" in text) == (
+        all(p < 0.05 for p in ps) and fewer
+    )
     between = p_of(default, half)
     n = len({k[:2] for k in default if k in half})
     if between < 0.05:

@@ -315,8 +315,9 @@ def grid_fact(cells: Sequence[Cell]) -> str:
     100 %, prompts up to chapter 7's longest): H2O's count with each of :data:`FACT_ROWS`'
     windows and the full cache's over their positions (a length and depth), each with its 95 %
     interval over positions; each window against the full cache and the two against each other
-    by an exact sign test over the positions both rows have, a difference said only at p < 0.05
-    ("" when the file lacks a row)."""
+    by an exact sign test over the positions both rows have, a difference said only at p < 0.05;
+    where both windows answer fewer than the full cache, that the card's first point does not
+    hold on this model ("" when the file lacks a row)."""
     top = needle_chapters.LESSON_MAX_LENGTH
     mid = [c for c in cells if c.length <= top and 0 < c.depth < 100]
 
@@ -339,7 +340,8 @@ def grid_fact(cells: Sequence[Cell]) -> str:
         f"the full cache answers {positions(full).text()}"
     )
     tests = [(r, paired(o, full)) for r, o in ((ra, a), (rb, b))]
-    if all(t.differs and t.more_b > t.more_a for _, t in tests):
+    fails = all(t.differs and t.more_b > t.more_a for _, t in tests)
+    if fails:
         verdict = (
             "fewer than the full cache with either window (exact sign tests over positions "
             f"{claims.names([p_text(t.p) for _, t in tests])})"
@@ -361,7 +363,14 @@ def grid_fact(cells: Sequence[Cell]) -> str:
         windows = f"the window of {more.recent_window} slots answers more ({p_text(t.p)})"
     else:
         windows = f"the two windows {t.undecided()} ({p_text(t.p)})"
-    return f"{text}: {verdict}, and {windows}"
+    said = f"{text}: {verdict}, and {windows}"
+    if fails:  # the card's first "use it" point, said plainly where both windows lose the fact
+        said += (
+            ". On this model, then, the card's first reason to use H2O does not hold: the full "
+            "cache keeps a fact stated once in the middle of the document, and H2O, with either "
+            "window, loses it"
+        )
+    return said
 
 
 def anecdote_note(runs: dict[int, list[dict]] | None) -> str:
