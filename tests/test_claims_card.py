@@ -80,5 +80,13 @@ def test_how_it_works_renders_the_cost_sentence_and_the_caption():
     assert card.cost_sentence(score, per_slot) in shown
     assert card.CARD_CAPTION in shown
     assert not any("Source: Zhang" in m or "against its zero" in m for m in shown)
+    # the card's first "use it" point sits beside what the real model measured of it
+    from app.lesson import chapters_7_10
+    from app.needle import shipped
+
+    measured = chapters_7_10.grid_fact(shipped.grid()[0].records)
+    assert measured and (
+        f"**The first point, measured on the real model (SmolLM2-135M):** {measured}." in shown
+    )
     table = next(d.value for d in at.dataframe if "of which scores (bytes)" in d.value.columns)
     assert list(table["of which scores (bytes)"]) == [score * b for b in table["budget"]]

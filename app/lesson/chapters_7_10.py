@@ -394,8 +394,14 @@ def fact_note(runs: dict[int, list[dict]] | None, cells: Sequence[Cell] = ()) ->
     """Chapter 9's note on the card's "a fact stated once": what the needle grid shows of a
     fact hidden in the middle (:func:`grid_fact`, when the file has the rows), then chapter 7's
     brass owl (:func:`anecdote_note`); each says which recent window it is about."""
-    grid = derived(cells, "lesson grid fact", lambda: grid_fact(cells))  # once per file version
+    grid = shipped_grid_fact(cells)
     return f"{grid}; {anecdote_note(runs)}" if grid else anecdote_note(runs)
+
+
+def shipped_grid_fact(cells: Sequence[Cell]) -> str:
+    """:func:`grid_fact` of the shipped grid's cells, once per file version (chapter 9 and How
+    it works both show it)."""
+    return derived(cells, "lesson grid fact", lambda: grid_fact(cells))
 
 
 def when() -> None:

@@ -22,6 +22,8 @@ from app.card import (
     WHEN_NOT,
     cost_sentence,
 )
+from app.lesson import chapters_7_10
+from app.needle import shipped
 from h2o.policies.base import ScoredPolicy
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control
@@ -181,6 +183,10 @@ with a:
 with b:
     st.subheader("Don't")
     st.markdown("\n".join(f"- *{item}*" for item in WHEN_NOT))
+# The card's first "use it" point beside what the real model measured of it (chapter 9's sentence,
+# from the shipped needle grid): the card's claim and the evidence on one screen.
+if measured := chapters_7_10.shipped_grid_fact(shipped.grid()[0].records):
+    st.markdown(f"**The first point, measured on the real model (SmolLM2-135M):** {measured}.")
 # Not a caption: Streamlit draws a caption at 60 % opacity, links too, and the link's blue at 60 %
 # is 3.0:1 on white (WCAG AA asks 4.5:1; tests/test_a11y_browser.py).
 st.markdown(CARD_CAPTION)
