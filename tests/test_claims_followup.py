@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_claims_needle import mcnemar_by_hand, share_text
+from test_claims_needle import positions_text, sign_by_hand
 
 from app.needle import claims, data
 
@@ -26,8 +26,9 @@ def line(row: str, n: int, first: bool, second: bool, **kw) -> dict:
         "bits": None,
         "sinks": 0,
         "length": 1024,
-        "depth_first": 25 if n % 2 == 0 else 75,
-        "depth_second": 75 if n % 2 == 0 else 25,
+        # every cell at a position of its own (the unit of the tests), unless a test says not
+        "depth_first": 5 * n,
+        "depth_second": 100 - 5 * n,
         "first": f"a{n}",
         "second": f"b{n}",
         "produced_first": "1",
@@ -55,27 +56,33 @@ def fixture() -> list[dict]:
     return out
 
 
+def position(key: tuple) -> tuple:
+    """A follow-up cell's position: its prompt's length and the two facts' depths (the cell key
+    is (length, depth of the first, depth of the second, first fact, second fact))."""
+    length, depth_first, depth_second, _first, _second = key
+    return (length, depth_first, depth_second)
+
+
 def check(cells: list, rows: list[str]) -> None:
     said = claims.followup_sentences(cells, rows)
     assert len(said) == len([r for r in rows if any(c.row == r for c in cells)])
     for r, text in zip([r for r in rows if any(c.row == r for c in cells)], said, strict=True):
         cs = [c for c in cells if c.row == r]
-        n = len(cs)
-        a = sum(c.correct_first for c in cs)
-        b = sum(c.correct_second for c in cs)
-        only_a = sum(c.correct_first and not c.correct_second for c in cs)
-        only_b = sum(c.correct_second and not c.correct_first for c in cs)
-        p = mcnemar_by_hand(only_a, only_b)
-        assert f"the first question {share_text(a, n)}" in text
-        assert f"the second {share_text(b, n)}" in text
-        cells_ = "cell" if only_a == 1 else "cells"
-        assert f"{only_a} {cells_} lost only the second, {only_b} only the first" in text
+        first = {c.key: c.correct_first for c in cs}
+        second = {c.key: c.correct_second for c in cs}
+        assert f"the first question {positions_text(first, position)}" in text
+        assert f"the second {positions_text(second, position)}" in text
+        n, more_first, more_second, p = sign_by_hand(first, second, position)
+        assert f"positions {more_first} won by the first, {more_second} by the second" in text
+        assert f"{n - more_first - more_second} tied of {n}" in text
+        a, b = sum(first.values()), sum(second.values())
         if p < 0.05:
-            assert f"the second answered {'fewer' if b < a else 'more'}" in text
+            assert f"the second answered {'fewer' if more_first > more_second else 'more'}" in text
         elif a == b:
             assert "the same count" in text
         else:
-            assert f"not distinguishable with n = {n}" in text
+            where = "position" if n == 1 else "positions"
+            assert f"with n = {n} {where}" in text and "answered fewer" not in text
     summary = claims.followup_summary(cells, rows)
     for r in rows:
         cs = [c for c in cells if c.row == r]
@@ -91,13 +98,24 @@ def test_the_sentences_by_hand_on_the_fixture(tmp_path):
     check(cells, rows)
     said = claims.followup_sentences(cells, rows)
     assert "the same count" in said[0]
-    assert "not distinguishable with n = 6" in said[1] and "p = 0.062" in said[1]
+    assert "not distinguishable with n = 6 positions" in said[1] and "p = 0.062" in said[1]
     assert "the second answered fewer" in said[2] and "p = 0.031" in said[2]
     assert claims.followup_summary(cells, rows) == (
         "Answered the first question and missed the second: snapkv@256 in 5 of 6 and "
         "snapkv@64 in 6 of 8; full in none."
     )
     assert claims.followup_summary([], rows) == "The file has no follow-up cell for these rows yet."
+
+
+def test_facts_asked_at_one_position_are_one_observation(tmp_path):
+    """The same six cells, their facts all asked at one position: the second question lost in
+    5 cells is one position, not five observations — and no sign test on one position can pass."""
+    lines = [line("snapkv@256", n, True, n == 0, depth_first=25, depth_second=75) for n in range(6)]
+    said = claims.followup_sentences(
+        data.read_followup(write(tmp_path / "f.jsonl", lines)).records, ["snapkv@256"]
+    )[0]
+    assert "positions 1 won by the first, 0 by the second, 0 tied of 1" in said
+    assert "no verdict possible with n = 1 position" in said
 
 
 def test_the_shipped_file(tmp_path):

@@ -302,12 +302,13 @@ def share_text(k: int, n: int) -> str:
     return f"{k} of {n} ({k / n:.0%}, 95 % CI {lo * 100:.0f}–{hi * 100:.0f} %)"
 
 
-def positions_text(outcomes: dict) -> str:
-    """A row's needles over positions (cell key ``(*position, needle)``), written out: the mean
-    share answered at a position, Wilson's interval on the number of positions there."""
+def positions_text(outcomes: dict, position=lambda k: k[:-1]) -> str:
+    """A row's needles over positions (cell key ``(*position, needle)`` unless ``position``
+    says otherwise), written out: the mean share answered at a position, Wilson's interval on
+    the number of positions there."""
     by: dict = {}
     for k, ok in outcomes.items():
-        by.setdefault(k[:-1], []).append(bool(ok))
+        by.setdefault(position(k), []).append(bool(ok))
     n = len(by)
     mean = sum(sum(v) / len(v) for v in by.values()) / n
     z = 1.959963984540054
@@ -323,15 +324,15 @@ def positions_text(outcomes: dict) -> str:
     )
 
 
-def sign_by_hand(a: dict, b: dict) -> tuple[int, int, int, float]:
+def sign_by_hand(a: dict, b: dict, position=lambda k: k[:-1]) -> tuple[int, int, int, float]:
     """Shared positions, positions A answered more of its shared needles, B more, and the
     two-sided sign test (the binomial tail of :func:`mcnemar_by_hand`)."""
     shared = [k for k in a if k in b]
     ta: dict = {}
     tb: dict = {}
     for k in shared:
-        ta[k[:-1]] = ta.get(k[:-1], 0) + bool(a[k])
-        tb[k[:-1]] = tb.get(k[:-1], 0) + bool(b[k])
+        ta[position(k)] = ta.get(position(k), 0) + bool(a[k])
+        tb[position(k)] = tb.get(position(k), 0) + bool(b[k])
     more_a = sum(ta[p] > tb[p] for p in ta)
     more_b = sum(ta[p] < tb[p] for p in ta)
     return len(ta), more_a, more_b, mcnemar_by_hand(more_a, more_b)
