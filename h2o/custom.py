@@ -2,10 +2,11 @@
 
 The simplest contract is the one the built-in scored policies follow: subclass
 :class:`h2o.policies.base.ScoredPolicy`, set ``name`` (a short slug: letters, digits, dashes),
-``label`` and ``score_label``, and implement ``_accumulate(score, attn)`` — how one step's
-attention changes the kept positions' scores, in place. The protected window, the argmin with
-ties to the lower position, the ascending victims and every input check come from the base
-class. Any :class:`h2o.policies.Policy` subclass is accepted.
+``label`` and ``score_label``, and write a static ``rule(score, attn, n)`` — how one step's
+attention changes the ``n`` kept positions' scores, in place, as plain loops that numba compiles
+as written (every path runs that code: the instance, the replay, the banks, the model). The
+protected window, the argmin with ties to the lower position, the ascending victims and every
+input check come from the base class. Any :class:`h2o.policies.Policy` subclass is accepted.
 
 :func:`load_policy` imports the file, checks the class (its type, its names, and a replay of the
 toy trace that must keep the budget and return victims in ascending order), and registers it in

@@ -224,4 +224,4 @@ def test_a_trace_that_would_take_too_long_is_refused_before_any_step() -> None:
 def test_registered_reads_no_attention_and_refused_by_the_model() -> None:
     cls = POLICIES["expected-attention"]
     assert cls is ExpectedAttention and not cls.reads_attention
-    assert cls.reads_trace == ("vectors",) and cls.declares("compiled_rule") is None
+    assert cls.reads_trace == ("vectors",) and cls.compiled_rule() is None

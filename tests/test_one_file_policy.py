@@ -1,12 +1,12 @@
 """A built-in method is its file and its line in the registry: nothing else is edited.
 
 A copy of the library gets one new file, ``h2o/policies/decayed_h2o.py`` (the example policy,
-declaring that a scored bank runs it and its rule in the form the compiled loops run), and its
-import and entry in ``registry.py``'s ``BUILT_IN``. A fresh interpreter that imports the copy
-finds the method everywhere the library's own methods are: the registry, ``python -m h2o
-bench``, a lock-step bank in the compiled loops (the same numbers as
-its instances), the model's closed loop (a row of the row grammar) and the app's Step through and
-All policies pages."""
+declaring that a scored bank runs it, with its rule written once, as the compiled loops run it),
+and its import and entry in ``registry.py``'s ``BUILT_IN``. A fresh interpreter that imports the
+copy finds the method everywhere the library's own methods are: the registry, ``python -m h2o
+bench``, a lock-step bank in the compiled loops (the same numbers as its instances), the
+model's closed loop (a row of the row grammar) and the app's Step through and All policies
+pages."""
 
 from __future__ import annotations
 
@@ -21,9 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 POLICY = '''"""Decayed H2O: H2O's sum, times a factor below one before each step's attention."""
 
-import numpy as np
-
-from .base import LinearRule, ScoredPolicy
+from .base import ScoredPolicy
 
 
 class DecayedH2O(ScoredPolicy):
@@ -31,12 +29,11 @@ class DecayedH2O(ScoredPolicy):
     label = "Decayed H2O"
     score_label = "decayed attention (x0.99 a step)"
     bank = "scored"  # lanes of it run together
-    decay = 0.99
-    compiled_rule = LinearRule(keep=decay, add=1.0)  # the same rule, for the compiled loops
 
-    def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
-        score *= self.decay
-        score += attn
+    @staticmethod
+    def rule(score, attn, n):
+        for i in range(n):
+            score[i] = 0.99 * score[i] + attn[i]
 '''
 
 #: What the fresh interpreter checks; it prints one JSON line of what it found.
@@ -69,9 +66,9 @@ trace = canonical_trace()
 specs = [cls(64, recent_window=w) for w in (8, 16)]
 lanes = make_bank(specs).replay(trace, 32)
 alone = [h2o.replay(cls(64, recent_window=w), trace, 32, record=False) for w in (8, 16)]
-from h2o.bank.lane import compiled_rule
+from h2o.bank.lane import lane_rule
 
-found["compiled"] = compiled_rule(cls(64, recent_window=8)) is not None
+found["compiled"] = lane_rule(cls(64, recent_window=8)) is not None
 found["bank_same"] = all(
     np.array_equal(a.mass, b.mass) and np.array_equal(a.victim_pos, b.victim_pos)
     for a, b in zip(lanes, alone)

@@ -28,20 +28,22 @@ def test_the_app_reads_them_from_the_class(monkeypatch):
     assert "recent_window" not in controls.policy_settings("scissorhands", 32, 4)
 
 
-def test_a_class_declares_its_bank_and_compiled_rule_and_a_subclass_inherits_neither():
-    """The bank tables are read from each class (``bank``, ``compiled_rule``), never inherited:
-    a subclass that changes the rule would otherwise run its parent's compiled loop."""
+def test_a_class_declares_its_bank_and_a_subclass_runs_its_own_rule():
+    """The bank tables are read from each class (``bank``), never inherited, and the compiled
+    loops run the rule function a class has (``rule``, compiled as written): a subclass that
+    changes the rule runs its own, never its parent's compiled loop."""
+    import numpy as np
     import pytest
 
     from h2o.bank import BANKS, RingBank, ScoredBank, bank_class
-    from h2o.bank.kernels import rule_of
-    from h2o.bank.lane import NO_RULE, compiled_rule
+    from h2o.bank.lane import lane_rule
     from h2o.policies import H2O, TOVA, RandomEviction, Scissorhands, SlidingWindow, StreamingLLM
     from h2o.policies.expected_attention import ExpectedAttention
     from h2o.policies.key_norm import KeyNorm
     from h2o.policies.kvzip import KVzip
     from h2o.policies.quest import Quest
     from h2o.policies.registry import BUILT_IN
+    from h2o.policies.rule import no_score
 
     assert {c: c.declares("bank") for c in BUILT_IN} == {
         H2O: "scored", Scissorhands: "scored", TOVA: "scored", RandomEviction: "scored",
@@ -53,14 +55,21 @@ def test_a_class_declares_its_bank_and_compiled_rule_and_a_subclass_inherits_nei
         for c in BUILT_IN
         if c.declares("bank")
     } == BANKS
-    # the rule as the card's classes state it: H2O adds, Scissorhands votes, TOVA replaces
-    assert {c: rule_of(c).tolist() for c in (H2O, Scissorhands, TOVA)} == {
-        H2O: [1.0, 1.0, 0.0], Scissorhands: [1.0, 0.0, 1.0], TOVA: [0.0, 1.0, 0.0],
-    }  # fmt: skip
-    assert rule_of(RandomEviction) is None
+    # the rule as the card's classes write it, compiled from that function: H2O adds,
+    # Scissorhands votes above the fair share (1/3 here), TOVA replaces
+    attn = np.array([0.5, 0.25, 0.25], dtype=np.float32)
+    got = {}
+    for c in (H2O, Scissorhands, TOVA):
+        compiled = c.compiled_rule()
+        assert compiled is not None and compiled.python is c.rule
+        score = np.ones(3)
+        compiled.jit(score, attn, 3)
+        got[c] = score.tolist()
+    assert got == {H2O: [1.5, 1.25, 1.25], Scissorhands: [2.0, 1.0, 1.0], TOVA: [0.5, 0.25, 0.25]}
+    assert RandomEviction.compiled_rule() is None
     for ring in (SlidingWindow(8), StreamingLLM(8)):
-        is_ring, rule = compiled_rule(ring)
-        assert is_ring and rule is NO_RULE
+        is_ring, rule = lane_rule(ring)
+        assert is_ring and rule == no_score().f32
 
     class Mine(H2O):
         name = "mine"
@@ -68,11 +77,21 @@ def test_a_class_declares_its_bank_and_compiled_rule_and_a_subclass_inherits_nei
         def _accumulate(self, score, attn):
             score += 2 * attn
 
-    assert Mine.compiled_rule == H2O.compiled_rule  # inherited as an attribute, not declared:
-    assert Mine.declares("compiled_rule") is None and rule_of(Mine) is None
-    assert compiled_rule(Mine(8, 2)) is None
+    assert Mine.compiled_rule() is None and lane_rule(Mine(8, 2)) is None
     with pytest.raises(ValueError, match="no bank holds Mine policies"):
         bank_class(Mine(8, 2))
+
+    class Twice(H2O):
+        name = "twice"
+
+        @staticmethod
+        def rule(score, attn, n):
+            for i in range(n):
+                score[i] += 2 * attn[i]
+
+    compiled = Twice.compiled_rule()
+    assert compiled is not None and compiled.python is Twice.rule is not H2O.rule
+    assert Twice.declares("bank") is None and lane_rule(Twice(8, 2)) is not None
 
 
 def test_the_standard_lineup_is_every_built_in_class_at_the_settings_it_names(monkeypatch):

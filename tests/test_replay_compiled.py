@@ -130,15 +130,31 @@ def test_long_rows_sum_as_numpy_does():
 
 
 def test_which_classes_compile():
-    """The library's own five; random eviction (its draws come from the instance's generator),
-    a subclass and a class of your own run the Python loop."""
+    """The library's own five, and a subclass that keeps the card's mechanics (its rule is its
+    parent's function, or its own); random eviction (its draws come from the instance's
+    generator), a class that folds attention in numpy its own way, one with an eviction of its
+    own and a rule numba cannot compile run the Python loop."""
 
     class Mine(h2o.H2O):
         name = "mine"
 
-    assert all(lane.compiled_rule(build(n, 8, 1)) is not None for n in COMPILED)
-    assert lane.compiled_rule(RandomEviction(8, 1)) is None
-    assert lane.compiled_rule(Mine(8, 1)) is None
+    class OwnNumpy(h2o.H2O):
+        def _accumulate(self, score, attn):
+            score += attn
+
+    class OwnVictims(h2o.H2O):
+        def _select(self, k, evictable):
+            return list(range(k))
+
+    class NumpyHeavy(h2o.H2O):
+        @staticmethod
+        def rule(score, attn, n):
+            np.add(score, attn, out=score, where=attn > 0)  # `where=` is not numba's
+
+    assert all(lane.lane_rule(build(n, 8, 1)) is not None for n in COMPILED)
+    assert lane.lane_rule(Mine(8, 1)) is not None
+    for cls in (RandomEviction, OwnNumpy, OwnVictims, NumpyHeavy):
+        assert lane.lane_rule(cls(8, 1)) is None, cls
     trace = h2o.canonical_trace(steps=40)
     assert lane.replay_compiled(RandomEviction(8, 1), trace, 8, True) is None
     assert lane.replay_compiled(h2o.H2O(8, 1), trace, 8, True) is not None
@@ -166,25 +182,24 @@ def test_warm_compiles_the_replay_loop_for_what_replay_passes():
 
 class Halving(h2o.H2O):
     """A rule that is none of the card's: the old sum halves each step before the new weight is
-    added. Declared once in numpy (``_accumulate``) and once for the compiled loops."""
+    added. Written once; the instance and the compiled loops both run it."""
 
     name = "halving"
     bank = "scored"  # lanes of it run together
-    compiled_rule = h2o.policies.LinearRule(keep=0.5, add=1.0)
 
-    def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
-        score *= 0.5
-        score += attn
+    @staticmethod
+    def rule(score, attn, n):
+        for i in range(n):
+            score[i] = 0.5 * score[i] + attn[i]
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_the_loops_run_the_rule_a_class_declares(seed):
-    """The compiled loops take the rule from the class (its ``LinearRule``), not from a list of
-    the library's rules: a new class's own rule replays, compiled, and in a lock-step bank as its
-    numpy instances do, bit for bit."""
-    from h2o.bank.kernels import rule_of
-
-    assert rule_of(Halving).tolist() == [0.5, 1.0, 0.0]
+    """The compiled loops take the rule from the class (its ``rule`` function), not from a list
+    of the library's rules: a new class's own rule replays, compiled, and in a lock-step bank as
+    its instances do, bit for bit."""
+    compiled = Halving.compiled_rule()
+    assert compiled is not None and compiled.python is Halving.rule
     rng = np.random.default_rng(seed)
     trace = packed([rng.dirichlet(np.ones(t)).astype(np.float32) for t in range(1, 90)])
     fast = lane.replay_compiled(Halving(12, recent_window=3), trace, 8, True)

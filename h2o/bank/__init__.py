@@ -41,9 +41,15 @@ BANKS: dict[type, type[PolicyBank]] = {
 def warm() -> None:
     """Compile every loop of the banks and of one replay (the first run after install: a second
     or two each) or load it from numba's disk cache, so the first sweep a server runs does not
-    wait for it. ``make setup`` runs it once; the app, in the background, when it starts."""
+    wait for it. ``make setup`` runs it once; the app, in the background, when it starts. The
+    loops take a rule by its type, so they serve every rule; each built-in class's rule is
+    compiled (or loaded) here too."""
     kernels.warm()
     lane.warm()
+    for cls in BUILT_IN:
+        compiled_rule = getattr(cls, "compiled_rule", None)
+        if compiled_rule is not None:
+            compiled_rule()
 
 
 def bank_class(policy: object) -> type[PolicyBank]:

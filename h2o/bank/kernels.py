@@ -6,10 +6,11 @@ they are vectorised. These loops (numba, compiled once and cached on disk) run t
 pseudocode itself on each lane's row of the bank's arrays — the same storage, in kept order —
 so their results are the instances' by construction:
 
-* the accumulation is the rule the class declares (``compiled_rule``, a
-  :class:`~h2o.policies.base.LinearRule`: the loops know no policy by name), in float64, on the
-  float32 weights: H2O adds, TOVA replaces, Scissorhands adds a vote where the weight beats the
-  float64 fair share ``1 / n``, and a class of your own may declare any ``keep``, ``add``, ``vote``;
+* the accumulation is the class's own ``rule(score, attn, n)``, the function written in its file,
+  compiled by numba and passed in as the address of that code (``rule``:
+  :meth:`~h2o.policies.base.ScoredPolicy.compiled_rule`, for the weights' dtype;
+  :func:`~h2o.policies.rule.call_rule`): the loops know no policy by name, are compiled once
+  for every rule, and run an edited rule as edited;
 * the victim is the first minimum of the evictable prefix (ties to the lower position), and
   the survivors close the gap in arrival order;
 * a replay's weights are renormalised by a float32 division, as :func:`h2o.replay` does it.
@@ -23,50 +24,21 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-
-def rule_of(cls: type) -> np.ndarray | None:
-    """The loops' rule for policy class ``cls``: the coefficients of the
-    :class:`~h2o.policies.base.LinearRule` it declares itself, or None (its rule runs in numpy)."""
-    declares = getattr(cls, "declares", None)
-    rule = declares("compiled_rule") if declares is not None else None
-    return rule.coefficients() if hasattr(rule, "coefficients") else None
+from h2o.policies.rule import call_rule, no_score
 
 
 @njit(cache=True, nogil=True, inline="always")
-def apply_rule(score, q, n, rule, fair):
-    """The class's rule on ``score[:n]`` with the float32 weights ``q``: ``rule`` holds a
-    :class:`~h2o.policies.base.LinearRule`'s ``[keep, add, vote]``, so each slot's score becomes
-    ``keep * score + add * w``, plus ``vote`` where ``w`` beats the float64 fair share ``fair``.
-    A term that changes nothing (keep 1, add 0, vote 0) is skipped, and each other is a loop of
-    its own, so each compiles to vector instructions (widening float32 to float64 is exact)."""
-    keep, add, vote = rule[0], rule[1], rule[2]
-    if keep != 1.0:
-        for j in range(n):
-            score[j] *= keep
-    if add == 1.0:
-        for j in range(n):
-            score[j] += q[j]
-    elif add != 0.0:
-        for j in range(n):
-            score[j] += add * np.float64(q[j])
-    if vote != 0.0:
-        for j in range(n):
-            if q[j] > fair:
-                score[j] += vote
-
-
-@njit(cache=True, nogil=True, inline="always")
-def apply_rule_to_row(score, w, q, n, m, rule, fair):
+def apply_rule_to_row(score, w, q, n, m, rule):
     """A replay's step of the rule: the gathered float32 row ``w[:n]`` renormalised by its
     float64 mass ``m`` with a float32 division into ``q``, as :func:`h2o.replay` divides it (an
-    all-zero row goes through unnormalised), then :func:`apply_rule`."""
+    all-zero row goes through unnormalised), then the class's ``rule`` on the ``n`` kept."""
     if m > 0:
         d = np.float32(m)
         for j in range(n):
             q[j] = w[j] / d
-        apply_rule(score, q, n, rule, fair)
+        call_rule(rule, score[:n], q[:n], n)
     else:
-        apply_rule(score, w, n, rule, fair)
+        call_rule(rule, score[:n], w[:n], n)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -127,7 +99,6 @@ def replay_steady(weights, t0, steps, pos, score, n, windows, rule, mass, victim
     lanes = pos.shape[0]
     w = np.empty(n, dtype=np.float32)
     q = np.empty(n, dtype=np.float32)
-    fair = 1.0 / n
     n4 = n - n % 4
     for t in range(t0, steps):
         o = t * (t - 1) // 2
@@ -147,7 +118,7 @@ def replay_steady(weights, t0, steps, pos, score, n, windows, rule, mass, victim
                 m0 += w[j]
             m = (m0 + m1) + (m2 + m3)
             mass[t, lane] = m
-            apply_rule_to_row(s, w, q, n, m, rule, fair)
+            apply_rule_to_row(s, w, q, n, m, rule)
             p[n] = t
             s[n] = 0.0
             victims[t - t0, lane] = _evict_one(p, s, n + 1, n + 1 - windows[lane])
@@ -155,9 +126,10 @@ def replay_steady(weights, t0, steps, pos, score, n, windows, rule, mass, victim
 
 @njit(cache=True, nogil=True)
 def advance_lanes(pos, score, n, t, attn, rule, check, max_weight):
-    """One step of every lane (each keeps ``n``): the rule with ``attn`` (``(lanes, n)``; no
-    columns: no information), then ``t`` admitted with score 0 — unless ``check`` and a weight
-    is outside ``[0, max_weight]`` (or NaN): then nothing changes and False is returned."""
+    """One step of every lane (each keeps ``n``): the rule with ``attn`` (``(lanes, n)``,
+    C-contiguous, of the rule's weight type; no columns: no information), then ``t`` admitted
+    with score 0 — unless ``check`` and a weight is outside ``[0, max_weight]`` (or NaN): then
+    nothing changes and False is returned."""
     if check:
         ok = True
         for lane in range(attn.shape[0]):
@@ -166,10 +138,9 @@ def advance_lanes(pos, score, n, t, attn, rule, check, max_weight):
                 ok &= (a[j] >= 0) & (a[j] <= max_weight)
         if not ok:
             return False
-    fair = 1.0 / n if n else 0.0
     for lane in range(pos.shape[0]):
         if attn.shape[1]:
-            apply_rule(score[lane], attn[lane], n, rule, fair)
+            call_rule(rule, score[lane, :n], attn[lane, :n], n)
         pos[lane, n] = t
         score[lane, n] = 0.0
     return True
@@ -194,11 +165,10 @@ def step_lanes(pos, score, n, t, attn, rule, windows):
             ok &= abs(a[j]) < np.inf
     if not ok:
         return False
-    fair = 1.0 / n if n else 0.0
     for lane in range(pos.shape[0]):
         p, s = pos[lane], score[lane]
         if attn.shape[1]:
-            apply_rule(s, attn[lane], n, rule, fair)
+            call_rule(rule, s[:n], attn[lane, :n], n)
         p[n] = t
         s[n] = 0.0
         _evict_one(p, s, n + 1, n + 1 - windows[lane])
@@ -323,7 +293,6 @@ def steady_rows(p, pos, score, n, t0, i0, windows, rule, mask, pk, w, sig, stack
     ``stack``: :func:`_sum32`'s."""
     G, gs, c = p.shape[0], p.shape[1], p.shape[2]
     inv = np.float32(1.0 / gs)
-    fair = 1.0 / n
     for i in range(i0, c):
         for g in range(G):
             for j in range(n):
@@ -343,21 +312,20 @@ def steady_rows(p, pos, score, n, t0, i0, windows, rule, mask, pk, w, sig, stack
             ps, s = pos[g], score[g]
             for j in range(n):
                 mask[g, i, ps[j]] = True
-            apply_rule(s, sig[g], n, rule, fair)
+            call_rule(rule, s[:n], sig[g, :n], n)
             ps[n] = t0 + i
             s[n] = 0.0
             _evict_one(ps, s, n + 1, n + 1 - windows[g])
     return c
 
 
-#: A rule for :func:`warm` to compile the loops with (H2O's: every rule has the same types).
-_H2O = np.array([1.0, 1.0, 0.0])
-
-
 def warm() -> None:
     """Compile every loop of this module (the first run after install: a second or two each)
     or load it from the disk cache, for the argument types the library passes
-    (:func:`h2o.bank.warm` runs it with the replay's own loop)."""
+    (:func:`h2o.bank.warm` runs it with the replay's own loop and every built-in rule). A loop
+    takes a rule by its address, so this compiles it for every rule."""
+    rule = no_score()
+    f32, f64 = rule.f32, rule.f64
     pos, score = np.zeros((2, 8), dtype=np.int32), np.zeros((2, 8))
     windows, go, out = (
         np.zeros(2, dtype=np.int64),
@@ -367,18 +335,17 @@ def warm() -> None:
     weights = np.full(64, 0.125, dtype=np.float32)
     weights.flags.writeable = False  # a trace's weights are read-only
     victims = np.empty((1, 2), dtype=np.intp)
-    replay_steady(weights, 4, 5, pos, score, 3, windows, _H2O, np.zeros((5, 2)), victims)
+    replay_steady(weights, 4, 5, pos, score, 3, windows, f32, np.zeros((5, 2)), victims)
     for dtype in (np.float32, np.float64):
-        block = np.full((2, 9), 0.25, dtype=dtype)
-        for attn in (block[:, :3], np.ascontiguousarray(block[:, :3])):  # a slice and a copy
-            for check in (False, True):
-                advance_lanes(pos, score, 3, 5, attn, _H2O, check, 1.0)
-    advance_lanes(pos, score, 3, 5, np.zeros((0, 0)), _H2O, False, 1.0)
+        attn = np.full((2, 3), 0.25, dtype=dtype)
+        for check in (False, True):
+            advance_lanes(pos, score, 3, 5, attn, rule.for_weights(dtype), check, 1.0)
+    advance_lanes(pos, score, 3, 5, np.zeros((0, 0)), f64, False, 1.0)
     evict_lanes(pos, score, 4, windows, go, out)
-    for attn in (np.full((2, 3), 0.25, dtype=np.float32), np.zeros((0, 0))):
-        step_lanes(pos, score, 3, 5, attn, _H2O, windows)
+    step_lanes(pos, score, 3, 5, np.full((2, 3), 0.25, dtype=np.float32), f32, windows)
+    step_lanes(pos, score, 3, 5, np.zeros((0, 0)), f64, windows)
     p = np.full((2, 3, 4, 8), 0.125, dtype=np.float32)
     gather_kept(p, pos, 3, 0, np.zeros((2, 4, 8), dtype=np.bool_), np.empty((2, 3, 3), np.float32))
     scratch = (np.empty((2, 3, 3), np.float32), np.empty((2, 3), np.float32))
     scratch += (np.empty((2, 3), np.float32), np.empty((64, 4)))
-    steady_rows(p, pos, score, 3, 5, 0, windows, _H2O, np.zeros((2, 4, 8), np.bool_), *scratch)
+    steady_rows(p, pos, score, 3, 5, 0, windows, f32, np.zeros((2, 4, 8), np.bool_), *scratch)

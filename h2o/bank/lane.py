@@ -9,13 +9,13 @@ in the same order, so its results are the loop's bit for bit:
 * the mass is numpy's own float64 sum of the gathered float32 row — its pairwise summation
   (eight accumulators up to 128 elements, halves above that) in chunks of numpy's 8192-element
   buffer, transcribed in :func:`_numpy_sum`;
-* the rule is the class's (:func:`h2o.bank.kernels.apply_rule`: H2O adds, Scissorhands votes
-  above the float64 fair share ``1 / n``, TOVA replaces); StreamingLLM and the sliding window
+* the rule is the class's own ``rule(score, attn, n)``, compiled from its file
+  (:meth:`~h2o.policies.base.ScoredPolicy.compiled_rule`); StreamingLLM and the sliding window
   read nothing and drop the oldest position after their sinks;
 * the victim is the first minimum of the evictable prefix, and the survivors close the gap.
 
-Random eviction (its draws come from the instance's numpy generator) and classes of anyone
-else's run :func:`h2o.replay`'s Python loop.
+Random eviction (its draws come from the instance's numpy generator), a class whose rule numba
+cannot compile and a class with mechanics of its own run :func:`h2o.replay`'s Python loop.
 """
 
 from __future__ import annotations
@@ -24,26 +24,26 @@ import numpy as np
 from numba import njit
 
 from h2o.policies import Policy
+from h2o.policies.rule import no_score
 from h2o.replay_outcome import Replay, result
 from h2o.trace import Trace
 
-from .kernels import PW_BLOCK, apply_rule_to_row, first_min, pairwise_block, rule_of
+from .kernels import PW_BLOCK, apply_rule_to_row, first_min, pairwise_block
 
-#: The ring policies (StreamingLLM, the sliding window) keep no score: the oldest after the sinks
-#: goes. Their "rule" is never applied.
-NO_RULE = np.zeros(3)
 #: The buffer a cast reduction fills (numpy sums each pairwise: ``kernels.pairwise_block``).
 _BUFFER = 8192
 
 
-def compiled_rule(policy: Policy) -> tuple[bool, np.ndarray] | None:
-    """What :func:`replay_lane` runs for ``policy`` — whether it is a ring, and its class's
-    rule (:func:`~h2o.bank.kernels.rule_of`) — or None if it must run in Python (random
-    eviction, a subclass, a policy of your own)."""
-    if type(policy).declares("bank") == "ring":
-        return True, NO_RULE
-    rule = rule_of(type(policy))
-    return None if rule is None else (False, rule)
+def lane_rule(policy: Policy) -> tuple[bool, int] | None:
+    """What :func:`replay_lane` runs for ``policy`` — whether it is a ring (StreamingLLM, the
+    sliding window: they keep no score, and the rule passed is never called), and the address of
+    its class's rule compiled for float32 weights — or None if it must run in Python (random
+    eviction, a rule numba cannot compile, a class with mechanics of its own)."""
+    cls = type(policy)
+    if cls.declares("bank") == "ring":
+        return True, no_score().f32
+    compiled = cls.compiled_rule() if hasattr(cls, "compiled_rule") else None
+    return None if compiled is None else (False, compiled.f32)
 
 
 @njit(cache=True, nogil=True)
@@ -129,7 +129,7 @@ def replay_lane(
                 nv += 1
             continue
         if n:
-            apply_rule_to_row(score, w, q, n, m, rule, 1.0 / n)
+            apply_rule_to_row(score, w, q, n, m, rule)
         pos[n] = t
         score[n] = 0.0
         n += 1
@@ -166,7 +166,7 @@ def warm() -> None:
     steps, budget = 8, 3
     for record in (False, True):
         replay_lane(
-            weights, steps, budget, 1, 0, False, NO_RULE, np.zeros(5, np.int32), np.zeros(5),
+            weights, steps, budget, 1, 0, False, no_score().f32, np.zeros(5, np.int32), np.zeros(5),
             record, np.full((steps, 4), -1, np.int32), np.full((steps, 4), np.nan), np.ones(steps),
             np.ones(steps), topk, np.zeros(steps, np.int32), np.zeros(steps, np.int32),
             np.zeros(steps, np.int32), np.zeros(steps),
@@ -175,8 +175,8 @@ def warm() -> None:
 
 def replay_compiled(policy: Policy, trace: Trace, top_k: int, record: bool) -> Replay | None:
     """:func:`h2o.replay` of a fresh ``policy`` through :func:`replay_lane`, the policy left as
-    the loop leaves it (``None`` if its class runs in Python: see :func:`compiled_rule`)."""
-    compiled = compiled_rule(policy)
+    the loop leaves it (``None`` if its class runs in Python: see :func:`lane_rule`)."""
+    compiled = lane_rule(policy)
     if compiled is None or trace.weights.dtype != np.float32:
         return None
     steps, budget = trace.steps, policy.budget

@@ -243,7 +243,7 @@ class LockstepReplay:
                 self._score,
                 n,
                 self._windows,
-                self._compiled,
+                self._compiled.f32,  # the loop's renormalised rows are float32
                 mass,
                 victims[a - t0 :],
             )

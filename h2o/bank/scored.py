@@ -4,7 +4,7 @@ The card's storage, one row per lane: ``(N, cap)`` int32 positions, float64 scor
 of eviction scratch, in kept order. In lock-step (every lane keeps ``n`` positions) one step is,
 for each row, the card's pseudocode::
 
-    rule(score[:n], attn)                  # the lane class's own _accumulate
+    rule(score[:n], attn, n)               # the lane class's own rule, compiled as written
     pos[n], score[n] = pos, 0              # admit
     v = first minimum of score[:n+1-window]
     shift the row left by one from v
@@ -26,7 +26,7 @@ from h2o.policies.base import MAX_WEIGHT
 from h2o.policies.registry import BUILT_IN
 
 from .base import NO_VICTIMS, PolicyBank
-from .kernels import advance_lanes, evict_lanes, rule_of, steady_rows, step_lanes
+from .kernels import advance_lanes, evict_lanes, steady_rows, step_lanes
 
 #: Weights the compiled loops read (each dtype is compiled once, then cached on disk).
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -53,11 +53,14 @@ class ScoredBank(PolicyBank):
     def _setup(self) -> None:
         lane = self._lanes[0]
         self._windows = np.array([lane.recent_window for lane in self._lanes], dtype=np.int64)
-        # The class's scoring rule for the numpy path: given (n, N) views, a rule written for
-        # one lane's (n,) arrays (elementwise, attn.shape[0] = kept count) is the same rule.
-        self._rule = lane.accumulate
         self._by_argmin = type(lane).evicts_by_argmin()
-        self._compiled = rule_of(type(lane))  # None: no compiled rule (random), the numpy path
+        # The class's rule compiled, which the loops call; None (random eviction: no rule) runs
+        # each lane's own code.
+        self._compiled = type(lane).compiled_rule()
+        # A class that folds attention in numpy its own way (random eviction: not at all) is
+        # given (n, N) views: its code, written for one lane's (n,) arrays elementwise, is the
+        # same rule for every lane at once. A rule(score, attn, n) runs lane by lane.
+        self._by_lane = type(lane).rule is not None
         self._go = np.ones(self.size, dtype=np.bool_)
         self._out = np.empty(self.size, dtype=np.int64)
         self._rows_scratch: tuple[np.ndarray, ...] | None = None  # step_rows' buffers
@@ -98,15 +101,18 @@ class ScoredBank(PolicyBank):
         if n == self._cap:  # admitted past budget + 1 without evicting
             self._reserve(n + 1)
         if self._compiles(attn):
-            a = _NO_ATTN if attn is None or not n else attn
-            if not advance_lanes(
-                self._pos, self._score, n, pos, a, self._compiled, not checked, MAX_WEIGHT
-            ):
+            a = _NO_ATTN if attn is None or not n else np.ascontiguousarray(attn)
+            rule = self._compiled.for_weights(a.dtype)
+            if not advance_lanes(self._pos, self._score, n, pos, a, rule, not checked, MAX_WEIGHT):
                 return False
         else:
             score = self._score
             if attn is not None and n:
-                self._rule(score[:, :n].T, attn.T)
+                if self._by_lane:
+                    for i, lane in enumerate(self._lanes):
+                        lane.accumulate(score[i, :n], attn[i])
+                else:
+                    self._lanes[0].accumulate(score[:, :n].T, attn.T)
             self._pos[:, n] = pos
             score[:, n] = 0.0
         self._fill = n + 1
@@ -120,8 +126,9 @@ class ScoredBank(PolicyBank):
         n = self._fill
         if n != self._budget or n >= self._cap or not self._compiles(attn):
             return super().step_trusted(pos, attn)
-        a = _NO_ATTN if attn is None or not n else attn
-        if not step_lanes(self._pos, self._score, n, pos, a, self._compiled, self._windows):
+        a = _NO_ATTN if attn is None or not n else np.ascontiguousarray(attn)
+        rule = self._compiled.for_weights(a.dtype)
+        if not step_lanes(self._pos, self._score, n, pos, a, rule, self._windows):
             return False
         self._last_pos = pos
         self._stale = True
@@ -158,7 +165,7 @@ class ScoredBank(PolicyBank):
             t0,
             i0,
             self._windows,
-            self._compiled,
+            self._compiled.f32,
             mask,
             *scratch,
         )

@@ -1,7 +1,7 @@
 """Eviction policies, one per file. The registry (``POLICIES``, :func:`make_policy`) maps the
 CLI/app names to the classes."""
 
-from .base import LinearRule, Policy, ScoredPolicy
+from .base import Policy, ScoredPolicy
 from .h2o import H2O
 from .random import RandomEviction
 from .registry import POLICIES, custom_policies, make_policy, policy_params, refusal
@@ -14,7 +14,6 @@ __all__ = [
     "H2O",
     "POLICIES",
     "TOVA",
-    "LinearRule",
     "Policy",
     "RandomEviction",
     "Scissorhands",

@@ -8,19 +8,22 @@ Two layers, so that each policy file only holds what the card says about *that* 
   kept order (int32 position, float64 score, one byte of eviction scratch), a protected window of
   the last ``recent_window`` kept positions, and eviction by repeated argmin over the evictable
   prefix (equal scores evict the lower position). A subclass only says how a step's attention
-  changes the scores (:meth:`ScoredPolicy._accumulate`).
+  changes the scores: its ``rule(score, attn, n)``, one plain function that every path runs
+  compiled (:mod:`h2o.policies.rule`).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 import numpy as np
 
+from .rule import CompiledRule, compile_rule
+
 _INT32_MAX = np.iinfo(np.int32).max
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _minimum = np.minimum.reduce
 _maximum = np.maximum.reduce
 
@@ -309,26 +312,19 @@ class Policy:
         return {"budget": self.budget}
 
 
-@dataclass(frozen=True)
-class LinearRule:
-    """A scoring rule in the form the compiled loops run (:mod:`h2o.bank.kernels`), declared by a
-    :class:`ScoredPolicy` subclass as ``compiled_rule``. At each step every kept slot's float64
-    score becomes
-
-        score = keep * score + add * w + (vote if w > 1 / n else 0)
-
-    with ``w`` the slot's float32 weight (renormalised over the ``n`` kept) widened exactly. H2O
-    adds (keep 1, add 1), TOVA replaces (keep 0, add 1), Scissorhands votes (keep 1, add 0,
-    vote 1). Multiplying by 1 and adding 0 are exact, so the loops compute what the class's
-    ``_accumulate`` computes, bit for bit — which the tests check by replaying both."""
-
-    keep: float
-    add: float
-    vote: float = 0.0
-
-    def coefficients(self) -> np.ndarray:
-        """``[keep, add, vote]`` as the loops take them (float64)."""
-        return np.array([self.keep, self.add, self.vote], dtype=np.float64)
+#: What the compiled loops run of a scored policy besides its rule: the card's, so a class that
+#: replaces one of these runs its own code one instance at a time.
+_CARD_MECHANICS = (
+    "_accumulate",
+    "_step",
+    "_admission_score",
+    "_select",
+    "_evict",
+    "advance_trusted",
+    "on_decode_step",
+    "evict",
+    "drop",
+)
 
 
 class ScoredPolicy(Policy):
@@ -337,7 +333,7 @@ class ScoredPolicy(Policy):
     This is the card's mechanism, shared by H2O, Scissorhands, TOVA and random eviction::
 
         on_decode_step(pos, attn):
-            <fold attn into score>          # subclass: _accumulate
+            rule(score, attn, len(attn))    # subclass: its rule, as the card writes it
             admit(pos, score = 0)
 
         evict(budget):
@@ -352,10 +348,12 @@ class ScoredPolicy(Policy):
 
     #: ``recent_window`` when none is given (TOVA protects only the newest position).
     default_recent_window: ClassVar[int] = 32
-    #: This class's ``_accumulate`` as the compiled loops run it (:mod:`h2o.bank.kernels`), a
-    #: :class:`LinearRule`; None runs it in numpy. Declared by the class itself
-    #: (:meth:`Policy.declares`), with a differential test against the instance.
-    compiled_rule: ClassVar[LinearRule | None] = None
+    #: How one step's attention changes the scores, written once as the card writes it: a plain
+    #: static function ``rule(score, attn, n)`` over the ``n`` kept slots (``attn`` index-aligned
+    #: with ``score``; float64 scores, float32 or float64 weights), in numba's subset of numpy.
+    #: The instance and the compiled loops both run it compiled as written
+    #: (:meth:`compiled_rule`); None: the class folds attention its own way (:meth:`_accumulate`).
+    rule: ClassVar[Callable[[np.ndarray, np.ndarray, int], None] | None] = None
     #: Storage per slot: the card's int32 position, float64 score and one byte of scratch.
     POS_DTYPE, SCORE_DTYPE, SCRATCH_DTYPE = (
         np.dtype(np.int32),
@@ -434,8 +432,43 @@ class ScoredPolicy(Policy):
         return 0.0
 
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
-        """Fold one step's validated, index-aligned weights into ``score`` in place."""
-        raise NotImplementedError
+        """Fold one step's validated, index-aligned weights into ``score`` in place: the class's
+        :attr:`rule`, compiled by numba when it compiles — the same function the compiled loops
+        call, so an instance and a bank compute the same bits — else called as written.
+
+        A class may override this instead, to fold attention its own way in numpy (random
+        eviction ignores it); it then has no compiled rule (:meth:`compiled_rule`)."""
+        cls = type(self)
+        fn = cls.rule
+        if fn is None:
+            raise NotImplementedError(f"{cls.__name__} declares no rule(score, attn, n)")
+        compiled = compile_rule(fn)
+        n = attn.shape[0]
+        if compiled is None:
+            fn(score, attn, n)
+            return
+        dtype, flags = attn.dtype, attn.flags
+        if dtype is not _F32 and dtype is not _F64:
+            # Integer or half-precision weights widen to float64 exactly (each is at most 1.01),
+            # so the rule sees the values it would have seen.
+            attn = attn.astype(np.float64)
+        elif not (flags.c_contiguous and flags.writeable):
+            attn = attn.copy()  # the compiled forms take contiguous, writeable arrays
+        compiled.jit(score, attn, n)
+
+    @classmethod
+    def compiled_rule(cls) -> CompiledRule | None:
+        """The class's :attr:`rule` compiled (:func:`~h2o.policies.rule.compile_rule`), for the
+        compiled loops and the instance alike; None if the class has no rule, folds attention
+        its own way (overrides :meth:`_accumulate`), or numba cannot compile its rule: then it
+        runs one instance at a time, its rule called from Python. Also None for a class that
+        changes the card's other mechanics (admission, eviction, what a step does): the loops
+        run the card's."""
+        if cls.rule is None or any(
+            getattr(cls, m) is not getattr(ScoredPolicy, m) for m in _CARD_MECHANICS
+        ):
+            return None
+        return compile_rule(cls.rule)
 
     # -- for engines that hold a scored policy's storage (banks, adaptive layers) --------------
     def accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:

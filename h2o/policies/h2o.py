@@ -24,9 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
-from .base import LinearRule, ScoredPolicy
+from .base import ScoredPolicy
 
 
 class H2O(ScoredPolicy):
@@ -38,13 +36,13 @@ class H2O(ScoredPolicy):
     #: heavy hitters from its accumulated attention before decoding (:mod:`h2o.model.prefill`).
     prefill_selection = True
     bank = "scored"
-    compiled_rule = LinearRule(keep=1.0, add=1.0)  # score += w
 
     @classmethod
     def bench_settings(cls, budget: int, windows: Sequence[int]) -> list[dict[str, int]]:
         # the window is what the comparison is about: one row per window
         return [{"recent_window": int(w)} for w in windows]
 
-    def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
-        # score[i] += weight, for every i at once; float32 weights are widened exactly to float64.
-        np.add(score, attn, out=score)
+    @staticmethod
+    def rule(score, attn, n):
+        for i in range(n):  # attn is index-aligned with kept
+            score[i] += attn[i]  # float64: a float32 weight is widened exactly

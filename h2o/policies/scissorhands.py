@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .base import LinearRule, ScoredPolicy
+from .base import ScoredPolicy
 
 
 class Scissorhands(ScoredPolicy):
@@ -33,15 +33,18 @@ class Scissorhands(ScoredPolicy):
     colour, line_style = "#249A80", ("dash", "square", 8)  # on every chart
     score_label = "votes (steps above fair share)"
     bank = "scored"
-    compiled_rule = LinearRule(keep=1.0, add=0.0, vote=1.0)  # score += w > 1/n
 
     @classmethod
     def bench_settings(cls, budget: int, windows: Sequence[int]) -> list[dict[str, int]]:
         # the window is what the comparison is about: one row per window
         return [{"recent_window": int(w)} for w in windows]
 
-    def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
-        # A float64 fair share, so float32 weights are compared with 1/n exactly (a Python float
-        # would be demoted to float32 and misjudge weights a rounding step away from it).
-        fair_share = np.float64(1.0) / attn.shape[0]
-        score += attn > fair_share
+    @staticmethod
+    def rule(score, attn, n):
+        # Compared in float64, the weight widened exactly: numpy (a rule run as written) would
+        # demote a Python float to a float32 weight's type and misjudge weights a rounding step
+        # from 1/n; numba would widen. Said explicitly, both compare the same numbers.
+        fair_share = 1.0 / n
+        for i in range(n):
+            if np.float64(attn[i]) > fair_share:
+                score[i] += 1.0

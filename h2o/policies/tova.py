@@ -15,9 +15,7 @@ Shares H2O's window, argmin and tie rules (equal weights evict the lower positio
 
 from __future__ import annotations
 
-import numpy as np
-
-from .base import LinearRule, ScoredPolicy
+from .base import ScoredPolicy
 
 
 class TOVA(ScoredPolicy):
@@ -29,7 +27,8 @@ class TOVA(ScoredPolicy):
     default_recent_window = 1
     own_window = True  # the paper's TOVA protects nothing but the token just admitted
     bank = "scored"
-    compiled_rule = LinearRule(keep=0.0, add=1.0)  # score = w
 
-    def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
-        score[:] = attn
+    @staticmethod
+    def rule(score, attn, n):
+        for i in range(n):
+            score[i] = attn[i]  # overwritten, not accumulated
