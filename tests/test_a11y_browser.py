@@ -128,7 +128,6 @@ KNOWN = {
 EXPECTED: dict[str, set[str]] = {
     "lesson": {"code-colours"},  # chapter 10, "Your turn": the commands and a policy's source
     "revealed": {"code-colours"},  # the same
-    "presenter-7": {"code-colours"},  # "A real model": the command behind its follow-up
     "presenter-10": {"code-colours"},  # "Your turn"
     "how-it-works": {"code-colours", "code-scroll"},  # the library's source
     "needle-grid": {"code-colours"},  # the commands that computed the grid

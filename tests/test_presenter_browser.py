@@ -6,6 +6,12 @@ behind a "predict" question is checked after "Just show me" (clicked where it is
 the screen too): the question and its answer sit beside the figure. Screenshots go to
 ``/tmp/presenter_chN.png``.
 
+Every chapter, reached from the first with the clicker's PageDown, fits the screen whole with
+its "More: …" expander shut: the main area (Streamlit's scroller, not the document) scrolls not
+at all — its question, figure and answer and the navigation after them are on one screen; a
+chapter whose "predict" question holds back its figure is measured before "Just show me" and
+after.
+
 Without a browser: the exported HTML file opens at the view's step, or at the first eviction when
 the view is at step 0 (where nothing has happened yet), in a range of steps that holds it —
 those are ``tests/test_stepper_export.py``.
@@ -114,6 +120,82 @@ def test_each_chapters_first_figure_is_on_a_projector_screen(server, browser, ch
         )
     finally:
         ctx.close()
+
+
+#: The main area's overflow: Streamlit's main block scrolls (``stMain``), the document does not;
+#: its expanders, to check that every "More: …" is shut; what overflows, for the message.
+_OVERFLOW = """() => {
+  const main = document.querySelector('[data-testid=stMain]');
+  const bottom = main.getBoundingClientRect().bottom;
+  const below = [...document.querySelectorAll(
+      '.st-key-lesson_chapter > *, [data-testid=stMainBlockContainer] > div > div > *')]
+    .filter((e) => e.getBoundingClientRect().bottom > bottom + 1)
+    .map((e) => (e.innerText || e.className).trim().slice(0, 60).replace(/\\s+/g, ' '));
+  return {
+    scroll: main.scrollHeight, client: main.clientHeight,
+    open: [...main.querySelectorAll('[data-testid=stExpander] details')]
+      .filter((d) => d.open).map((d) => d.innerText.slice(0, 40)),
+    more: [...main.querySelectorAll('[data-testid=stExpander] summary')]
+      .map((s) => s.innerText.trim()).filter((t) => t.includes('More:')),
+    below,
+  };
+}"""
+
+
+def keys_bound(page) -> None:
+    """The chapter's clicker keys are bound (their component mounts after the script finishes)."""
+    settle(page, quiet=1.0)
+    page.wait_for_function(
+        "document.documentElement.dataset.h2oChapterKeys === 'bound'", timeout=30_000
+    )
+
+
+@pytest.mark.browser
+@needs_chromium
+def test_every_chapter_fits_a_projector_screen_with_more_shut(server, browser):
+    ctx, page = new_page(browser, size=VIEWPORT)
+    problems: list[str] = []
+
+    def measure(chapter: int, when: str) -> None:
+        page.wait_for_timeout(500)  # plotly's relayout to the page's width
+        got = page.evaluate(_OVERFLOW)
+        page.screenshot(path=f"/tmp/presenter_fit_ch{chapter}{when.replace(' ', '_')}.png")
+        print(f"chapter {chapter}{when}: {got['scroll']} px of {got['client']}, {got['more']}")
+        assert not got["open"], f"chapter {chapter}: opened {got['open']}"
+        if got["scroll"] > got["client"]:
+            problems.append(
+                f"chapter {chapter}{when}: {got['scroll'] - got['client']} px below the "
+                f"{got['client']} px screen ({got['scroll']} px tall): {got['below']}"
+            )
+
+    try:
+        page.goto(f"{server}/?presenter=1&chapter=1")
+        wait_ready(page)
+        page.wait_for_function(
+            "document.querySelector('[data-testid=stSidebar]').dataset.collapsed === 'true'",
+            timeout=30_000,
+        )
+        for chapter in range(1, CHAPTERS + 1):
+            page.get_by_role("heading", name=re.compile(rf"^{chapter}\. ")).wait_for(
+                timeout=120_000
+            )
+            keys_bound(page)
+            reveal = page.locator(CHAPTER).get_by_role("button", name="Just show me")
+            if reveal.count():
+                measure(chapter, " before 'Just show me'")
+                reveal.first.click()
+                wait_ready(page)
+                settle(page)
+                measure(chapter, " after 'Just show me'")
+                keys_bound(page)
+            else:
+                measure(chapter, "")
+            if chapter < CHAPTERS:
+                page.evaluate("document.activeElement && document.activeElement.blur()")
+                page.keyboard.press("PageDown")
+    finally:
+        ctx.close()
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.browser

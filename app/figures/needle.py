@@ -8,12 +8,12 @@ from the result files: every one is escaped before Plotly (which renders some HT
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
-from app.needle.frontier import TOLERANCE, FigureLine
+from app.needle.frontier import GROUPS, TOLERANCE, FigureLine
 from h2o.alloc import ALLOCATORS
 from h2o.model.caches import CACHE_KINDS
 
@@ -89,6 +89,7 @@ def frontier(
     tolerance: float = TOLERANCE,
     legend_width: int = 900,
     plot_height: int | None = None,
+    named: Collection[str] | None = None,
 ) -> go.Figure:
     """A metric (y) against KV bytes per token (x, log scale): each family's measured rows as
     points (no line: nothing was measured between them); the full cache as a dotted
@@ -96,10 +97,16 @@ def frontier(
     ``tolerance`` either side (the rows counted as at that memory); ``share``: y is a share,
     drawn from 0 to 100 %. ``legend_width``: the width its legend is laid out in, at the
     narrowest it is shown; ``plot_height``: the plot area's height, the figure growing with its
-    legend (``height`` is then not used)."""
+    legend (``height`` is then not used). ``named``: the families the legend names (the ones a
+    sentence beside the chart speaks of), the others drawn as ever but listed one entry a group
+    ("12 other eviction"; a point's hover names its row, a click on the entry hides or shows
+    the group) — a legend a room can read; None: every family named."""
     data: list[dict] = []
+    others: dict[str, int] = {}
     for family, group, method, bits, allocation, sinks, xs, ys, hover in lines:
         style = family_style(group, method, bits, allocation, sinks)
+        if named is not None and family not in named:
+            others[group] = others.get(group, 0) + 1
         data.append(
             {
                 "type": "scatter",
@@ -115,6 +122,25 @@ def frontier(
                 },
                 "text": [_e(h) for h in hover],
                 "hovertemplate": f"%{{text}}<br>%{{x:,.0f}} bytes/token: {yformat}<extra></extra>",
+            }
+            | (
+                {"showlegend": False, "legendgroup": f"other {group}"}
+                if named is not None and family not in named
+                else {}
+            )
+        )
+    for group, n in others.items():  # one legend entry for a group's unnamed families, no points
+        data.append(
+            {
+                "type": "scatter",
+                "x": [None],
+                "y": [None],
+                "mode": "markers",
+                "marker": {"symbol": "circle-open", "size": 10, "color": NEUTRAL_LINE},
+                # the group's name without its gloss: "selection", not "selection (every …)"
+                "name": f"{n} other {GROUPS.get(group, group).split(' (')[0]}",
+                "legendgroup": f"other {group}",
+                "hoverinfo": "skip",
             }
         )
     xs_all = [x for ln in lines for x in ln.xs]

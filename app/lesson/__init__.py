@@ -6,6 +6,13 @@ controls, sometimes a "predict, then reveal" question) into the current containe
 clicker) or all in order (self-study). Answers are kept in the session, so a question answered
 once stays answered, in either mode.
 
+In presenter mode a chapter shows its **core** on one 1280×720 screen — its question (the
+"predict" question where there is one), its figure and the sentence that answers it — and
+everything else in one collapsed "More: …" expander after the navigation, so a lecturer can skip
+it. The chapters say which is which with :func:`more` (what goes there), :func:`say` (paragraphs
+whose first ones are the core) and :func:`projected` (a figure's presenter size); each is a
+no-op in self-study, which shows every chapter exactly as it reads top to bottom.
+
 The chapters live in the modules named by their numbers: ``chapters_1_3.py`` (why evict, sinks
 and recency, heavy hitters), ``chapters_4_6.py`` (the window, the stale spike, the family) and
 ``chapters_7_10.py`` (a real model, evict or compress?, when (not) to use H2O, your turn; the
@@ -14,14 +21,17 @@ needle grid and chapter 8 live in ``needle.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import streamlit as st
 
 from app import state
 
+T = TypeVar("T")
 ANSWERS, REVEALED = "_lesson_answers", "_lesson_revealed"
 #: The "predict, then reveal" questions (chapters 3, 4 and 5).
 QUESTIONS = 3
@@ -34,12 +44,88 @@ class Chapter:
     anchor: str
     #: Draws the chapter; may return what follows its first figure and can wait for it to be
     #: painted (the lesson's first chapter: its table's code is large for a browser to start).
+    #: In presenter mode that goes under "More", as everything the chapter puts in :func:`more`.
     draw: Callable[[], Callable[[], None] | None]
+    #: The presenter's "More: …" expander's label: what a lecturer may skip.
+    more: str = "More"
 
     def draw_whole(self) -> None:
-        more = self.draw()
-        if more is not None:
-            more()
+        rest = self.draw()
+        if rest is not None:
+            with more():
+                rest()
+
+
+@dataclass
+class _Presenting:
+    """Where presenter mode puts what is not a chapter's core (set by ``app/views/lesson.py``)."""
+
+    slot: Any  # an st.empty() after the navigation: the "More" expander, once there is some
+    label: str
+    opens: Any  # the navigation row's middle: the chapter's "Open …" buttons
+    box: list[Any] = field(default_factory=list)  # the expander, once made
+
+
+# Per script run (each session's script thread has its own context): set around a chapter's draw.
+_PRESENTING: ContextVar[_Presenting | None] = ContextVar("lesson_presenting", default=None)
+
+
+@contextlib.contextmanager
+def presenting(slot: Any, label: str, opens: Any) -> Iterator[None]:
+    """Draw a chapter in presenter mode: :func:`more` fills a collapsed expander labelled
+    ``label`` in ``slot`` (made on first use: a chapter with nothing more shows none), and
+    :func:`open_in` buttons go in ``opens``, beside Previous and Next."""
+    token = _PRESENTING.set(_Presenting(slot, label, opens))
+    try:
+        yield
+    finally:
+        _PRESENTING.reset(token)
+
+
+def presented() -> bool:
+    """Whether the chapter being drawn is projected (presenter mode)."""
+    return _PRESENTING.get() is not None
+
+
+@contextlib.contextmanager
+def more() -> Iterator[None]:
+    """What is drawn inside goes under the presenter's "More" expander; in self-study, in place."""
+    p = _PRESENTING.get()
+    if p is None:
+        yield
+        return
+    if not p.box:
+        p.box.append(p.slot.expander(p.label, expanded=False))
+    with p.box[0]:
+        yield
+
+
+def in_view(paragraphs: Sequence[str], core: int = 1) -> list[str]:
+    """The paragraphs :func:`say` shows in place: all of them, or in presenter mode the first
+    ``core`` (what a chart beside them is described by: its description must be on the screen)."""
+    return list(paragraphs if not presented() else paragraphs[:core])
+
+
+def say(paragraphs: Sequence[str], core: int = 1, sep: str = "\n\n") -> None:
+    """One markdown element of ``paragraphs`` joined by ``sep``; in presenter mode the first
+    ``core`` in place and the rest, joined the same way, under "More"."""
+    st.markdown(sep.join(in_view(paragraphs, core)))
+    rest = [] if not presented() else list(paragraphs[core:])
+    if rest:
+        with more():
+            st.markdown(sep.join(rest))
+
+
+def on_screen(own: T, projected: T) -> T:
+    """``projected`` in presenter mode, else ``own`` (a figure's height, where the chapter sets
+    one)."""
+    return projected if presented() else own
+
+
+def projected(**settings: Any) -> dict[str, Any]:
+    """A figure's settings for the projected screen (``height=…``): ``settings`` in presenter
+    mode, none in self-study (the figure's own)."""
+    return settings if presented() else {}
 
 
 def predict(qid: str, question: str, options: Sequence[str], answer: str, why: str) -> bool:
@@ -100,7 +186,9 @@ def open_in(label: str, page: str, values: dict[str, Any], key: str) -> None:
                 state.set_value(name, value)
         ss["_lesson_goto"] = page
 
-    st.button(label, key=key, on_click=go, icon=":material/open_in_new:")
+    p = _PRESENTING.get()
+    where = st if p is None else p.opens  # presenter mode: beside Previous and Next
+    where.button(label, key=key, on_click=go, icon=":material/open_in_new:")
 
 
 def goto_if_asked() -> None:

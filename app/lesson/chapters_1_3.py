@@ -18,7 +18,7 @@ import streamlit as st
 import h2o
 from app import card, charts, controls, data, figures, model_runs, pages, state
 from app.figures import gib
-from app.lesson import Chapter, open_in, predict
+from app.lesson import Chapter, in_view, more, open_in, predict, projected, say
 from h2o import explain
 
 STEP_PAGE = pages.STEP_THROUGH
@@ -184,12 +184,13 @@ def why_evict() -> Callable[[], None]:
             context=context,
             budget=budget,
             batch=batch,
+            **projected(height=240),
         ),
         key="lesson_kv",
-        describe=[memory, reads],
+        describe=in_view([memory, reads]),
         where=chart,
     )
-    st.markdown(f"{memory}\n\n{reads}")  # one element, a paragraph each
+    say([memory, reads])  # one element, a paragraph each (projected: what a step reads, under More)
     return lambda: shapes_details(shapes, where, budget)
 
 
@@ -295,12 +296,16 @@ def sinks_and_recency() -> None:
             evicted_at=lost.evicted_at,
             policy="streaming-llm",
             title=f"Attention position {lost.position} receives, step by step",
+            **projected(height=300),
         ),
         key="lesson_lost",
-        describe=said,
+        describe=in_view(said),
     )
-    st.markdown("\n\n".join(said))
-    with st.expander("What the measures mean: retained mass, top-k recall, the oracle bound"):
+    say(said)  # projected: the lost heavy hitter in place, the rest under More
+    with (
+        more(),
+        st.expander("What the measures mean: retained mass, top-k recall, the oracle bound"),
+    ):
         st.markdown(measures_text(f))
     open_in(
         "Open this in Step through",
@@ -424,9 +429,10 @@ def heavy_hitters() -> None:
             describe=age,
         )
         st.markdown(age)
-    st.markdown("\n\n".join(heavy_text(f)))
-    with st.expander("The contract: ties, and the order victims come back in"):
-        st.markdown(tie_text(explain.tie_demo()))
+    with more():
+        st.markdown("\n\n".join(heavy_text(f)))
+        with st.expander("The contract: ties, and the order victims come back in"):
+            st.markdown(tie_text(explain.tie_demo()))
     open_in(
         "Open this in Step through",
         STEP_PAGE,
@@ -444,7 +450,25 @@ def heavy_hitters() -> None:
 
 
 CHAPTERS = [
-    Chapter(1, "Why evict", "why-evict", why_evict),
-    Chapter(2, "Sinks and recency", "sinks-and-recency", sinks_and_recency),
-    Chapter(3, "Heavy hitters", "heavy-hitters", heavy_hitters),
+    Chapter(
+        1,
+        "Why evict",
+        "why-evict",
+        why_evict,
+        more="More: what a decode step reads, the models' shapes, H2O's own bytes",
+    ),
+    Chapter(
+        2,
+        "Sinks and recency",
+        "sinks-and-recency",
+        sinks_and_recency,
+        more="More: where the lost attention goes, the measures, how the trace is built",
+    ),
+    Chapter(
+        3,
+        "Heavy hitters",
+        "heavy-hitters",
+        heavy_hitters,
+        more="More: why past attention predicts future use, where it fails, the tie rules",
+    ),
 ]

@@ -17,7 +17,17 @@ import streamlit as st
 
 import h2o
 from app import charts, controls, data, figures, pages, state, sweeps
-from app.lesson import Chapter, open_in, predict
+from app.lesson import (
+    Chapter,
+    in_view,
+    more,
+    on_screen,
+    open_in,
+    predict,
+    presented,
+    projected,
+    say,
+)
 from h2o import age_bias, analysis, explain
 
 EXPLORER = pages.WINDOW_EXPLORER
@@ -80,7 +90,8 @@ def window() -> None:
     asked, streaming = (32, band), refs["streaming-llm"]["retained_mass"]
     toy = data.load("toy", {})
     fit = controls.defaults(toy.trace)
-    _freeze(toy, fit)
+    with more():  # projected: the chapter opens on its question, the freeze under More
+        _freeze(toy, fit)
     st.markdown("So the window is needed. How wide should it be?")
     if predict(
         "window",
@@ -114,19 +125,20 @@ def window() -> None:
                 title=f"Retained attention mass vs recent_window — canonical, budget {budget}",
                 ytitle="retained mass (mean over t ≥ budget)",
                 band=band,
-                height=400,
+                height=on_screen(400, projected=330),
             ),
             key="lesson_sweep",
-            describe=[knee, tie],
+            describe=in_view([knee, tie]),
         )
-        st.markdown(
-            knee
-            + " This is the age bias of a cumulative sum — in chapter 3, "
-            + age_bias.youngest_sentence(chapter3, explain.first_eviction(chapter3))
-            + ": the window exists to give newcomers time to earn a score.\n\n"
-            + tie
-            + " The library keeps 32 as its default, as the card does: *tune it to your model, "
-            "not to this table*."
+        say(
+            [
+                knee
+                + " This is the age bias of a cumulative sum — in chapter 3, "
+                + age_bias.youngest_sentence(chapter3, explain.first_eviction(chapter3))
+                + ": the window exists to give newcomers time to earn a score.",
+                tie + " The library keeps 32 as its default, as the card does: *tune it to your "
+                "model, not to this table*.",
+            ]
         )
     open_in(
         "Open the recentWindow explorer",
@@ -249,35 +261,36 @@ def stale_spike() -> None:
         why,
     ):
         _spike_reveal(reps, trace, spike, tie)
-    shares = age_bias.shares_sentence(age_bias.shares(trace, steady), budget)
-    charts.show(
-        figures.received_lines(
-            curves=[(f"position {p}", explain.column(trace, p)) for p in [spike, *steady]],
-            title="What the trace gives: the attention each position receives, step by step",
-        ),
-        key="lesson_spike_trace",
-        describe=shares,
-    )
-    st.markdown(shares)
-    chain_section(ref, reps, window, top_k, key="lesson")
-    windows, sweep = canonical_sweep(data.load("canonical", {}))
-    st.markdown(
-        f"On the canonical trace (chapter 4's figure, budget {CANON_BUDGET}): "
-        + age_bias.window_tie_sentence(
-            windows,
-            [r["retained_mass"] for r in sweep["h2o"]],
-            [r["retained_mass"] for r in sweep["scissorhands"]],
-            32,
+    with more():  # projected: the question and its answer; what the trace gives, under More
+        shares = age_bias.shares_sentence(age_bias.shares(trace, steady), budget)
+        charts.show(
+            figures.received_lines(
+                curves=[(f"position {p}", explain.column(trace, p)) for p in [spike, *steady]],
+                title="What the trace gives: the attention each position receives, step by step",
+            ),
+            key="lesson_spike_trace",
+            describe=shares,
         )
-    )
-    with st.expander("Scissorhands: the card, this library and the paper"):
-        st.markdown(CARD_ON_SCISSORHANDS + "\n\n" + SCISSORHANDS_SOURCES)
-    open_in(
-        "Open the stale-spike lesson",
-        pages.STALE_SPIKE,
-        {state.SPIKE_STEP: tie.step if tie is not None else budget},
-        key="lesson_open_5",
-    )
+        st.markdown(shares)
+        chain_section(ref, reps, window, top_k, key="lesson")
+        windows, sweep = canonical_sweep(data.load("canonical", {}))
+        st.markdown(
+            f"On the canonical trace (chapter 4's figure, budget {CANON_BUDGET}): "
+            + age_bias.window_tie_sentence(
+                windows,
+                [r["retained_mass"] for r in sweep["h2o"]],
+                [r["retained_mass"] for r in sweep["scissorhands"]],
+                32,
+            )
+        )
+        with st.expander("Scissorhands: the card, this library and the paper"):
+            st.markdown(CARD_ON_SCISSORHANDS + "\n\n" + SCISSORHANDS_SOURCES)
+        open_in(
+            "Open the stale-spike lesson",
+            pages.STALE_SPIKE,
+            {state.SPIKE_STEP: tie.step if tie is not None else budget},
+            key="lesson_open_5",
+        )
 
 
 def _spike_reveal(
@@ -302,6 +315,7 @@ def _spike_reveal(
             ],
             title=f"Position {spike}'s score while each policy keeps it (the line ends at "
             "its eviction)",
+            **projected(height=270),
         ),
         key="lesson_spike",
         describe=text,
@@ -481,11 +495,13 @@ def family_rows(ref: data.TraceRef, budget: int) -> list[dict]:
 
 def family() -> None:
     ref = data.load("canonical", {})
-    st.markdown(
+    # projected: the budget beside the lead, to leave the chart its height
+    lead, control = st.columns([3, 2], vertical_alignment="bottom") if presented() else (st, st)
+    lead.markdown(
         "Every policy of this lesson on the canonical trace, and three more, described below "
         "the chart: TOVA, the sliding window and random eviction."
     )
-    budget = st.select_slider("Budget", BUDGETS, value=256, key="lesson_family_budget")
+    budget = control.select_slider("Budget", BUDGETS, value=256, key="lesson_family_budget")
     rows = family_rows(ref, budget)
     band = analysis.band_width(ref.trace)
     said = family_sentences(rows, budget, band, WINDOWS)
@@ -498,13 +514,17 @@ def family() -> None:
             oracle=rows[0]["oracle_mass"],
             top_k=32,
             title=f"Every policy on the canonical trace, budget {budget}",
-            height=400,
+            height=on_screen(400, projected=320),
         ),
         key="lesson_family",
-        describe=said,
+        describe=in_view(said),
     )
-    st.markdown("\n".join(f"- {s}" for s in said))
-    st.markdown("\n".join(f"- {text}" for _, text in FAMILY))
+    listed = "\n".join(f"- {s}" for s in said)
+    if presented():  # who keeps the most under the chart; the whole list, one element, under More
+        st.markdown(f"- {said[0]}")
+    with more():
+        st.markdown(listed)
+        st.markdown("\n".join(f"- {text}" for _, text in FAMILY))
     open_in(
         "Open All policies",
         pages.ALL_POLICIES,
@@ -514,9 +534,27 @@ def family() -> None:
 
 
 CHAPTERS = [
-    Chapter(4, "The window is load-bearing", "the-window-is-load-bearing", window),
-    Chapter(5, "The stale spike", "the-stale-spike", stale_spike),
-    Chapter(6, "The family", "the-family", family),
+    Chapter(
+        4,
+        "The window is load-bearing",
+        "the-window-is-load-bearing",
+        window,
+        more="More: no window at all (the card's freeze), the tie with Scissorhands",
+    ),
+    Chapter(
+        5,
+        "The stale spike",
+        "the-stale-spike",
+        stale_spike,
+        more="More: what the trace gives, H2O's costliest eviction, the card and the paper",
+    ),
+    Chapter(
+        6,
+        "The family",
+        "the-family",
+        family,
+        more="More: every finding on this chart; TOVA, the sliding window, random",
+    ),
 ]
 
 

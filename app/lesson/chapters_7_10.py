@@ -11,7 +11,7 @@ import streamlit as st
 
 import h2o
 from app import card, charts, data, figures, model_runs, pages, state, sweeps
-from app.lesson import Chapter, open_in
+from app.lesson import Chapter, more, open_in, projected
 from app.lesson import needle as needle_chapters
 from app.needle.data import Cell, derived
 from app.real_model import claims
@@ -177,64 +177,68 @@ def real_model() -> None:
             f"{window}), SmolLM2-135M on lighthouse.txt",
             xtitle="layer (mean over its 9 query heads)",
             ytitle="retained mass (mean over t ≥ budget)",
+            **projected(height=320),
         ),
         key="lesson_layers",
         describe=said,
     )
     st.markdown(said)
-    needle_chapters.grid_section()
-    runs = answer_runs()
-    fresh = st.session_state.get(FRESH_ANSWERS, {})
-    graded = None if runs is None else claims.grade(runs)
-    if runs is None:
-        st.info(
-            "The brass-owl answers are computed ahead by the commands in traces/results/README.md "
-            "and are not in this copy: the Real model page computes them on request."
-        )
-    else:
-        policies, least = run_policies(runs)
-        st.markdown(
-            "One question of our own, as an anecdote: the story says once, early, where the "
-            "spare key is hidden, and ends by asking. The model's next eight tokens, with the "
-            "cache of every layer and KV head capped at each budget and each policy at its "
-            f"class's defaults ({windows_said(policies, least)}):"
-        )
-        st.dataframe(answer_table(runs), key="lesson_answers")
-        st.markdown(claims.answers_sentence(graded, names, story_text()))
-        st.caption(
-            "Computed ahead with `python -m h2o generate --prompt-file traces/texts/lighthouse.txt "
-            "--policy full,h2o,streaming-llm,tova,scissorhands,sliding-window,random --budget B "
-            "--max-new 8 --json` for B = 256, 512, 1024 (traces/results/README.md)"
-            + (
-                f"; budget {', '.join(map(str, sorted(fresh)))} recomputed on this server now."
-                if fresh
-                else "."
+    with more():  # projected: the two layers' bars; the answers' evidence under More
+        needle_chapters.grid_section()
+        runs = answer_runs()
+        fresh = st.session_state.get(FRESH_ANSWERS, {})
+        graded = None if runs is None else claims.grade(runs)
+        if runs is None:
+            st.info(
+                "The brass-owl answers are computed ahead by the commands in "
+                "traces/results/README.md and are not in this copy: the Real model page computes "
+                "them on request."
             )
-            + " An answer counts as right when it contains the full cache's (up to its first "
-            "punctuation)."
-        )
-    recompute_answers()
-    quality = shipped("lighthouse-quality.json")
-    if quality is not None:
-        curves = perplexity_curves(quality)
-        said = ppl_text(curves, float(quality["full_cache"]), graded)
-        least = min((b for c in curves.values() for b in c), default=0)
-        if least:  # the file records no window: its command sets none, so the classes' defaults
+        else:
+            policies, least = run_policies(runs)
             st.markdown(
-                "Perplexity over the whole story, each policy at its class's defaults "
-                f"({windows_said(curves, least)}):"
+                "One question of our own, as an anecdote: the story says once, early, where the "
+                "spare key is hidden, and ends by asking. The model's next eight tokens, with the "
+                "cache of every layer and KV head capped at each budget and each policy at its "
+                f"class's defaults ({windows_said(policies, least)}):"
             )
-        charts.show(
-            figures.perplexity_curves(
-                curves=[(n, names[n], list(c), list(c.values())) for n, c in curves.items()],
-                full=quality["full_cache"],
-                title=f"Perplexity vs cache budget — lighthouse.txt, {quality['n_tokens']:,} "
-                "tokens (lower is better)",
-            ),
-            key="lesson_ppl",
-            describe=said,
-        )
-        st.markdown(said)
+            st.dataframe(answer_table(runs), key="lesson_answers")
+            st.markdown(claims.answers_sentence(graded, names, story_text()))
+            st.caption(
+                "Computed ahead with `python -m h2o generate --prompt-file "
+                "traces/texts/lighthouse.txt --policy "
+                "full,h2o,streaming-llm,tova,scissorhands,sliding-window,random --budget B "
+                "--max-new 8 --json` for B = 256, 512, 1024 (traces/results/README.md)"
+                + (
+                    f"; budget {', '.join(map(str, sorted(fresh)))} recomputed on this server now."
+                    if fresh
+                    else "."
+                )
+                + " An answer counts as right when it contains the full cache's (up to its first "
+                "punctuation)."
+            )
+        recompute_answers()
+        quality = shipped("lighthouse-quality.json")
+        if quality is not None:
+            curves = perplexity_curves(quality)
+            said = ppl_text(curves, float(quality["full_cache"]), graded)
+            least = min((b for c in curves.values() for b in c), default=0)
+            if least:  # the file records no window: its command sets none, so the classes' defaults
+                st.markdown(
+                    "Perplexity over the whole story, each policy at its class's defaults "
+                    f"({windows_said(curves, least)}):"
+                )
+            charts.show(
+                figures.perplexity_curves(
+                    curves=[(n, names[n], list(c), list(c.values())) for n, c in curves.items()],
+                    full=quality["full_cache"],
+                    title=f"Perplexity vs cache budget — lighthouse.txt, {quality['n_tokens']:,} "
+                    "tokens (lower is better)",
+                ),
+                key="lesson_ppl",
+                describe=said,
+            )
+            st.markdown(said)
     open_in("Open the Real model page (and recompute)", REAL_MODEL, {}, key="lesson_open_7")
 
 
@@ -435,7 +439,8 @@ def when() -> None:
             )
         )
     st.caption("The card's own lists, in its order.")
-    st.markdown(f"**The first point, measured:** {fact_note(answer_runs(), cells)}.")
+    with more():
+        st.markdown(f"**The first point, measured:** {fact_note(answer_runs(), cells)}.")
 
 
 # -- 10. your turn ---------------------------------------------------------------------------------
@@ -455,26 +460,53 @@ def your_turn() -> None:
         "python -m h2o bench --policy-file examples/decayed_h2o.py:DecayedH2O",
         language="bash",
     )
-    if EXAMPLE.is_file():
-        st.code(EXAMPLE.read_text(encoding="utf-8"), language="python", line_numbers=True)
-    custom = h2o.policies.custom_policies()
-    if custom:
-        st.success(
-            "Loaded in this server: "
-            + ", ".join(f"`{n}` ({h2o.POLICIES[n].label})" for n in custom)
-            + ". It is in every policy list: compare it on Step through or All policies.",
-            icon=":material/extension:",
-        )
-    else:
-        st.caption(
-            "No custom policy is loaded in this server. The app only runs code from files on the "
-            "server's own disk, named by whoever starts it — never code sent from a browser."
-        )
+    with more():
+        if EXAMPLE.is_file():
+            st.code(EXAMPLE.read_text(encoding="utf-8"), language="python", line_numbers=True)
+        custom = h2o.policies.custom_policies()
+        if custom:
+            st.success(
+                "Loaded in this server: "
+                + ", ".join(f"`{n}` ({h2o.POLICIES[n].label})" for n in custom)
+                + ". It is in every policy list: compare it on Step through or All policies.",
+                icon=":material/extension:",
+            )
+        else:
+            st.caption(
+                "No custom policy is loaded in this server. The app only runs code from files on "
+                "the server's own disk, named by whoever starts it — never code sent from a "
+                "browser."
+            )
 
 
 CHAPTERS = [
-    Chapter(7, "A real model", "a-real-model", real_model),
-    Chapter(8, "Evict or compress?", "evict-or-compress", needle_chapters.evict_or_compress),
-    Chapter(9, "When (not) to use H2O", "when-not-to-use-h2o", when),
-    Chapter(10, "Your turn: write a policy", "your-turn-write-a-policy", your_turn),
+    Chapter(
+        7,
+        "A real model",
+        "a-real-model",
+        real_model,
+        more="More: the needle grid, the family since H2O, the second question, the brass owl, "
+        "perplexity",
+    ),
+    Chapter(
+        8,
+        "Evict or compress?",
+        "evict-or-compress",
+        needle_chapters.evict_or_compress,
+        more="More: how the one-shot methods run over a text, the needle grid at equal memory",
+    ),
+    Chapter(
+        9,
+        "When (not) to use H2O",
+        "when-not-to-use-h2o",
+        when,
+        more="More: the first point, measured",
+    ),
+    Chapter(
+        10,
+        "Your turn: write a policy",
+        "your-turn-write-a-policy",
+        your_turn,
+        more="More: the example policy, whole",
+    ),
 ]

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from app import charts, figures, pages, state
-from app.lesson import open_in
+from app import charts, figures, pages
+from app.lesson import more, on_screen, open_in, presented
 from app.needle import claims, family, frontier, grid, shipped
 from app.needle.data import Cell, FollowUpCell, derived
 from h2o.needle import findings
@@ -181,6 +181,14 @@ def evict_or_compress() -> None:
     if acc_memory is not None:
         said = claims.verdict(acc, acc_memory, claims.ACCURACY)
         acc_said = f"On the needle grid at {LESSON_LENGTH:,} tokens: {said[0].lower()}{said[1:]}"
+    # Projected, the legend names the families whose rows the sentence under the chart speaks
+    # of (each group's best at the memory asked about); a room cannot read two dozen entries.
+    named = None
+    if presented():
+        bests = claims.best(ppl, memory, claims.PERPLEXITY) if memory is not None else {}
+        named = tuple(sorted({p.family for p in bests.values()}))
+    # projected: the answer beside the chart, which keeps its height
+    chart, answer = st.columns([3, 2], vertical_alignment="center") if presented() else (st, st)
     charts.show(
         figures.frontier(
             lines=lines,
@@ -191,26 +199,29 @@ def evict_or_compress() -> None:
             ytitle="perplexity (lower is better)",
             yformat="%{y:.2f}",
             # the legend's width is the chapter's: the page's in presenter mode (a projector's
-            # 1,280 px, the sidebar shut), beside the sidebar otherwise; the plot keeps its height
-            # however many families the legend lists, and a projected chapter keeps it on screen
-            legend_width=1100 if st.session_state.get(state.PRESENTER) else 800,
-            plot_height=250 if st.session_state.get(state.PRESENTER) else 300,
+            # 1,280 px, the sidebar shut, less the answer beside it), beside the sidebar
+            # otherwise; the plot keeps its height however many families the legend lists
+            legend_width=on_screen(800, projected=640),
+            plot_height=on_screen(300, projected=200),
+            named=named,
         ),
         key="lesson_frontier",
-        describe=[t for t in (ppl_said, acc_said) if t],
+        describe=[t for t in (ppl_said, acc_said if not presented() else None) if t],
+        where=chart,
     )
     if ppl_said is not None:
-        st.markdown(ppl_said)
-    charted = tuple(p.row for p in ppl)
-    if notes := claims.text_notes(fr.records, charted):
-        st.markdown("\n\n".join(notes))
-    if acc_said is not None:
-        st.markdown(acc_said)
-        st.caption(
-            "A difference in needles is claimed only where an exact sign test over the same "
-            "positions (a length and depth, its needles one observation) supports it; one "
-            "text's perplexity is a single measurement a row."
-        )
+        answer.markdown(ppl_said)
+    with more():  # projected: the perplexity's answer; how the rows run and the needles, here
+        charted = tuple(p.row for p in ppl)
+        if notes := claims.text_notes(fr.records, charted):
+            st.markdown("\n\n".join(notes))
+        if acc_said is not None:
+            st.markdown(acc_said)
+            st.caption(
+                "A difference in needles is claimed only where an exact sign test over the same "
+                "positions (a length and depth, its needles one observation) supports it; one "
+                "text's perplexity is a single measurement a row."
+            )
     open_in("Open Evict or compress?", pages.EVICT_OR_COMPRESS, {}, key="lesson_open_8")
 
 

@@ -16,24 +16,25 @@ from app.lesson.keys import chapter_keys, pressed
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control
 
-#: Presenter mode's screen, for a projector at 1280×720, so a chapter's first figure is in view
+#: Presenter mode's screen, for a projector at 1280×720, so a chapter's core (its question, figure
+#: and answer) and the navigation after it are in view with "More" shut
 #: (tests/test_presenter_browser.py): large type; the header's blank band (made transparent, its
 #: buttons still clickable) holds the chapter's heading, the progress bar at its right; little
 #: padding; a "predict" box sits in a left column beside the chart right after it (an empty
 #: placeholder, such as a cache's spinner, may come between), everything else spans the page.
 PRESENTER_CSS = """<style>
 [data-testid='stMain'] .stMarkdown p, [data-testid='stMain'] .stMarkdown li
-  {font-size: 1.3rem; line-height: 1.5;}
+  {font-size: 1.25rem; line-height: 1.4;}
 [data-testid='stHeader'] {background: transparent; pointer-events: none;}
 [data-testid='stHeader'] button, [data-testid='stHeader'] a {pointer-events: auto;}
 [data-testid='stMainBlockContainer'] {position: relative; padding-top: 0.9rem;
-  padding-bottom: 1.5rem;}
+  padding-bottom: 0.5rem;}
 [data-testid='stMainBlockContainer'] .stElementContainer:has(> .stProgress)
   {position: absolute; top: 1.1rem; right: 5rem; width: 13rem;}
 [data-testid='stMainBlockContainer'] .stProgress p {font-size: 0.85rem;}
 [data-testid='stMain'] [data-testid='stHeading'] h2 {padding: 0 14rem 0.1rem 0;}
 .st-key-lesson_chapter {display: grid; grid-template-columns: minmax(0, 2fr) minmax(0, 3fr);
-  gap: 0.75rem 1.5rem; align-items: start;}
+  gap: 0.5rem 1.5rem; align-items: start;}
 .st-key-lesson_chapter > * {grid-column: 1 / -1;}
 .st-key-lesson_chapter > :has(> .stEmpty) {display: none;}
 .st-key-lesson_chapter > :has(> [class*='st-key-lesson_predict_']):is(
@@ -97,9 +98,16 @@ if presenter:
     st.html(PRESENTER_CSS)
     st.progress(ch.number / LAST, text=f"Chapter {ch.number} of {LAST}")
     st.header(f"{ch.number}. {ch.title}", anchor=ch.anchor)
-    with st.container(key="lesson_chapter"):
+    # The chapter's core, then the navigation (its "Open …" buttons between Previous and Next),
+    # then "More: …" (app/lesson/__init__.py): the core and the navigation fill one screen.
+    body = st.container(key="lesson_chapter")
+    left, middle, right = st.columns([1, 3, 1], vertical_alignment="center")
+    opens = middle.container(
+        horizontal=True, horizontal_alignment="center", gap="small", key="lesson_opens"
+    )
+    slot = st.empty()
+    with body, lesson.presenting(slot, ch.more, opens):
         ch.draw_whole()
-    left, _, right = st.columns([1, 3, 1])
     left.button(
         "← Previous",
         key="lesson_prev",
