@@ -137,7 +137,7 @@ def chapter10(literal: Callable[..., str], titles: dict) -> list[Cell]:
             + "In a notebook it needs no file: define the class in a cell and hand it to the "
             "player, beside H2O. Here is one to start from — H2O whose sums fade, so an old "
             "spike decays away while a position that keeps mattering stays on top (the "
-            "repository's `examples/decayed_h2o.py`). Change `_accumulate`, then run this cell "
+            "repository's `examples/decayed_h2o.py`). Change `rule`, then run this cell "
             "and the next again."
         ),
         code(
@@ -151,11 +151,11 @@ def chapter10(literal: Callable[..., str], titles: dict) -> list[Cell]:
                 name = "my-policy"
                 label = "My policy"
                 score_label = "decayed attention"
-                decay = 0.99
 
-                def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
-                    score *= self.decay  # fade everything, then add this step's attention
-                    score += attn
+                @staticmethod
+                def rule(score, attn, n):
+                    for i in range(n):  # fade each score, then add this step's attention
+                        score[i] = 0.99 * score[i] + attn[i]
             '''
         ),
         code(

@@ -451,8 +451,9 @@ def your_turn() -> None:
     st.markdown(
         "A policy is a short class. Subclass `h2o.policies.base.ScoredPolicy`, give it a `name`, "
         "a `label` and a `score_label`, and say how one step's attention changes the scores "
-        "(`_accumulate`): the protected window, the argmin, the tie-breaking and every input "
-        "check come with the base class. Save it in a file and name it when you start the app "
+        "(its `rule(score, attn, n)`: plain loops, which numba compiles as written): the "
+        "protected window, the argmin, the tie-breaking and every input check come with the "
+        "base class. Save it in a file and name it when you start the app "
         "or a command:"
     )
     st.code(
