@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_replay_compiled import same_replays
 
 import h2o
 from h2o import H2O, Trace, canonical_trace
@@ -24,16 +25,6 @@ from h2o.policies.rule import compile_rule
 from h2o.replay import replay, replay_stepwise
 
 ROOT = Path(__file__).resolve().parents[1]
-FIELDS = (
-    "mass",
-    "recall",
-    "n_kept",
-    "victim_step",
-    "victim_pos",
-    "victim_score",
-    "kept_pos",
-    "kept_score",
-)
 
 
 def _example() -> type[ScoredPolicy]:
@@ -58,15 +49,6 @@ def traces() -> list[Trace]:
     return [canonical_trace(), random_trace()]
 
 
-def assert_same(fast: h2o.Replay, slow: h2o.Replay, what: str) -> None:
-    for f in FIELDS:
-        x, y = getattr(fast, f), getattr(slow, f)
-        if x is None or y is None:
-            assert x is None and y is None, (what, f)
-            continue
-        np.testing.assert_array_equal(x, y, err_msg=f"{what} {f}", strict=True)
-
-
 def test_every_scored_class_with_a_rule_is_found():
     """The list is read from the registry, not written here: the card's three at least."""
     assert {"h2o", "scissorhands", "tova", "decayed-h2o"} <= {c.name for c in RULED}
@@ -82,7 +64,7 @@ def test_the_compiled_replay_runs_the_classs_rule_bit_for_bit(cls, traces):
             assert lane.lane_rule(a) is not None  # the compiled path, not a fallback
             fast = replay(a, trace, 32, record=True)
             slow = replay_stepwise(b, trace, 32, record=True)
-            assert_same(fast, slow, f"{cls.name} {trace.name} {budget} {window}")
+            same_replays(fast, slow, f"{cls.name} {trace.name} {budget} {window}")
             assert a.kept.tobytes() == b.kept.tobytes()
             assert a.scores.tobytes() == b.scores.tobytes()
 
@@ -112,14 +94,14 @@ def test_an_edited_rule_moves_the_replay_and_the_bank(monkeypatch):
     assert compiled is not None and compiled.python is _edited  # compiled anew, not cached
     after = _numbers(trace)
     for i in range(2):
-        assert_same(after["compiled"][i], after["stepwise"][i], "edited, compiled")
+        same_replays(after["compiled"][i], after["stepwise"][i], "edited, compiled")
         got, want = after["banked"][i], after["stepwise"][i]
         np.testing.assert_array_equal(got.mass, want.mass, strict=True)
         np.testing.assert_array_equal(got.victim_pos, want.victim_pos, strict=True)
         old, new = before["stepwise"][i], after["stepwise"][i]
         assert not np.array_equal(old.kept_score, new.kept_score, equal_nan=True)
         assert not np.array_equal(old.victim_pos, new.victim_pos)
-        assert_same(before["compiled"][i], old, "original")
+        same_replays(before["compiled"][i], old, "original")
     # the instance's step runs it too: one step of weights 1/2 on scores that were 1
     p = H2O(8, recent_window=0)
     for t, w in enumerate((None, [1.0], [0.5, 0.5])):
@@ -174,7 +156,7 @@ def test_a_rule_numba_cannot_compile_runs_as_written():
     assert lane.lane_rule(NumpyH2O(32, 4)) is None
     trace = random_trace(120)
     mine = replay(NumpyH2O(32, recent_window=4), trace, 8, record=True)
-    assert_same(mine, replay(H2O(32, recent_window=4), trace, 8, record=True), "numpy rule")
+    same_replays(mine, replay(H2O(32, recent_window=4), trace, 8, record=True), "numpy rule")
 
 
 def test_warm_compiles_every_built_in_rule():

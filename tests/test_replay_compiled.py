@@ -42,17 +42,21 @@ def build(name: str, budget: int, w: int) -> h2o.Policy:
     return cls(budget, recent_window=w)
 
 
+def same_replays(fast, slow, what: str) -> None:
+    """Every per-step array of two replays equal, dtype and all (None where neither recorded)."""
+    for f in FIELDS:
+        x, y = getattr(fast, f), getattr(slow, f)
+        if x is None or y is None:
+            assert x is None and y is None, (what, f)
+            continue
+        np.testing.assert_array_equal(x, y, err_msg=f"{what} {f}", strict=True)
+
+
 def assert_same(name: str, budget: int, w: int, trace: Trace, record: bool, top_k: int) -> None:
     a, b = build(name, budget, w), build(name, budget, w)
     fast = replay(a, trace, top_k, record=record)
     slow = replay_stepwise(b, trace, top_k, record=record)
-    for f in FIELDS:
-        x, y = getattr(fast, f), getattr(slow, f)
-        if x is None or y is None:
-            assert x is None and y is None, f
-            continue
-        assert x.dtype == y.dtype, f
-        np.testing.assert_array_equal(x, y, err_msg=f"{name} {budget} {w} {f}", strict=True)
+    same_replays(fast, slow, f"{name} {budget} {w}")
     # the policy is left as the steps leave it: kept, scores, last position, and it goes on alike
     np.testing.assert_array_equal(a.kept, b.kept, strict=True)
     np.testing.assert_array_equal(a.scores, b.scores, strict=True)
