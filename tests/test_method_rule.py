@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 from test_replay_compiled import same_replays
 
-import h2o
 from h2o import H2O, Trace, canonical_trace
 from h2o.bank import lane, make_bank, replay_bank
 from h2o.policies.base import ScoredPolicy
