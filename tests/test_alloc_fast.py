@@ -28,6 +28,7 @@ from h2o.model.closed_loop import (
     _step_policies,
     _step_whole,
     _sum,
+    head_mean,
 )
 from h2o.policies import H2O, TOVA, Scissorhands, StreamingLLM
 
@@ -53,7 +54,7 @@ def test_unrolled_and_stacked_signals_equal_the_one_head_gather() -> None:
         ref = [_renormalised_mean(p[g : g + 1, :, i, rows[g]])[0] for g in range(3)]
         for g in range(3):  # _step_whole's unrolled form
             pk = p[g, :, i].T.take(rows[g], axis=0).T
-            sig = np.matmul((inv / _sum(pk, axis=-1))[None, :], pk)[0]
+            sig = head_mean((inv / _sum(pk, axis=-1))[None, :], pk[None])[0]
             assert np.array_equal(sig, ref[g])
         heads = np.array([0, 2])  # _step_parts' stacked form
         blk = p[heads[:, None], :, i, rows[heads]].transpose(0, 2, 1)
