@@ -151,6 +151,7 @@ def sidebar() -> Context:
     ss = st.session_state
     hold_uploads()  # again on every run: a session that reconnects holds its uploads anew
     options = data.trace_options(uploads())
+    labels = data.trace_labels(options, uploads())
     errors = [f"Ignored from the link: {p}." for p in url_problems(SHARED)]
     if ss.get(TRACE, DEFAULT_TRACE) not in options:
         errors.append(
@@ -163,11 +164,13 @@ def sidebar() -> Context:
         key = st.selectbox(
             "Attention trace",
             options,
+            format_func=lambda key: labels.get(key, key),
             **mirror(TRACE, DEFAULT_TRACE, _on_trace_change),
             help="canonical: the benchmark trace of the policy card (sinks, a 64-wide recency "
             "band, heavy hitters per 512-step epoch). stale-spike: the card's H2O-vs-"
             "Scissorhands lesson. toy: small enough to follow cell by cell. Files in traces/ "
-            "and your upload follow (one at a time: a new upload replaces the last).",
+            "follow, named by their text, layer and head, then your upload, by its file name "
+            "(one at a time: a new upload replaces the last).",
         )
         st.file_uploader(
             "Upload a trace (.npz)",

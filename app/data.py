@@ -15,12 +15,15 @@ import functools
 import gc
 import hashlib
 import io
+import json
 import os
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable
+import zipfile
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,6 +37,7 @@ from h2o import analysis
 from h2o.player import playback
 from h2o.synthetic import BUILTIN
 from h2o.trace import MAX_STEPS
+from h2o.trace_npz import MAX_META_CHARS
 
 if TYPE_CHECKING:
     pass
@@ -215,6 +219,114 @@ def _trace_files() -> tuple[str, ...]:
 
 def trace_options(uploads: dict[str, Upload]) -> list[str]:
     return [*BUILTIN, *trace_files(), *uploads]
+
+
+def _plain(value: Any, limit: int) -> str:
+    """A metadata value as one line of plain text (labels are never markdown), cut short."""
+    return said(" ".join(str(value).split()), limit)
+
+
+def trace_name(meta: Mapping[str, Any]) -> str | None:
+    """A captured trace's name as a person would say it, from its metadata: its text (else its
+    model), layer and head, as in "lighthouse, layer 8, head 0"; None if the metadata says none
+    of them."""
+    if not isinstance(meta, Mapping):
+        return None
+    text = str(meta.get("text", "")).split(" (")[0].strip()  # "traces/texts/x.txt (licence)"
+    if text == "unspecified":
+        text = ""
+    elif Path(text).suffix and not any(c.isspace() for c in text):  # a file: its stem
+        text = Path(text).stem
+    what = text or str(meta.get("model", "")).strip()
+    bits = [_plain(what, 40)] if what else []
+    if "layer" in meta:
+        bits.append(f"layer {_plain(meta['layer'], 20)}")
+    head = meta.get("head")
+    if head == "mean":
+        heads = meta.get("n_heads")
+        bits.append(f"mean of {_plain(heads, 20)} heads" if heads else "mean of the heads")
+    elif head is not None:
+        bits.append(f"head {_plain(head, 20)}")
+    return ", ".join(bits) or None
+
+
+# The .npy of the metadata string: its header and up to MAX_META_CHARS UTF-32 characters.
+_META_BYTES = 4 * MAX_META_CHARS + 4096
+
+
+def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``meta`` of a trace file, read alone (not the weights); ``{}`` when it has none.
+    Raises ``ValueError``/``OSError``/``zipfile.BadZipFile`` for a file that is not a trace."""
+    with zipfile.ZipFile(path) as zf:
+        try:
+            info = zf.getinfo("meta.npy")
+        except KeyError:
+            return {}
+        if info.file_size > _META_BYTES:  # bounded before anything is decompressed
+            raise ValueError(f"its meta holds {info.file_size:,} bytes")
+        with zf.open(info) as f:
+            text = np.lib.format.read_array(f, allow_pickle=False)
+    meta = json.loads(str(text[()]))
+    if not isinstance(meta, dict):
+        raise ValueError("its meta is not a JSON object")
+    return meta
+
+
+def file_label(path: str | os.PathLike[str]) -> str:
+    """What the trace picker shows for a trace file: :func:`trace_name` of its metadata, or its
+    file name when the metadata is missing, unreadable or says nothing."""
+    try:
+        name = trace_name(read_meta(path))
+    except (OSError, ValueError, KeyError, EOFError, RecursionError, zipfile.BadZipFile):
+        name = None
+    return name or Path(path).name
+
+
+#: Trace file versions whose labels are kept (a label is a few dozen bytes).
+LABELS_KEPT = 256
+
+
+@st.cache_resource(show_spinner=False, max_entries=LABELS_KEPT)
+def _file_label(key: str, mtime_ns: int) -> str:
+    return file_label(ROOT / key)  # once per file version per server
+
+
+# The picker runs on every page of every session: its labels are looked up (a stat per file) at
+# most every few seconds, like the listing, and read once per file version.
+@st.cache_resource(show_spinner=False, ttl=3)
+def _file_labels(keys: tuple[str, ...]) -> Mapping[str, str]:
+    labels = {}
+    for key in keys:
+        try:
+            labels[key] = _file_label(key, (ROOT / key).stat().st_mtime_ns)
+        except OSError:  # gone since the listing
+            labels[key] = Path(key).name
+    return MappingProxyType(labels)
+
+
+def trace_labels(options: Iterable[str], uploads: Mapping[str, Upload]) -> dict[str, str]:
+    """What the trace picker shows for each of its keys: the built-in traces by name, files in
+    traces/ by :func:`file_label`, an upload by its file name. The keys (and so the links) stay
+    as they are; a label two keys share gets its key added, since the browser answers with the
+    label."""
+    options = list(options)
+    files = _file_labels(
+        tuple(k for k in options if k not in BUILTIN and not k.startswith(UPLOAD_PREFIX))
+    )
+    labels: dict[str, str] = {}
+    for key in options:
+        if key in BUILTIN:
+            labels[key] = key
+        elif key.startswith(UPLOAD_PREFIX):
+            up = uploads.get(key)
+            name = up.name if up is not None else key.removeprefix(UPLOAD_PREFIX).split("#")[0]
+            labels[key] = _plain(name, 80) or key
+        else:
+            labels[key] = files.get(key) or Path(key).name
+    shared = Counter(labels.values())
+    return {
+        k: (f"{v} ({k})" if shared[v] > 1 and k not in BUILTIN else v) for k, v in labels.items()
+    }
 
 
 def make_upload(name: str, payload: bytes) -> tuple[str, Upload]:

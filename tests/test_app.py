@@ -533,7 +533,7 @@ def test_an_upload_that_fails_late_leaves_the_session_as_it_was(monkeypatch):
     assert {k: at.session_state[k] for k in before} == before
     assert at.session_state["step"] == 9
     assert not at.session_state["_uploads"]
-    assert [o for o in at.selectbox(key="w_trace").options if o.startswith("upload:")] == []
+    assert "late.npz" not in at.selectbox(key="w_trace").options  # uploads show by file name
     at.run()  # and the next rerun is clean
     assert not at.exception and not at.error
 

@@ -102,7 +102,7 @@ def test_an_upload_works_through_the_proxy(hall):
             r = await s.upload(uploader, "mine.npz", toy_npz())
             assert not r.exceptions and not r.errors, (r.exceptions, r.errors)
             picker = r.widget("selectbox", label="Attention trace")
-            assert [o for o in picker.options if o.startswith("upload:mine.npz#")], picker.options
+            assert "mine.npz" in picker.options, picker.options  # an upload by its file name
             head = r.header()  # the player now shows the upload
             assert (head["trace"], head["steps"]) == ("mine", h2o.builtin_trace("toy").steps)
             assert len(set(s.replicas)) == 1
