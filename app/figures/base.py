@@ -29,6 +29,15 @@ from h2o.policies.registry import BUILT_IN
 from ..bytecache import ByteCache
 
 FONT = 15
+#: Chart text in presenter mode, at least: a projected 1280×720 page read from the back of a room.
+PRESENTER_FONT = 16
+
+#: Chart text's colour (ticks, axis titles, legends, notes): Streamlit's placeholder for its
+#: theme's darkest text grey (``GRAY_90`` of ``streamlit.elements.lib.streamlit_plotly_theme``),
+#: which the browser swaps for the light theme's #262730 or the dark theme's #fafafa. Streamlit's
+#: own chart text (gray70) is #808495 on white in the light theme: 3.8:1, under WCAG's 4.5:1. No
+#: one fixed colour reaches 4.5:1 on both themes' backgrounds (tests/test_presenter_charts.py).
+TEXT_COLOUR = "#000037"
 
 #: One colour per policy, on every page and in the browser's step view (policy A or B alike),
 #: each declared by its class (``colour``). Any two, and each with the oracle's, stay at least
