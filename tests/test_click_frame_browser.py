@@ -9,12 +9,10 @@ focus a pointer gave.
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
 from streamlit_server import PLAYER, needs_chromium, settle, wait_player
-from test_a11y_keyboard import _FOCUSED, MIN_FOCUS_CONTRAST, Stop, focus_seen
+from test_a11y_keyboard import _FOCUSED, MIN_FOCUS_CONTRAST, Stop, _luminance, _shot, focus_seen
 from test_browser import new_page
 
 pytestmark = [pytest.mark.browser, needs_chromium]
@@ -35,16 +33,6 @@ _FRAME = f"""() => {{
     shadow: b.boxShadow, x: r.x, y: r.y, w: r.width, h: r.height,
   }};
 }}"""
-
-
-def _shot(page, clip: dict) -> np.ndarray:
-    png = page.screenshot(clip=clip, animations="disabled", caret="hide")
-    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=np.float64) / 255
-
-
-def _luminance(rgb: np.ndarray) -> np.ndarray:
-    lin = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
-    return lin @ np.array([0.2126, 0.7152, 0.0722])
 
 
 def framed_pixels(page, frame: dict) -> int:

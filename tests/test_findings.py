@@ -76,15 +76,7 @@ def test_a_pair_is_said_to_differ_only_at_p_below_005():
 
 
 def _cell(row: str, depth: int, needle: str, ok: bool, length: int = 1024) -> dict:
-    return {
-        "row": row,
-        "length": length,
-        "depth": depth,
-        "needle": needle,
-        "correct": ok,
-        "kv_bytes": 1,
-        "prompt_tokens": 1,
-    }
+    return _line(row, length, depth, needle, ok)
 
 
 def test_the_window_sweep_counts_each_budget_and_window():
