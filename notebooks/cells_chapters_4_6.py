@@ -151,6 +151,7 @@ def chapter5(literal: Callable[..., str], titles: dict) -> list[Cell]:
                     (n, f"{r.label} — {r.score_label}", np.arange(r.steps), age_bias.score_history(r, spike))
                     for n, r in reps.items()
                 ],
+                units=[r.score_label for r in reps.values()],
                 title=f"Position {spike}'s score while each policy keeps it (the line ends at its eviction)",
             )
             """

@@ -435,7 +435,10 @@ def test_chapter_6_renders_its_sentences_at_the_largest_budget(canonical):
     want = chapters_4_6.family_sentences(
         library_rows(canonical, 1024), 1024, 64, chapters_4_6.WINDOWS
     )
-    assert "\n".join(f"- {s}" for s in want) in markdown(at)
+    # projected: the first under the chart, the rest under More — each once
+    shown = markdown(at)
+    assert f"- {want[0]}" in shown
+    assert "\n".join(f"- {s}" for s in want[1:]) in shown
 
 
 def test_stale_spike_page_renders_the_chain_and_where_it_opens(spike, spike_reps, sweep):
@@ -465,3 +468,32 @@ def test_stale_spike_page_renders_the_chain_and_where_it_opens(spike, spike_reps
     ):
         assert s in shown, s
     assert "of their slots" in shown and "of the panels" not in shown
+
+
+def test_chapter_5s_reveal_puts_each_score_on_its_own_axis(spike_reps):
+    """H2O's summed attention and Scissorhands' votes are different quantities: one panel each,
+    titled by the policy's own score, linear; the votes' axis ticks whole numbers only."""
+    from app import figures
+
+    reps = spike_reps
+    curves = [
+        (n, r.label, np.arange(r.steps), age_bias.score_history(r, 0)) for n, r in reps.items()
+    ]
+    fig = figures.kept_score_lines(
+        curves=curves, units=[r.score_label for r in reps.values()], title="t"
+    ).to_plotly_json()
+    axes = {tr["name"]: tr.get("yaxis", "y") for tr in fig["data"]}
+    assert len(set(axes.values())) == 2
+    layout = fig["layout"]
+    for (_name, rep), axis in zip(reps.items(), ["yaxis", "yaxis2"], strict=True):
+        assert layout[axis]["title"]["text"] == rep.score_label
+        assert layout[axis].get("type", "linear") == "linear"
+    votes = age_bias.score_history(reps["scissorhands"], 0)
+    assert np.all(np.isnan(votes) | (votes == np.round(votes)))
+    assert layout["yaxis2"]["tickformat"] == "d" and layout["yaxis2"]["dtick"] >= 1
+    assert "tickformat" not in layout["yaxis"]  # summed attention is not a count
+    lo1, _hi1 = layout["yaxis"]["domain"]
+    _lo2, hi2 = layout["yaxis2"]["domain"]
+    assert hi2 < lo1  # stacked, not overlaid
+    with pytest.raises(ValueError, match="units"):
+        figures.kept_score_lines(curves=curves, units=["one"], title="t")

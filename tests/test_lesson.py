@@ -183,3 +183,17 @@ def test_the_real_model_chapter_recomputes_one_budget_on_a_click(monkeypatch):
     h2o_512 = next(r["text"] for r in shipped if r["label"] == "h2o@512")
     assert table.loc[512, "H2O"] == h2o_512.strip()  # the other budgets stay as shipped
     assert "256 recomputed on this server now" in " ".join(c.value for c in at.caption)
+
+
+@pytest.mark.parametrize("chapter", range(1, 11))
+def test_presenter_mode_says_each_sentence_once(chapter):
+    """Projected, a chapter's core is in place and its details under More: a finding shown in
+    place is not listed again under More (the lecturer would read it twice)."""
+    at = open_lesson(presenter=1, chapter=chapter)
+    pieces = []
+    for m in at.markdown:
+        for para in m.value.split("\n\n"):
+            pieces += [line.removeprefix("- ").strip() for line in para.split("\n")]
+    long = [p for p in pieces if len(p) >= 40]
+    twice = sorted({p for p in long if long.count(p) > 1})
+    assert not twice, twice

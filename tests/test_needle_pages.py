@@ -28,7 +28,7 @@ from test_claims_needle import (
 
 from app import jobs, model_runs, state
 from app.lesson import needle as lesson_needle
-from app.needle import claims, data, frontier, grid, runs
+from app.needle import claims, data, frontier, grid, runs, shipped
 from h2o.model.rows import Row
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
@@ -117,7 +117,10 @@ def test_the_grid_draws_each_row_on_one_scale_and_says_what_it_shows(results, me
     assert claims.shown_sentence(shown, grid.rows(cells), cells, loaded.meta["rows"]) in shown_md
     assert claims.scores_sentence(grid.scores(cells, shown), cells) in shown_md
     assert claims.full_note(cells) in shown_md
-    assert at.code[0].value == "python -m h2o needle --rows full\npython -m h2o needle --rows kivi4"
+    assert at.code[0].value == (
+        "# 1 run, 2 min\npython -m h2o needle --rows full\n"
+        "# 1 run, 0 min\npython -m h2o needle --rows kivi4"
+    )
     assert any("2 min of wall time in all" in c.value for c in at.caption)
     table = at.dataframe[0].value.set_index("row")
     acc = g[g.row.isin(shown)].groupby("row").correct.mean()
@@ -633,3 +636,55 @@ def test_evict_or_compress_says_which_methods_have_no_perplexity():
     assert reads.startswith("A selection evicts nothing: it holds every key")
     shown = said(at)
     assert want in shown and stepped in shown and reads in shown
+
+
+# -- provenance: one click away, each command once -------------------------------------------------
+def test_a_sidecars_commands_are_listed_once_with_their_runs_and_wall_time():
+    meta = {
+        "runs": [
+            {"command": "python -m h2o needle --rows a --out /tmp/x.jsonl", "wall_seconds": 60},
+            {"command": "python -m h2o needle --rows b --out traces/results/g.jsonl"},
+            {
+                "command": "python -m h2o needle --rows b --out traces/results/g.jsonl",
+                "wall_seconds": 120.0,
+            },
+            {
+                "command": "python -m h2o needle --rows b --out traces/results/g.jsonl",
+                "wall_seconds": float("nan"),
+            },
+            "not a run",
+            {"command": 7, "wall_seconds": 5},
+        ]
+    }
+    a, b = data.commands(meta)
+    assert (a.runs, a.wall, a.out) == (1, 60.0, "/tmp/x.jsonl")
+    assert (b.runs, b.wall, b.out) == (3, 120.0, "traces/results/g.jsonl")
+    script = shipped.provenance_script([a, b]).splitlines()
+    assert script == [
+        "# 1 run, 1 min; wrote /tmp/x.jsonl, whose lines were copied into the shipped file",
+        a.text,
+        "# 3 runs, 2 min",
+        b.text,
+    ]
+    said_ = shipped.provenance_caption([a, b])
+    assert said_.startswith("Computed ahead by 2 distinct commands in 4 runs, 3 min of wall time")
+    assert "resumed" in said_
+    assert "resumed" not in shipped.provenance_caption([a])
+    assert data.commands(None) == [] and data.commands({"runs": "x"}) == []
+
+
+@pytest.mark.parametrize("page", [GRID_PAGE, EC_PAGE])
+def test_the_shipped_commands_sit_collapsed_once_per_figure(page):
+    """Every command line on the page is inside a collapsed "How … was computed" expander, and
+    no command is printed twice in one of them (the shipped sidecars repeat a resumed command)."""
+    at = open_page(page)
+    boxes = [e for e in at.expander if e.label.startswith("How the ")]
+    assert boxes, "no provenance expander"
+    inside = {id(c.proto) for e in boxes for c in e.code}
+    commands = [c for c in at.code if "python -m h2o" in c.value]
+    assert commands and all(id(c.proto) in inside for c in commands)
+    for e in boxes:
+        assert not e.proto.expanded
+        for c in e.code:
+            lines = [s for s in c.value.splitlines() if not s.startswith("#")]
+            assert len(lines) == len(set(lines))

@@ -3,6 +3,7 @@ eviction taken apart, a position's score while it is kept."""
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 import numpy as np
@@ -198,11 +199,32 @@ def decision_bars(
 
 
 @by_arguments
-def kept_score_lines(*, curves: Sequence[Curve], title: str, height: int = 380) -> go.Figure:
-    """A position's score under each policy while it is kept (a curve ends at its eviction)."""
+def kept_score_lines(
+    *, curves: Sequence[Curve], units: Sequence[str], title: str, height: int = 380
+) -> go.Figure:
+    """A position's score under each policy while it is kept (a curve ends at its eviction), one
+    panel per policy on its own linear axis titled by ``units`` (its score): H2O's summed
+    attention and Scissorhands' vote count are not one quantity, so they share no axis. A panel
+    whose values are all whole numbers (votes) has whole-number ticks."""
+    if len(units) != len(curves):
+        raise ValueError(f"{len(curves)} curves but {len(units)} units")
     data = styled_lines(curves, "step", "%{y:.4g}")
-    for tr in data:
+    layout = base_layout(title, height, "decode step", "")
+    n, gap = len(curves), 0.12
+    span = (1 - gap * (n - 1)) / max(n, 1)
+    for i, (tr, unit, (_, _, _, ys)) in enumerate(zip(data, units, curves, strict=True)):
         tr["mode"] = "lines"
-    layout = base_layout(title, height, "decode step", "score (log)")
-    layout["yaxis"]["type"] = "log"
+        axis = "yaxis" if i == 0 else f"yaxis{i + 1}"
+        tr["yaxis"] = "y" if i == 0 else f"y{i + 1}"
+        top = 1 - i * (span + gap)
+        y = np.asarray(ys, dtype=np.float64)
+        whole = y.size > 0 and bool(np.all(np.isnan(y) | (y == np.round(y))))
+        layout[axis] = {
+            **layout.get("yaxis", {}),
+            "title": {"text": html.escape(unit, quote=False)},
+            "domain": [max(top - span, 0.0), top],
+            "rangemode": "tozero",
+            **({"tickformat": "d", "dtick": max(1, int(np.nanmax(y) // 4) or 1)} if whole else {}),
+        }
+    layout["xaxis"]["anchor"] = f"y{n}" if n > 1 else "y"
     return make_figure(data, layout, legend_width=900)

@@ -313,6 +313,7 @@ def _spike_reveal(
                 )
                 for n, r in reps.items()
             ],
+            units=[r.score_label for r in reps.values()],
             title=f"Position {spike}'s score while each policy keeps it (the line ends at "
             "its eviction)",
             **projected(height=270),
@@ -514,16 +515,18 @@ def family() -> None:
             oracle=rows[0]["oracle_mass"],
             top_k=32,
             title=f"Every policy on the canonical trace, budget {budget}",
-            height=on_screen(400, projected=320),
+            height=on_screen(400, projected=350),
         ),
         key="lesson_family",
         describe=in_view(said),
     )
-    listed = "\n".join(f"- {s}" for s in said)
-    if presented():  # who keeps the most under the chart; the whole list, one element, under More
-        st.markdown(f"- {said[0]}")
+    # Projected: who keeps the most under the chart, the rest (one element) under More.
+    shown, rest = (said[:1], said[1:]) if presented() else ([], said)
+    if shown:
+        st.markdown(f"- {shown[0]}")
     with more():
-        st.markdown(listed)
+        if rest:
+            st.markdown("\n".join(f"- {s}" for s in rest))
         st.markdown("\n".join(f"- {text}" for _, text in FAMILY))
     open_in(
         "Open All policies",

@@ -244,7 +244,8 @@ def followup_section(key: str) -> None:
     fig, lines, summary = derived(loaded.records, "followup", lambda: followup_view(loaded.records))
     charts.show(fig, key=key, describe=[*lines, summary])
     st.markdown("\n\n".join([*lines, summary]))  # one element, a paragraph each
-    shipped.provenance(loaded, "second-question experiment")
+    # Projected, the section sits under "More" (already one click away; no expander in another).
+    shipped.provenance(loaded, "second-question experiment", collapsed=not presented())
 
 
 def followup_view(cells: Sequence[FollowUpCell]) -> tuple[Any, tuple[str, ...], str]:

@@ -326,22 +326,40 @@ def _read_meta(path: Path) -> dict | None:
     return None
 
 
-def commands(meta: dict | None) -> tuple[list[str], float | None]:
-    """The commands that made a file and their wall time in all (seconds), from its sidecar:
-    its ``runs`` (one per resumed run) or its own ``command`` and ``wall_seconds``."""
+@dataclass(frozen=True)
+class Command:
+    """One distinct command in a file's sidecar: how many runs used it (a resumed grid repeats
+    its command), their wall time in all (seconds) and the file it wrote, when it says."""
+
+    text: str
+    runs: int
+    wall: float
+    out: str | None
+
+
+def commands(meta: dict | None) -> list[Command]:
+    """The distinct commands that made a file, in the order first run, from its sidecar's
+    ``runs`` (one per resumed run) or its own ``command`` and ``wall_seconds``."""
     if not isinstance(meta, dict):
-        return [], None
+        return []
     runs = meta.get("runs") if isinstance(meta.get("runs"), list) else [meta]
-    cmds, wall = [], 0.0
+    seen: dict[str, list[float]] = {}
     for r in runs:
-        if not isinstance(r, dict):
+        if not isinstance(r, dict) or not isinstance(r.get("command"), str):
             continue
-        if isinstance(r.get("command"), str):
-            cmds.append(r["command"][:2000])
         w = r.get("wall_seconds")
-        if isinstance(w, int | float) and not isinstance(w, bool) and math.isfinite(w):
-            wall += float(w)
-    return cmds, (wall if cmds else None)
+        ok = isinstance(w, int | float) and not isinstance(w, bool) and math.isfinite(w)
+        seen.setdefault(r["command"][:2000], []).append(float(w) if ok else 0.0)
+    return [Command(c, len(ws), sum(ws), _out_of(c)) for c, ws in seen.items()]
+
+
+def _out_of(command: str) -> str | None:
+    """The ``--out`` a command names (the file it wrote), or None."""
+    words = command.split()
+    for i, w in enumerate(words[:-1]):
+        if w == "--out":
+            return words[i + 1]
+    return None
 
 
 def _read(path: Path, parse, key) -> Loaded:

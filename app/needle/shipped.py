@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from pathlib import Path
@@ -79,17 +80,48 @@ def report(loaded: data.Loaded, path: Path, what: str) -> bool:
     return True
 
 
-def provenance(loaded: data.Loaded, what: str) -> None:
-    """How the file was made: its commands (as code, never markup) and their wall time."""
-    cmds, wall = data.commands(loaded.meta)
+def provenance(loaded: data.Loaded, what: str, collapsed: bool = True) -> None:
+    """How the file was made, one click away: its distinct commands (as code, never markup), how
+    many runs used each and their wall time. ``collapsed=False`` draws it in place (inside the
+    presenter's "More", which is already one click away and cannot hold another expander)."""
+    cmds = data.commands(loaded.meta)
     if not cmds:
         st.caption(f"The {what} file has no sidecar saying how it was made.")
         return
-    st.caption(
-        f"The {what} was computed ahead by the command(s) below: {wall / 60:,.0f} min of wall "
-        "time in all."
+    box = (
+        st.expander(f"How the {what} was computed", icon=":material/terminal:")
+        if collapsed
+        else contextlib.nullcontext()
     )
-    st.code("\n".join(cmds), language="bash", wrap_lines=True)
+    with box:
+        st.caption(provenance_caption(cmds))
+        st.code(provenance_script(cmds), language="bash", wrap_lines=True)
+
+
+def provenance_caption(cmds: list[data.Command]) -> str:
+    """The sentence above the commands: runs, distinct commands, wall time in all."""
+    runs, wall = sum(c.runs for c in cmds), sum(c.wall for c in cmds)
+    resumed = (
+        " A command run more than once was cut short and resumed: each run computed only the "
+        "cells the file did not hold yet."
+        if any(c.runs > 1 for c in cmds)
+        else ""
+    )
+    n = "one command" if len(cmds) == 1 else f"{len(cmds)} distinct commands"
+    r = "one run" if runs == 1 else f"{runs} runs"
+    return f"Computed ahead by {n} in {r}, {wall / 60:,.0f} min of wall time in all.{resumed}"
+
+
+def provenance_script(cmds: list[data.Command]) -> str:
+    """The commands as a shell script, each after a comment with its runs and wall time (and,
+    for one that wrote elsewhere, that its lines were copied into the shipped file)."""
+    out = []
+    for c in cmds:
+        note = f"# {c.runs} run{'s' if c.runs != 1 else ''}, {c.wall / 60:,.0f} min"
+        if c.out is not None and not c.out.startswith(str(data.RESULTS_DIR.relative_to(data.ROOT))):
+            note += f"; wrote {c.out}, whose lines were copied into the shipped file"
+        out += [note, c.text]
+    return "\n".join(out)
 
 
 BAND_FILE = "attention-band.json"

@@ -215,8 +215,9 @@ def rest() -> None:
                 continue
             text = str(a.get("text", "")).strip()
             ok = is_right(expected, text)
+            # st.table reads markdown: the model's words are escaped, never markup
             grid.setdefault(plabel(name), {})[ALLOC_LABELS[alloc]] = (
-                f"{'✓' if ok else '✗'} {text or '(nothing)'}"
+                f"{'✓' if ok else '✗'} {state.md(text, 80) if text else '(nothing)'}"
             )
             if ok:
                 right.setdefault(plabel(name), []).append(ALLOC_LABELS[alloc])
@@ -229,10 +230,10 @@ def rest() -> None:
             f"With the full cache the model answers “{state.md(full_text.strip(), 80)}”. At "
             f"{budget} slots per head (✓: contains “{state.md(expected, 40)}”):"
         )
-        st.dataframe(
+        # A static table wraps each answer in its cell; a data grid cut the fourth column at
+        # 1280 px wide.
+        st.table(
             pd.DataFrame(grid).T.reindex(columns=[ALLOC_LABELS[a] for a in bd.ALLOCATIONS]),
-            width="stretch",
-            key="wb_answers",
         )
         st.markdown(claims.answers_sentence(budget, right, list(grid), plabel("snapkv")))
 
