@@ -23,7 +23,7 @@
   "Next →" — and the step view's player (and the exported file's) is stepped, played, paused and
   set. At every stop the focus is seen: the pixels the focus changes reach 3:1 against the same
   pixels unfocused (WCAG 2.2's focus-appearance measure), over at least the control's perimeter;
-  the step view is walked in the dark theme too. ``app/static/focus.css`` draws the ring (the
+  the step view is walked in the dark theme too. ``app/static/a11y.css`` draws the ring (the
   theme's text colour, 2 px) where Streamlit's is too faint or missing.
 * Colour (``tests/test_palette.py``, no browser): the policy palette under simulated
   deuteranopia, protanopia and tritanopia (Machado, Oliveira & Fernandes 2009, severity 1):
@@ -45,10 +45,10 @@
 * Worked around here, still Streamlit's or plotly.js's to fix: a chart has a name
   (``alt``, streamlit#8563) but no description (the app links one with a component of its
   own); plotly.js's SVG has no name of its own (plotly.js#6920), nor does its toolbar show
-  when a button of it has the focus (``focus.css`` shows it), nor a table's toolbar;
+  when a button of it has the focus (``a11y.css`` shows it), nor a table's toolbar;
   Streamlit's focus ring is its primary colour at half opacity (2.3:1 on white) and absent on
   the sidebar's page links and the scrolling main area; a collapsed sidebar keeps its controls
-  in the Tab order, out of sight (``focus.css`` hides them).
+  in the Tab order, out of sight (``a11y.css`` hides them).
 
 **How the axe tests read** — the violations left are caused by Streamlit itself, not by what the
 app puts on the page: each cause is in :data:`KNOWN` with its axe rule, the upstream issue that
@@ -95,21 +95,6 @@ class Upstream:
 #: inside plotly's SVG is beyond axe's contrast check, which reports it "incomplete":
 #: ``tests/test_palette.py`` checks the colours instead.)
 KNOWN = {
-    "code-colours": Upstream(
-        "color-contrast",
-        "streamlit#8399",
-        '[data-testid="stCode"]',
-        "st.code's syntax colours (Prism tokens #00a4d4, #29b09d, #09ab3b, #21c354, #1c83e1, "
-        "#808495 and line numbers #9c9c9b on #f7f7f6: 2.2-3.6:1; some in the dark theme too) "
-        "are fixed in Streamlit's frontend (colors.blue70, green70, …): no theme option sets them",
-    ),
-    "code-scroll": Upstream(
-        "scrollable-region-focusable",
-        "streamlit#8399",
-        '[data-testid="stCode"]',
-        "st.code(height=...) scrolls inside a <pre> that has no tabindex, so the keyboard "
-        "cannot scroll it",
-    ),
     "dark-primary-text": Upstream(
         "color-contrast",
         "streamlit#8399",
@@ -126,14 +111,7 @@ KNOWN = {
 #: (the lesson with every answer shown) or "export" (the exported file); " (dark)" after a page
 #: is that page in the dark theme.
 EXPECTED: dict[str, set[str]] = {
-    "lesson": {"code-colours"},  # chapter 10, "Your turn": the commands and a policy's source
-    "revealed": {"code-colours"},  # the same
-    "presenter-10": {"code-colours"},  # "Your turn"
-    "how-it-works": {"code-colours", "code-scroll"},  # the library's source
-    "needle-grid": {"code-colours"},  # the commands that computed the grid
-    "evict-or-compress": {"code-colours"},  # the commands that computed the frontier
-    "lesson (dark)": {"code-colours", "dark-primary-text"},  # chapter 1's sliders
-    "how-it-works (dark)": {"code-colours", "code-scroll"},
+    "lesson (dark)": {"dark-primary-text"},  # chapter 1's sliders
     "real-model (dark)": {"dark-primary-text"},  # the token and budget choices
     "where-budget (dark)": {"dark-primary-text"},
     "needle-grid (dark)": {"dark-primary-text"},

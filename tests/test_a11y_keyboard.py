@@ -18,7 +18,7 @@ drives: react-aria marks it ``data-focus-visible``; a table's cell: the table's 
 draws the ring while anything in it has the focus) is screenshotted focused and then blurred, and
 the pixels that change must reach a contrast of at least 3:1 between the two states (WCAG 2.2's
 focus-appearance measure) over at least the box's perimeter — a ring 1 px wide. Streamlit's own
-ring (its primary colour at half opacity: 2.3:1 on white) fails that; ``app/static/focus.css``
+ring (its primary colour at half opacity: 2.3:1 on white) fails that; ``app/static/a11y.css``
 draws one that passes, and ``h2o/player/player.css`` the player's.
 """
 

@@ -2,7 +2,7 @@
 
 The main area scrolls, so it takes the focus, from a click on its background as from Tab. Chromium
 matches ``:focus-visible`` on whatever has the focus once a key is pressed, so a click and then the
-player's arrow keys drew the main area's focus ring (ours, ``app/static/focus.css``, and
+player's arrow keys drew the main area's focus ring (ours, ``app/static/a11y.css``, and
 Streamlit's own) round the whole page. The ring is the keyboard's only: ``app/a11y.py`` marks a
 focus a pointer gave.
 """
