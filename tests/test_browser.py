@@ -333,6 +333,7 @@ def test_a_copied_link_restores_every_setting(server, browser):
         page.goto(link)
         wait_player(page, plots=2)
         assert shown_step(page) == 12
+        page.locator(f"{PLAYER} .h2o-settings summary").click()  # presenter: behind a button
         on = page.locator(f"{PLAYER} .h2o-seg-btn.on").all_inner_texts()
         assert on == ["linear", "every position (pooled)", "all 40"]
         assert page.locator(f"{PLAYER} .h2o-speed select").input_value() == "30"

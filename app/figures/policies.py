@@ -142,7 +142,7 @@ def policy_bars(
             "showlegend": True,
         }
     ]
-    layout = base_layout(title, height, "", "mean over steps t ≥ budget", barmode="group")
+    layout = base_layout(title, height, "policy", "mean over steps t ≥ budget", barmode="group")
     layout["yaxis"]["range"] = [0, 1.22]  # room for a 1.000 label above its bar
     layout["xaxis"]["tickangle"] = 0
     return make_figure(data, layout | {"shapes": shapes}, legend_width=900)

@@ -201,7 +201,8 @@ def rest() -> None:
     his = playback.colour_his([playback.Panel("", "", r) for r in c_reps])
     cols = st.columns(2, gap="medium")
     for col, rep, hi, row in zip(cols, c_reps, his, rows, strict=True):
-        scale = figures.ColourScale(hi, log=True) if hi is not None else None
+        # Votes are counts, as the class says: their colour bar is ticked in whole numbers.
+        scale = figures.ColourScale(hi, counts=playback.counts(rep)) if hi is not None else None
         grid, sx, sy = data.pooled(rep, *playback.OVERVIEW_BINS)
         charts.show(
             figures.score_heatmap(

@@ -147,6 +147,14 @@ def scored(rep: h2o.Replay) -> bool:
     return hi > 0 or lo < 0
 
 
+def counts(rep: h2o.Replay) -> bool:
+    """Whether the replay's scores are counts, whole numbers (Scissorhands' votes), as its
+    policy's class declares (``score_counts``): its charts tick them in whole numbers. A class
+    in no registry declares nothing here."""
+    cls = h2o.POLICIES.get(rep.policy)
+    return bool(cls is not None and cls.declares("score_counts"))
+
+
 def score_max(rep: h2o.Replay) -> float:
     """The largest score the replay ever held (0 if none)."""
     return score_range(rep)[1]
@@ -297,6 +305,7 @@ def encode(
             "scored": span is not None,
             "selects": selects(rep),
             "score_label": rep.score_label,
+            "counts": span is not None and counts(rep),
             "hi": None if span is None else span[1],
             "lo": None if span is None else span[0],
             "budget": rep.budget,

@@ -97,6 +97,10 @@ class Policy:
     reads_trace: ClassVar[tuple[str, ...]] = ()
     #: What ``scores`` means for this policy, for axis labels and hovers.
     score_label: ClassVar[str] = "score"
+    #: Whether its score is a count, a whole number (Scissorhands' votes): a chart ticks it in
+    #: whole numbers. Declared by the class itself (:meth:`declares`): a subclass with another
+    #: rule may count nothing.
+    score_counts: ClassVar[bool] = False
     #: Its colour and line style (dash, marker, marker size) on every chart, declared by the class
     #: itself (:meth:`declares`: a subclass is another method and gets a spare); the built-in
     #: colours are checked together for colour-blind readers (``tests/test_palette.py``).

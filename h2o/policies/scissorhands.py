@@ -32,6 +32,7 @@ class Scissorhands(ScoredPolicy):
     label = "Scissorhands"
     colour, line_style = "#249A80", ("dash", "square", 8)  # on every chart
     score_label = "votes (steps above fair share)"
+    score_counts = True  # a vote count: whole numbers
     bank = "scored"
 
     @classmethod

@@ -121,11 +121,49 @@ export function scaleOf(panel, log, steps) {
     return { value: (s) => s, zmin: lo - 0.3 * (hi - lo), zmax: hi, ticks: null, title: panel.score_label };
   }
   if (log) {
+    // Counts (votes) start at half a count, the colour of 0: no count lies between 0 and 1.
     const top = Math.log10(hi);
-    const lo = hi * Math.pow(10, -LOG_DECADES);
-    return { value: (s) => Math.log10(Math.max(s, lo)), zmin: top - LOG_DECADES * 1.3, zmax: top, lo, ticks: logTicks(Math.log10(lo), top, (d) => Math.pow(10, d)), title: panel.score_label + " (log)" };
+    const lo = panel.counts ? COUNT_FLOOR : hi * Math.pow(10, -LOG_DECADES);
+    const bottom = Math.log10(lo);
+    const ticks = panel.counts ? countTicks(hi) : logTicks(bottom, top, (d) => Math.pow(10, d));
+    return { value: (s) => Math.log10(Math.max(s, lo)), zmin: bottom - 0.3 * (top - bottom), zmax: top, lo, ticks, title: panel.score_label + " (log)" };
   }
-  return { value: (s) => s, zmin: -0.3 * hi, zmax: hi, ticks: null, title: panel.score_label };
+  let ticks = null;
+  if (panel.counts) {
+    const step = countStep(hi);
+    const vals = [];
+    for (let v = 0; v <= hi; v += step) vals.push(v);
+    ticks = { tickvals: vals, ticktext: vals.map(String) };
+  }
+  return { value: (s) => s, zmin: -0.3 * hi, zmax: hi, ticks, title: panel.score_label };
+}
+
+/** Where a log scale of counts starts: half a count, the colour of 0 (colours.py). */
+export const COUNT_FLOOR = 0.5;
+
+/** 1, 2 or 5 times a power of ten, the largest not above `raw` (colours.py nice_step). */
+export function niceStep(raw) {
+  const p = Math.pow(10, Math.floor(Math.log10(raw || 1)));
+  const m = raw / p;
+  return (m >= 5 ? 5 : m >= 2 ? 2 : 1) * p;
+}
+
+/** Whole-number tick spacing for a linear axis of counts spanning `span` (colours.py). */
+export const countStep = (span) => Math.max(1, Math.floor(niceStep(span / 5)));
+
+/** The whole numbers a log axis of counts up to `hi` is ticked at: 1, 2, 5, 10, 20, 50 … (1, 10,
+ * 100 … past a hundred, where 1-2-5 would crowd a bar). */
+export function countValues(hi) {
+  const mults = hi <= 100 ? [1, 2, 5] : [1];
+  const vals = [];
+  for (let d = 0; Math.pow(10, d) <= hi; d++) for (const m of mults) if (m * Math.pow(10, d) <= hi) vals.push(m * Math.pow(10, d));
+  return vals;
+}
+
+/** A log colour bar of counts: 0 at COUNT_FLOOR, then countValues (colours.py count_ticks). */
+function countTicks(hi) {
+  const vals = countValues(hi);
+  return { tickvals: [Math.log10(COUNT_FLOOR), ...vals.map(Math.log10)], ticktext: ["0", ...vals.map(String)] };
 }
 
 function logTicks(lo, hi, label) {

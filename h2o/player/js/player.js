@@ -152,7 +152,7 @@ export class Player {
     this.setPlayLabel(false);
     for (const k in this.btn) this.btn[k].dataset.action = k;
     bar.appendChild(buttons);
-    const where = el("div", "h2o-where");
+    const where = (this.where = el("div", "h2o-where"));
     this.stepLabel = el("span", "h2o-steplabel");
     where.appendChild(this.stepLabel);
     const speedLab = el("label", "h2o-speed");
@@ -194,6 +194,11 @@ export class Player {
     rev.appendChild(el("span", null, " reveal the whole run (steps not reached yet)"));
     options.appendChild(rev);
     r.appendChild(options);
+    this.options = options;
+    // Presenter mode: the view settings behind a button in the bar (buildView), so the first
+    // heatmap fits a projected screen under the controls.
+    this.settings = el("details", "h2o-settings");
+    this.settings.appendChild(el("summary", null, "View settings"));
     this.panelsBox = el("div", "h2o-panels");
     r.appendChild(this.panelsBox);
     this.metricsBox = el("div", "h2o-metrics");
@@ -394,6 +399,13 @@ export class Player {
     const h = this.h;
     this.theme = themeOf(this.root);
     this.root.classList.toggle("h2o-presenter", !!h.presenter);
+    if (h.presenter && this.options.parentElement !== this.settings) {
+      this.settings.appendChild(this.options);
+      this.where.appendChild(this.settings);
+    } else if (!h.presenter && this.options.parentElement === this.settings) {
+      this.settings.remove();
+      this.panelsBox.before(this.options);
+    }
     if (window.Plotly) this.root.querySelectorAll(".h2o-gd").forEach((gd) => window.Plotly.purge(gd));
     this.panelsBox.replaceChildren();
     this.metricsBox.replaceChildren();
@@ -409,8 +421,10 @@ export class Player {
         return null;
       }
       const v = { box, story: el("div", "h2o-story") };
-      box.appendChild(v.story);
+      // Projected, the story goes under the heatmap: the heatmap is what the room looks at.
+      if (!h.presenter) box.appendChild(v.story);
       v.detail = this.plotBox(box, "h2o-detail", h.presenter ? 500 : 430);
+      if (h.presenter) box.appendChild(v.story);
       const cap = el("div", "h2o-cap");
       box.appendChild(cap);
       v.bars = { cap, chart: new SlotChart(box, h.presenter ? 300 : 260) };
@@ -500,6 +514,7 @@ export class Player {
       v.story.textContent = this.storyAt(i, t);
       this.drawBars(i, t);
       this.place(v.detail, t);
+      this.followRows(i, t);
       if (v.overview) this.place(v.overview, t, this.page);
     });
     for (const mv of this.mViews) this.place(mv, t);

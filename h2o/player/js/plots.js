@@ -2,7 +2,15 @@
  * the cursor leaves the steps it shows), the whole-run overview and the metrics (drawn once per
  * view), and the kept slots (every step, on a canvas: slots.js). */
 import { C, LOG_DECADES } from "./constants.js";
-import { clamp, colourscale, el, esc, fmt, scaleOf, signed } from "./common.js";
+/** A short trace's rows are drawn this tall (px): a window of them, the rest a drag away… */
+const ROW_PX = 10;
+/** … when, all in the plot's height, they would be thinner than this (px). */
+const ROW_MIN_PX = 8;
+/** A trace is short when all its positions fit in this many windows of ROW_PX rows. */
+const SHORT_SCREENS = 4;
+/** Rows at least this tall (px) size the eviction marks to themselves. */
+const MARK_ROW_PX = 6;
+import { clamp, colourscale, COUNT_FLOOR, el, esc, fmt, scaleOf, signed } from "./common.js";
 export const PlotMethods = {
   plotBox(parent, cls, height) {
     const cell = el("div", "h2o-cell");
@@ -203,26 +211,123 @@ export const PlotMethods = {
       });
     }
     this.highlightShapes(shapes, (p) => (kept ? (p < top ? rowOf[p] : -1) : p), kept ? 1 : stride);
-    const yaxis = { range: [y.length ? y[0] - (kept ? 0.5 : stride / 2) : -0.5, y.length ? y[y.length - 1] + (kept ? 0.5 : stride / 2) : 0.5] };
-    if (kept) {
-      const nt = Math.min(rows.length, this.h.presenter ? 6 : 9);
-      const tv = [];
-      for (let k = 0; k < nt; k++) tv.push(Math.round((k * (rows.length - 1)) / Math.max(nt - 1, 1)));
-      const uniq = [...new Set(tv)];
-      yaxis.tickvals = uniq;
-      yaxis.ticktext = uniq.map((r) => String(rows[r]));
-    }
     const held = P.meta.selects ? "read" : "kept";
     const title = (P.meta.scored ? `${P.meta.score_label} ${P.meta.selects ? "when read" : "while kept"}` : "age of each kept position (no score)") + ` — steps ${p0}–${p1 - 1}`;
     const ytitle = kept ? `${held} position (one row each)` : "position" + (stride > 1 ? ` (pooled by ${stride})` : "");
     const lay = this.layout(v.detail, title, this.h.presenter ? 500 : 430, "decode step", ytitle, { shapes });
     lay.xaxis.range = [p0 - 0.5, p1 - 0.5];
-    Object.assign(lay.yaxis, yaxis);
+    this.fitLegend(v.detail, lay, data);
+    const full = [y.length ? y[0] - (kept ? 0.5 : stride / 2) : -0.5, y.length ? y[y.length - 1] + (kept ? 0.5 : stride / 2) : 0.5];
+    v.rows = { n: rows.length, unit: kept ? 1 : stride, kept, positions: rows, rowOf: row, page: this.page, full, W, title };
+    // The rows' plot height as the layout asks for it; plotly may take some of it for the
+    // legend, and then the rows are fitted again to the height it drew (fitRows).
+    const ph = lay.height - lay.margin.t - lay.margin.b;
+    const ax = this.rowAxis(i, ph);
+    Object.assign(lay.yaxis, ax.yaxis);
+    Object.assign(lay.xaxis, ax.xaxis);
+    lay.dragmode = ax.dragmode;
+    const marks = data.findIndex((d) => d.type === "scatter");
+    if (marks >= 0) Object.assign(data[marks].marker, ax.marker);
     const gd = v.detail.gd;
     const T2 = performance.now();
-    window.Plotly.react(gd, data, this.fitLegend(v.detail, lay, data), this.config());
+    const drawn = window.Plotly.react(gd, data, lay, this.config());
     this.timed("detail.react", T2);
     this.bind(gd);
+    Promise.resolve(drawn).then(() => this.fitRows(i, ph, marks));
+  },
+
+  /** Panel i's rows in a plot `len` px high: a short trace's (every position fits in
+   * SHORT_SCREENS windows) at ROW_PX each, a window of them that follows the step, the rest a
+   * drag away; a long trace's as they always were, every one in the plot's height. The
+   * eviction marks are a row high at most, so neighbours stay apart (on a long trace's thin
+   * rows, a column wide as before). Returns the layout's y axis, x axis, drag mode and marks. */
+  rowAxis(i, len) {
+    const R = this.views[i].rows;
+    const V = Math.max(1, Math.floor(len / ROW_PX));
+    R.windowed = len / R.n < ROW_MIN_PX && R.n > V && this.h.steps <= SHORT_SCREENS * V;
+    R.V = R.windowed ? V : R.n;
+    const yaxis = {};
+    const rows = R.positions;
+    if (R.windowed) {
+      const lo = this.rowWindow(i, this.st.t, null);
+      yaxis.range = [-0.5 + lo * R.unit, -0.5 + (lo + V) * R.unit];
+      if (R.kept) {
+        const every = Math.ceil(V / (this.h.presenter ? 6 : 9));
+        const tv = rows.map((_, r) => r).filter((r) => r % every === 0);
+        yaxis.tickvals = tv;
+        yaxis.ticktext = tv.map((r) => String(rows[r]));
+      }
+    } else {
+      yaxis.range = R.full;
+      if (R.kept) {
+        const nt = Math.min(rows.length, this.h.presenter ? 6 : 9);
+        const tv = [];
+        for (let k = 0; k < nt; k++) tv.push(Math.round((k * (rows.length - 1)) / Math.max(nt - 1, 1)));
+        const uniq = [...new Set(tv)];
+        yaxis.tickvals = uniq;
+        yaxis.ticktext = uniq.map((r) => String(rows[r]));
+      }
+    }
+    const rowPx = len / Math.max(R.V, 1);
+    const marker = rowPx >= MARK_ROW_PX
+      ? { size: clamp(0.7 * rowPx, 4, 12), line: { width: rowPx < 12 ? 1.5 : 2, color: C.evict } }
+      : { size: clamp(360 / R.W, 5, 12), line: { width: 2, color: C.evict } };
+    this.views[i].detail.cap.textContent = R.title + (R.windowed ? ` · ${V} of its ${R.n} rows at a time (drag up or down for the rest)` : "");
+    // Windowed, a drag moves up and down the rows; the steps stay those of the page.
+    return { yaxis, xaxis: { fixedrange: R.windowed }, dragmode: R.windowed ? "pan" : "zoom", marker };
+  },
+
+  /** The rows fitted again to the plot height plotly drew (its legend may take more than the
+   * layout asked for), if that changes how many are shown. */
+  fitRows(i, asked, marks) {
+    const v = this.views[i];
+    const gd = v.detail.gd;
+    const fl = gd._fullLayout;
+    if (!v.rows || v.rows.page !== this.page || !fl || !fl.yaxis || !fl.yaxis._length) return;
+    const len = fl.yaxis._length;
+    const same = (a, b) => Math.floor(a / ROW_PX) === Math.floor(b / ROW_PX) && (a / v.rows.n < ROW_MIN_PX) === (b / v.rows.n < ROW_MIN_PX);
+    if (same(len, asked)) return;
+    const ax = this.rowAxis(i, len);
+    const lay = { dragmode: ax.dragmode, "xaxis.fixedrange": ax.xaxis.fixedrange };
+    for (const k in ax.yaxis) lay[`yaxis.${k}`] = ax.yaxis[k];
+    if (marks < 0) window.Plotly.relayout(gd, lay);
+    else window.Plotly.update(gd, { "marker.size": ax.marker.size, "marker.line.width": ax.marker.line.width }, lay, [marks]);
+  },
+
+  /** The first row of panel i's window of rows at step t: where it is (`current`, the range
+   * shown, which a drag may have moved) while that still holds the rows the step is about —
+   * every kept position's if they fit, else this step's victims and admission, else its
+   * victims — else moved so they do, the newest three quarters of the way up. */
+  rowWindow(i, t, current) {
+    const R = this.views[i].rows;
+    const { pos, victims } = this.keptAt(i, t);
+    const rowsOf = (list) => Array.from(list, (p) => R.rowOf(p)).filter((r) => r >= 0);
+    const span = (rs) => (rs.length ? Math.max(...rs) - Math.min(...rs) : Infinity);
+    const all = rowsOf(pos);
+    const act = rowsOf(victims).concat(rowsOf(pos.subarray(pos.length - 1)));
+    const need = span(all) < R.V ? all : span(act) < R.V ? act : rowsOf(victims).slice(0, 1);
+    if (!need.length) return current === null ? 0 : current;
+    const lo = Math.min(...need);
+    const hi = Math.max(...need);
+    if (current !== null && lo >= current && hi < current + R.V) return current;
+    return clamp(Math.min(lo, hi - Math.floor(0.75 * R.V)), 0, R.n - R.V);
+  },
+
+  /** Keep panel i's window of rows on what step t is about (a short trace's heatmap). */
+  followRows(i, t) {
+    const v = this.views[i];
+    const R = v.rows;
+    const fl = v.detail.gd._fullLayout;
+    if (!R || !R.windowed || R.page !== this.page || !fl || !fl.yaxis || t < this.page[0] || t >= this.page[1]) return;
+    const [a, b] = fl.yaxis.range;
+    // The rows wholly in view: a drag leaves the window anywhere.
+    const first = Math.ceil((Math.min(a, b) + 0.5) / R.unit - 1e-6);
+    const last = Math.floor((Math.max(a, b) + 0.5) / R.unit + 1e-6) - 1;
+    const now = clamp(first, 0, Math.max(0, R.n - R.V));
+    const whole = last - first + 1 >= R.V;
+    const want = this.rowWindow(i, t, whole ? now : null);
+    if (whole && want === now) return;
+    window.Plotly.relayout(v.detail.gd, { "yaxis.range": [-0.5 + want * R.unit, -0.5 + (want + R.V) * R.unit] });
   },
 
   highlightShapes(shapes, yOf, half) {
@@ -254,7 +359,8 @@ export const PlotMethods = {
     const n = pos.length;
     const meta = P.meta;
     const log = !meta.scored || (this.st.colour === "log" && !signed(meta));
-    const lo = meta.scored ? (log ? meta.hi * Math.pow(10, -LOG_DECADES) : Math.min(0, meta.lo ?? 0)) : 0.5;
+    const floor = meta.counts ? COUNT_FLOOR : meta.hi * Math.pow(10, -LOG_DECADES); // as scaleOf
+    const lo = meta.scored ? (log ? floor : Math.min(0, meta.lo ?? 0)) : 0.5;
     const hi = meta.scored ? meta.hi : Math.max(this.h.steps, 2);
     const values = new Float64Array(n);
     const gone = new Uint8Array(n);
@@ -270,7 +376,7 @@ export const PlotMethods = {
       ? `Kept slots at step ${t}: ${n} positions — the budget of ${budget} plus position ${t}, just admitted; ${out === 1 ? "one is" : out + " are"} evicted now`
       : `Kept slots at step ${t}: ${n} of ${budget} slots in use — ${n < budget ? "room left, " : ""}nothing to evict`;
     v.bars.chart.draw({
-      n, values, gone, log, lo, hi, colour: meta.colour, window: meta.window, sinks: meta.sinks,
+      n, values, gone, log, lo, hi, counts: !!meta.counts, colour: meta.colour, window: meta.window, sinks: meta.sinks,
       theme: this.theme, big: this.h.presenter,
       ytitle: meta.scored ? meta.score_label + (log ? " (log)" : "") : "age in steps (log)",
       xtitle: meta.selects ? "read position (labelled by position)" : null,

@@ -1,5 +1,5 @@
 import { C } from "./constants.js";
-import { el, fmt } from "./common.js";
+import { countStep, countValues, el, fmt, niceStep } from "./common.js";
 
 /**
  * The kept slots at one step, drawn on a canvas: it changes at every step, and a Plotly
@@ -83,11 +83,14 @@ export class SlotChart {
     g.lineWidth = 1;
     g.textAlign = "right";
     g.textBaseline = "middle";
+    // Counts (votes) are ticked in whole numbers only: 1, 2, 5, 10 … on a log axis.
     const ticks = [];
-    if (spec.log) {
+    if (spec.log && spec.counts) {
+      ticks.push(...countValues(spec.hi));
+    } else if (spec.log) {
       for (let d = Math.ceil(y0); d <= Math.floor(y1); d++) ticks.push(Math.pow(10, d));
     } else {
-      const step = niceStep((y1 - y0) / 5);
+      const step = spec.counts ? countStep(y1 - y0) : niceStep((y1 - y0) / 5);
       for (let v = Math.ceil(y0 / step) * step; v <= y1; v += step) ticks.push(v);
     }
     for (const v of ticks) {
@@ -126,14 +129,20 @@ export class SlotChart {
     g.fillStyle = spec.theme.text;
     g.textAlign = "center";
     g.textBaseline = "top";
-    const nt = Math.min(n, Math.max(2, Math.floor(pw / 40)));
+    // Every slot's label when they all fit side by side (a short trace's few slots), else
+    // evenly spaced ones.
+    let every = n <= Math.floor(pw / 12);
+    for (let k = 0; every && k < n; k++) every = g.measureText(spec.xlabel(k)).width + 6 <= bw;
+    const nt = every ? n : Math.min(n, Math.max(2, Math.floor(pw / 40)));
     const seen = new Set();
     for (let q = 0; q < nt; q++) {
-      const k = Math.round((q * (n - 1)) / Math.max(nt - 1, 1));
+      const k = every ? q : Math.round((q * (n - 1)) / Math.max(nt - 1, 1));
       if (seen.has(k)) continue;
       seen.add(k);
       g.fillText(spec.xlabel(k), l + (k + 0.5) * bw, base + 5);
     }
+    // What the canvas shows, as text: its y ticks and labelled slots (a canvas has no DOM).
+    this.drawn = { yticks: ticks.map(fmt), xlabels: [...seen].map((k) => spec.xlabel(k)) };
     g.fillText(spec.xtitle || "kept slot (labelled by position)", l + pw / 2, base + font + 12);
     g.save();
     g.translate(16, t + ph / 2);
@@ -169,10 +178,4 @@ export class SlotChart {
       this.tip.style.top = Math.max(0, y - 60) + "px";
     }
   }
-}
-
-function niceStep(raw) {
-  const p = Math.pow(10, Math.floor(Math.log10(raw || 1)));
-  const m = raw / p;
-  return (m >= 5 ? 5 : m >= 2 ? 2 : 1) * p;
 }
