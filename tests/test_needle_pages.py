@@ -659,9 +659,9 @@ def test_a_sidecars_commands_are_listed_once_with_their_runs_and_wall_time():
     a, b = data.commands(meta)
     assert (a.runs, a.wall, a.out) == (1, 60.0, "/tmp/x.jsonl")
     assert (b.runs, b.wall, b.out) == (3, 120.0, "traces/results/g.jsonl")
-    script = shipped.provenance_script([a, b]).splitlines()
+    script = shipped.provenance_script([a, b], "g.jsonl").splitlines()
     assert script == [
-        "# 1 run, 1 min; wrote /tmp/x.jsonl, whose lines were copied into the shipped file",
+        "# 1 run, 1 min; wrote /tmp/x.jsonl, whose lines were copied into g.jsonl",
         a.text,
         "# 3 runs, 2 min",
         b.text,

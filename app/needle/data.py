@@ -131,6 +131,7 @@ class Loaded:
     repeated: int = 0
     meta: dict | None = None
     missing: bool = False  # the file is not there at all
+    name: str = ""  # the file's name (a command that wrote another was merged into it)
 
     def problem(self, text: str) -> None:
         self.n_problems += 1
@@ -363,7 +364,7 @@ def _out_of(command: str) -> str | None:
 
 
 def _read(path: Path, parse, key) -> Loaded:
-    out = Loaded()
+    out = Loaded(name=path.name)
     try:
         size = path.stat().st_size
     except OSError:

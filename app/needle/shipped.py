@@ -95,7 +95,7 @@ def provenance(loaded: data.Loaded, what: str, collapsed: bool = True) -> None:
     )
     with box:
         st.caption(provenance_caption(cmds))
-        st.code(provenance_script(cmds), language="bash", wrap_lines=True)
+        st.code(provenance_script(cmds, loaded.name), language="bash", wrap_lines=True)
 
 
 def provenance_caption(cmds: list[data.Command]) -> str:
@@ -112,14 +112,14 @@ def provenance_caption(cmds: list[data.Command]) -> str:
     return f"Computed ahead by {n} in {r}, {wall / 60:,.0f} min of wall time in all.{resumed}"
 
 
-def provenance_script(cmds: list[data.Command]) -> str:
+def provenance_script(cmds: list[data.Command], name: str) -> str:
     """The commands as a shell script, each after a comment with its runs and wall time (and,
-    for one that wrote elsewhere, that its lines were copied into the shipped file)."""
+    for one that wrote another file than ``name``, that its lines were copied into this one)."""
     out = []
     for c in cmds:
         note = f"# {c.runs} run{'s' if c.runs != 1 else ''}, {c.wall / 60:,.0f} min"
-        if c.out is not None and not c.out.startswith(str(data.RESULTS_DIR.relative_to(data.ROOT))):
-            note += f"; wrote {c.out}, whose lines were copied into the shipped file"
+        if c.out is not None and Path(c.out).name != name:
+            note += f"; wrote {c.out}, whose lines were copied into {name}"
         out += [note, c.text]
     return "\n".join(out)
 
