@@ -81,10 +81,11 @@ def spike_replays() -> dict[str, h2o.Replay]:
 
 
 # -- 1. presenter mode: the first heatmap on the first screen ------------------------------------
-def test_presenter_mode_shows_the_first_heatmap_whole_on_the_first_screen(server, browser):
+@pytest.mark.parametrize("path", ["step-through", "stale-spike"])
+def test_presenter_mode_shows_the_first_heatmap_whole_on_the_first_screen(server, browser, path):
     ctx, page = new_page(browser, size=VIEWPORT)
     try:
-        open_player(page, f"{server}/step-through?presenter=1")
+        open_player(page, f"{server}/{path}?presenter=1")
         scrolled = page.evaluate("document.querySelector('[data-testid=stMain]').scrollTop")
         assert scrolled == 0
         area = details(page)[0]["area"]

@@ -37,6 +37,25 @@ SETTINGS: dict[str, Any] = {name: state.VIEW_DEFAULTS[name] for name in state.VI
 #: One side-by-side panel: a replay (or the error that prevented it), its title and colour.
 
 
+#: Presenter mode's screen for a page that opens on the player, for a projector at 1280×720, so
+#: the first policy's heatmap is whole under the title and the step controls
+#: (tests/test_player_legibility_browser.py): the page starts right under Streamlit's header, with
+#: a smaller title.
+PRESENTER_CSS = """<style>
+[data-testid='stMainBlockContainer'] {padding-top: 4.25rem; padding-bottom: 1rem;}
+[data-testid='stMain'] h1 {font-size: 2rem; padding: 0 0 0.25rem;}
+</style>"""
+
+
+def presenter_screen(presenter: bool) -> None:
+    """A player page in presenter mode: the sidebar collapsed, as the lesson opens (a projector at
+    1280×720 needs its 300 px; its chevron, top left, brings it back), and the compact top; out
+    of it, the sidebar as Streamlit opens it."""
+    st.set_page_config(initial_sidebar_state="collapsed" if presenter else "auto")
+    if presenter:
+        st.html(PRESENTER_CSS)
+
+
 def _view_id(ref: data.TraceRef, panels: Sequence[playback.Panel], extra: dict[str, Any]) -> str:
     parts: list[Any] = [ref.ident, extra]
     for s in panels:

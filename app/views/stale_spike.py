@@ -18,14 +18,20 @@ a11y.focus_ring()  # the keyboard's focus, seen on every control
 
 STEP_KEY = state.SPIKE_STEP
 
-st.title("Stale spike: H2O vs Scissorhands")
-st.markdown(chapters_4_6.CARD_ON_SCISSORHANDS)
-with st.expander("What this library's Scissorhands and the paper's actually do"):
-    st.markdown(chapters_4_6.SCISSORHANDS_SOURCES)
-
+title = st.empty()  # drawn once presenter mode is known
 presenter = state.presenter_toggle()
+stepper.presenter_screen(presenter)
+title.title("Stale spike: H2O vs Scissorhands")
 state.report_url_problems([STEP_KEY, *state.VIEW_SETTINGS, state.PRESENTER])
 state.publish([STEP_KEY, *state.VIEW_SETTINGS, state.PRESENTER])
+# Projected, the page's words wait in one expander under the three answers, so the step view is
+# on the first screen; in self-study they lead, as before.
+words = st.container()
+if not presenter:
+    with words:
+        st.markdown(chapters_4_6.CARD_ON_SCISSORHANDS)
+        with st.expander("What this library's Scissorhands and the paper's actually do"):
+            st.markdown(chapters_4_6.SCISSORHANDS_SOURCES)
 
 # -- part 1: the distinguishing trace --------------------------------------------------------------
 ref = data.load("stale-spike", {})
@@ -45,12 +51,14 @@ tie = None if s_holds else age_bias.tie_at(s_rep, spike)
 h_tie = None if h_holds else age_bias.tie_at(h_rep, spike)
 costly = age_bias.costliest_eviction(h_rep, trace)
 
-st.markdown(
+the_trace = (
     f"The **stale-spike** trace ({trace.steps} steps, budget {budget}, recent_window {window}). "
     + chapters_4_6.spike_row_sentence(trace, spike)
     + " "
     + age_bias.shares_sentence(age_bias.shares(trace, steady), budget)
 )
+if not presenter:
+    words.markdown(the_trace)
 
 
 def fate(holds: bool, t: age_bias.Tie | None) -> str:
@@ -59,36 +67,44 @@ def fate(holds: bool, t: age_bias.Tie | None) -> str:
 
 last = trace.steps - 1
 pos, scores = h_rep.kept_at(last)
-c1, c2, c3 = st.columns(3)
-c1.metric(
-    f"H2O: position {spike}",
-    fate(h_holds, h_tie),
-    f"cumulative attention {float(scores[pos == spike][0]):.3f} at step {last}"
-    if h_holds
-    else f"cumulative attention {h_tie.score:.3f} when it went",
-    delta_color="off",
-    delta_arrow="off",
-)
-# Value and delta short enough for a third of a projected 1280-pixel page (Streamlit cuts them).
-c2.metric(
-    f"H2O: costliest eviction, step {costly.evicted_at}",
-    f"position {costly.position}",
-    f"{costly.lost:.1f} steps' worth lost",
-    delta_color="off",
-    delta_arrow="off",
-    help="Attention the trace gives a position after its eviction, summed over the steps: the "
-    f"mass a replay loses on it. No other eviction of H2O's loses more than "
-    f"{costly.other_max:.2f}. Taken apart below the step view.",
-)
-c3.metric(
-    f"Scissorhands: position {spike}",
-    fate(s_holds, tie),
-    f"{tie.score:g} vote{'s' if tie.score != 1 else ''} when it went"
-    if tie is not None
-    else "kept to the end",
-    delta_color="off",
-    delta_arrow="off",
-)
+
+
+def answers() -> None:
+    """The three answers: where position 0 ends under each rule, and H2O's costliest eviction."""
+    c1, c2, c3 = st.columns(3)
+    c1.metric(
+        f"H2O: position {spike}",
+        fate(h_holds, h_tie),
+        f"cumulative attention {float(scores[pos == spike][0]):.3f} at step {last}"
+        if h_holds
+        else f"cumulative attention {h_tie.score:.3f} when it went",
+        delta_color="off",
+        delta_arrow="off",
+    )
+    # Value and delta short enough for a third of a projected 1280-pixel page (Streamlit cuts them).
+    c2.metric(
+        f"H2O: costliest eviction, step {costly.evicted_at}",
+        f"position {costly.position}",
+        f"{costly.lost:.1f} steps' worth lost",
+        delta_color="off",
+        delta_arrow="off",
+        help="Attention the trace gives a position after its eviction, summed over the steps: the "
+        f"mass a replay loses on it. No other eviction of H2O's loses more than "
+        f"{costly.other_max:.2f}. Taken apart below the step view.",
+    )
+    c3.metric(
+        f"Scissorhands: position {spike}",
+        fate(s_holds, tie),
+        f"{tie.score:g} vote{'s' if tie.score != 1 else ''} when it went"
+        if tie is not None
+        else "kept to the end",
+        delta_color="off",
+        delta_arrow="off",
+    )
+
+
+if not presenter:
+    answers()
 # Open at the moment Scissorhands lets the spike go (a link or a later visit wins).
 parting = tie.step if tie is not None else None
 st.session_state.setdefault(STEP_KEY, parting if parting is not None else budget)
@@ -98,12 +114,15 @@ if tie is not None:
     said += " " + age_bias.tie_sentence(tie, s_rep.score_label)
     # The rule behind the tie's count: a reader counting the spike's two big steps gets 2.
     said += " " + age_bias.vote_rule_sentence(s_rep, trace, spike, chapters_4_6.spike_steps(spike))
-st.markdown(
+story = (
     "> *a position that takes almost the whole of the first two steps and nearly nothing after "
     "has the highest score of any position here and a single vote there, so this policy defends "
     "it and that one evicts it.* — the card, on H2O and Scissorhands\n\n"
     f"On this trace: {said}\n\n" + chapters_4_6.spike_view_opening(start, parting, spike)
 )
+if not presenter:
+    st.markdown(story)
+
 
 panels = [
     playback.Panel(
@@ -119,6 +138,14 @@ stepper.render(
     + [(p, f"steady positions ({', '.join(map(str, steady))})") for p in steady],
     title="Stale spike",
 )
+if presenter:  # the step view first, on the first screen; the answers and the words under it
+    answers()
+    with st.expander("The card, the trace and the vote rule, in words"):
+        st.markdown(chapters_4_6.CARD_ON_SCISSORHANDS)
+        st.markdown("**What this library's Scissorhands and the paper's actually do.**")
+        st.markdown(chapters_4_6.SCISSORHANDS_SOURCES)
+        st.markdown(the_trace)
+        st.markdown(story)
 
 
 def rest() -> None:

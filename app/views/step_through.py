@@ -12,22 +12,10 @@ from h2o.player import playback
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control
 
-#: Presenter mode's screen, for a projector at 1280×720, so the first policy's heatmap is whole
-#: under the title and the step controls (tests/test_player_legibility_browser.py): the page
-#: starts right under Streamlit's header, with a smaller title.
-PRESENTER_CSS = """<style>
-[data-testid='stMainBlockContainer'] {padding-top: 4.25rem; padding-bottom: 1rem;}
-[data-testid='stMain'] h1 {font-size: 2rem; padding: 0 0 0.25rem;}
-</style>"""
-
 title = st.empty()  # above the errors and captions that follow, drawn once presenter is known
 ctx = controls.sidebar()
 presenter = state.presenter_toggle()
-# A projector at 1280×720 needs the sidebar's 300 px: presenter mode opens with it collapsed, as
-# the lesson does (its chevron, top left, brings it back), and keeps the policies there too.
-st.set_page_config(initial_sidebar_state="collapsed" if presenter else "auto")
-if presenter:
-    st.html(PRESENTER_CSS)
+stepper.presenter_screen(presenter)  # projected: the sidebar (with the policies) collapsed
 title.title("Step through a replay")
 state.report_url_problems([state.POLICY_A, state.POLICY_B, state.STEP, *state.VIEW_SETTINGS])
 state.report_url_problems([state.PRESENTER])
