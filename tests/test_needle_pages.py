@@ -688,3 +688,31 @@ def test_the_shipped_commands_sit_collapsed_once_per_figure(page):
         for c in e.code:
             lines = [s for s in c.value.splitlines() if not s.startswith("#")]
             assert len(lines) == len(set(lines))
+
+
+def test_the_grid_prints_short_cell_values_in_rows_tall_enough():
+    """Four-character labels ("100%") ran together across a panel's narrow cells: a share is
+    printed in percent without its sign, the colour bar says the unit, and the figure grows with
+    the number of depths so each row keeps its height."""
+    from app import figures
+    from app.figures.needle import ROW_PX
+
+    depths = list(range(0, 100, 5))  # 20 depths
+    z = np.full((len(depths), 3), 2 / 3)
+    z[0, 0], z[1, 1] = 1.0, 0.0
+    fig = figures.needle_heatmaps(
+        panels=[("a", z, np.ones_like(z)), ("b", z, np.ones_like(z))],
+        lengths=[512, 1024, 2048],
+        depths=depths,
+        zrange=(0.0, 1.0),
+        colour_title="share answered right",
+        value_format=".0%",
+        title="t",
+    ).to_plotly_json()
+    texts = [t for t in fig["data"] if t["type"] == "scatter" and t.get("mode") == "text"]
+    labels = {s for t in texts for s in t["text"]}
+    assert labels == {"100", "0", "67"}
+    cax = fig["layout"]["coloraxis"]["colorbar"]
+    assert cax["tickformat"] == ".0%" and "(cells in %)" in cax["title"]["text"]
+    m = fig["layout"]["margin"]
+    assert (fig["layout"]["height"] - m["t"] - m["b"]) / len(depths) >= ROW_PX - 2

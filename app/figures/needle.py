@@ -232,6 +232,8 @@ def needle_heatmaps(
     pointer, as the cells form a grid)."""
     n = max(1, len(panels))
     gap = 0.03
+    # Rows tall enough for their printed values, however many depths the file holds.
+    height = max(height, 140 + ROW_PX * len(depths))
     w = (1 - gap * (n - 1)) / n
     data: list[dict] = []
     layout = base_layout(title, height, "", "")
@@ -259,7 +261,7 @@ def needle_heatmaps(
                 "needle(s)<extra></extra>",
             }
         )
-        labels = [[format(v, value_format) if np.isfinite(v) else "" for v in r] for r in z]
+        labels = [[_cell_label(v, value_format) if np.isfinite(v) else "" for v in r] for r in z]
         data.append(
             cell_text(
                 z,
@@ -307,7 +309,11 @@ def needle_heatmaps(
         "colorscale": GRID_SCALE,
         "cmin": zrange[0],
         "cmax": zrange[1],
-        "colorbar": {"title": {"text": _e(colour_title), "side": "right"}, "thickness": 14},
+        "colorbar": {
+            "title": {"text": _e(colour_title + _cell_unit(value_format)), "side": "right"},
+            "thickness": 14,
+            **({"tickformat": value_format} if value_format.endswith("%") else {}),
+        },
     }
     if overlay:
         tip = f"{_e(colour_title)}: %{{customdata[3]:{value_format}}} over %{{customdata[4]}}"
@@ -321,6 +327,23 @@ def needle_heatmaps(
         layout["hoverdistance"] = 200  # the nearest cell's marker, wherever in the cell
         layout["clickmode"] = "event+select"
     return make_figure(data, layout)
+
+
+#: A heatmap row's height in pixels, at least: room for a cell's printed value.
+ROW_PX = 20
+
+
+def _cell_label(v: float, value_format: str) -> str:
+    """A cell's printed value. A share is printed in percent without its sign ("100", "67"):
+    the sign made four-character labels run together across a panel's narrow cells ("100%100%");
+    the colour bar's title says the unit."""
+    if value_format.endswith("%"):
+        return format(v * 100, value_format[:-1] + "f")
+    return format(v, value_format)
+
+
+def _cell_unit(value_format: str) -> str:
+    return " (cells in %)" if value_format.endswith("%") else ""
 
 
 def _cell_markers(
