@@ -515,7 +515,7 @@ def family() -> None:
             oracle=rows[0]["oracle_mass"],
             top_k=32,
             title=f"Every policy on the canonical trace, budget {budget}",
-            height=on_screen(400, projected=350),
+            height=on_screen(400, projected=340),
         ),
         key="lesson_family",
         describe=in_view(said),

@@ -21,17 +21,23 @@ a11y.focus_ring()  # the keyboard's focus, seen on every control
 #: (tests/test_presenter_browser.py): large type; the header's blank band (made transparent, its
 #: buttons still clickable) holds the chapter's heading, the progress bar at its right; little
 #: padding; a "predict" box sits in a left column beside the chart right after it (an empty
-#: placeholder, such as a cache's spinner, may come between), everything else spans the page.
+#: placeholder, such as a cache's spinner, may come between), everything else spans the page;
+#: controls (labels, options, buttons, "More") in the body's size, read from the back of a room.
 PRESENTER_CSS = """<style>
 [data-testid='stMain'] .stMarkdown p, [data-testid='stMain'] .stMarkdown li
-  {font-size: 1.25rem; line-height: 1.4;}
+  {font-size: 1.25rem; line-height: 1.3;}
 [data-testid='stHeader'] {background: transparent; pointer-events: none;}
 [data-testid='stHeader'] button, [data-testid='stHeader'] a {pointer-events: auto;}
 [data-testid='stMainBlockContainer'] {position: relative; padding-top: 0.9rem;
   padding-bottom: 0.5rem;}
 [data-testid='stMainBlockContainer'] .stElementContainer:has(> .stProgress)
   {position: absolute; top: 1.1rem; right: 5rem; width: 13rem;}
-[data-testid='stMainBlockContainer'] .stProgress p {font-size: 0.85rem;}
+[data-testid='stMainBlockContainer'] .stProgress p {font-size: 1.1rem;}
+[data-testid='stMain'] [data-testid='stWidgetLabel'] p,
+[data-testid='stMain'] [role='radiogroup'] label p,
+[data-testid='stMain'] .stButton button p,
+[data-testid='stMain'] .stLinkButton a p,
+[data-testid='stMain'] [data-testid='stExpander'] summary p {font-size: 1.2rem;}
 [data-testid='stMain'] [data-testid='stHeading'] h2 {padding: 0 14rem 0.1rem 0;}
 .st-key-lesson_chapter {display: grid; grid-template-columns: minmax(0, 2fr) minmax(0, 3fr);
   gap: 0.5rem 1.5rem; align-items: start;}
