@@ -69,16 +69,21 @@ def test_progress_counts_rows_up_to_done():
 
 
 def test_a_policy_no_bank_holds_gets_its_own_replay(canonical, monkeypatch):
-    from pathlib import Path
-
     from h2o import POLICIES
-    from h2o.custom import load_policy
+    from h2o.policies.base import ScoredPolicy
 
-    example = Path(__file__).parents[1] / "examples" / "decayed_h2o.py"
-    registry = dict(POLICIES)  # leave the registry as it was
+    class Decayed(ScoredPolicy):  # a rule of its own, and no bank named
+        name, label, score_label = "decayed-here", "Decayed here", "decayed attention"
+
+        @staticmethod
+        def rule(score, attn, n):
+            for i in range(n):
+                score[i] = 0.99 * score[i] + attn[i]
+
+    registry = {**POLICIES, Decayed.name: Decayed}  # leave the registry as it was
     for where in ("h2o.policies.registry", "h2o.analysis", "h2o.custom"):
         monkeypatch.setattr(f"{where}.POLICIES", registry)
-    cls = load_policy(f"{example}:DecayedH2O")
+    cls = Decayed
     lineup = [(cls.name, {"recent_window": 32}), ("h2o", {"recent_window": 32})]
     rows = analysis.bench(canonical, 256, lineup=lineup)
     assert rows == [before(canonical, n, p, 256) for n, p in lineup]

@@ -161,12 +161,26 @@ def test_a_refused_window_names_who_refuses_and_where_each_is_shown():
 
 
 def test_the_page_names_every_policy_that_refuses_the_sidebars_window():
-    """At recent_window 300 over budget 256 on the canonical trace, H2O, Scissorhands and random
-    eviction take the sidebar's window and refuse it; TOVA keeps its own and is not named."""
+    """At recent_window 300 over budget 256 on the canonical trace, every method of the lineup
+    that takes the sidebar's window refuses it, each named with the windows its class is shown at
+    (read from the classes: H2O, Scissorhands and random eviction among them); TOVA keeps its own
+    and is not named."""
+    import inspect
+
     from test_app import open_app
 
+    from h2o import canonical_trace
+    from h2o.policies.registry import BUILT_IN
+
+    shown = {
+        c.label: [s["recent_window"] for s in c.bench_settings(256, [32, 64])]
+        for c in BUILT_IN
+        if c.runs_on(canonical_trace()) and not c.selects and not c.own_window
+        if "recent_window" in inspect.signature(c.__init__).parameters
+    }
+    assert {"H2O", "Scissorhands", "Random"} <= set(shown) and "TOVA" not in shown
+    assert shown["H2O"] == [32, 64] and shown["Random"] == [32]
     at = open_app("views/all_policies.py", budget=256, recent_window=300)
     warned = " ".join(w.value for w in at.warning)
-    assert "H2O, Scissorhands and Random refuse it" in warned
-    assert "H2O and Scissorhands at recent_window 32, 64; Random at recent_window 32 only" in warned
-    assert "TOVA" not in warned
+    assert policy_claims.refused_window(shown) in warned
+    assert "H2O, Scissorhands" in warned and "TOVA" not in warned

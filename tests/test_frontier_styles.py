@@ -4,7 +4,7 @@ from the family's display name (a family renamed for the page keeps its style)."
 from __future__ import annotations
 
 from app.figures import needle as figures
-from app.figures.base import POLICY_COLOURS, policy_colour
+from app.figures.base import POLICY_COLOURS
 from app.needle import frontier
 from h2o.alloc import ALLOCATORS
 from h2o.model import caches
@@ -29,7 +29,7 @@ def test_the_facts_are_the_rows():
 
 def test_styles_follow_the_row_not_the_family_name():
     snap = style(point("snapkv@256", "evict"))  # its policy field empty, as in older files
-    assert snap["color"] == (POLICY_COLOURS.get("snapkv") or policy_colour("snapkv"))
+    assert snap["color"] == figures.method_mark("snapkv")[0]  # the kind's own, from the row
     assert snap["color"] != style(point("h2o@256", "evict"))["color"]
     assert style(point("h2o@128/pyramid", "evict"))["dash"] == ALLOCATORS["pyramid"].dash
     assert style(point("h2o@128/duo", "evict"))["dash"] == ALLOCATORS["duo"].dash

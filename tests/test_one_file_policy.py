@@ -6,10 +6,16 @@ and its import and entry in ``registry.py``'s ``BUILT_IN``. A fresh interpreter 
 copy finds the method everywhere the library's own methods are: the registry, ``python -m h2o
 bench``, a lock-step bank in the compiled loops (the same numbers as its instances), the
 model's closed loop (a row of the row grammar) and the app's Step through and All policies
-pages."""
+pages.
+
+The README's example as it is (``examples/decayed_h2o.py``: no bank, no colour, no style named)
+is also registered in this interpreter as a built-in, by patching ``BUILT_IN`` and the registry,
+and passes what is cheap to check here: every fact's test, the policies' contract, the palette's
+rule and the app's policy menus and All policies table."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -160,3 +166,61 @@ def test_a_method_in_one_file_and_its_registry_line_is_everywhere(tmp_path):
     app = found["app"]
     assert app["options"] and app["step_errors"] == [] and app["errors"] == []
     assert "Decayed H2O (recent_window=32)" in app["all_policies"]
+
+
+def _readmes_example() -> type:
+    """``examples/decayed_h2o.py``'s class, as the README shows it, imported as a module."""
+    spec = importlib.util.spec_from_file_location(
+        "decayed_h2o_built_in", ROOT / "examples" / "decayed_h2o.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.DecayedH2O
+
+
+def test_the_readmes_example_registered_as_a_built_in_passes_the_generic_tests(monkeypatch):
+    import test_palette
+    import test_policies
+    import test_policy_facts as facts
+    from streamlit.testing.v1 import AppTest
+
+    import h2o
+    from app.figures.base import EXTRA_COLOURS, EXTRA_STYLES, policy_colour, policy_style
+    from h2o import analysis
+    from h2o.policies import registry
+
+    cls = _readmes_example()
+    assert not any(cls.declares(f) for f in ("bank", "colour", "line_style"))  # the README's
+    # (a library that already made it a built-in, as the how-to says, has it once, last)
+    built_in = (*(c for c in registry.BUILT_IN if c.name != cls.name), cls)
+    monkeypatch.setitem(registry.POLICIES, cls.name, cls)  # the line in BUILT_IN, its effects
+    for module in (registry, analysis, facts, test_policies):
+        monkeypatch.setattr(module, "BUILT_IN", built_in)
+    assert h2o.POLICIES[cls.name] is cls and cls.name not in h2o.policies.custom_policies()
+
+    # every fact by what it does (tests/test_policy_facts.py), for the new class as for the others
+    facts.test_a_class_that_pins_no_sinks_pins_none(cls)
+    facts.test_a_class_evicts_the_oldest_or_the_lowest_as_it_says(cls)
+    facts.test_a_class_runs_in_the_bank_it_declares_with_its_instances_numbers(cls)
+    assert analysis.standard_lineup(256)[-1] == (cls.name, {"recent_window": 32})
+    facts.test_the_standard_lineup_is_every_built_in_class_at_the_settings_it_names(monkeypatch)
+    monkeypatch.setattr(analysis, "BUILT_IN", built_in)  # that test adds one more: not here
+    # the policies' shared contract (tests/test_policies.py)
+    test_policies.test_registry_names()
+    test_policies.test_contract_budget_respected_victims_ascending_and_gone(cls.name)
+    test_policies.test_null_attention_is_accepted_and_admits(cls.name)
+    # the palette's rule: the first spare colour and style, apart from every other in every vision
+    test_palette.check_palette(built_in)
+    assert policy_colour(cls.name) in EXTRA_COLOURS and policy_style(cls.name) in EXTRA_STYLES
+
+    # the app's policy menus and the All policies table, as for any built-in
+    at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
+    at.run()
+    at.switch_page("views/step_through.py").run()
+    assert cls.name in at.selectbox(key="w_policy_a").options
+    at.selectbox(key="w_policy_b").set_value(cls.name).run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    at.switch_page("views/all_policies.py").run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    assert "Decayed H2O (recent_window=32)" in list(at.dataframe[0].value["policy"])

@@ -1,13 +1,15 @@
 """The app's colours for readers who see colour differently, and its text contrast (no browser).
 
-Colour vision deficiencies: each policy colour (``app/figures/base.py`` POLICY_COLOURS, with the
+Colour vision deficiencies: each policy colour (a class's own, ``app/figures/base.py``
+POLICY_COLOURS, or the palette's spare for a class that declares none, EXTRA_COLOURS; with the
 oracle bound's ``ORACLE_COLOUR``, drawn on the same charts and fixed by ``h2o/player``) is passed
 through the Machado, Oliveira and Fernandes (2009) simulation of deuteranopia, protanopia and
 tritanopia at severity 1.0, applied in linear RGB; every pair must stay at least
 :data:`MIN_DELTA_E` apart in **CIEDE2000** (ΔE00, CIELAB under D65), with normal vision too. A
 ΔE00 of 10 is a clearly different colour side by side — not a "just noticeable" 1-2, and the
 policies' lines cross on every chart. Colour is never the only cue: every policy also has its
-own line style and marker (:data:`POLICY_STYLES`), tested here as well.
+own line style and marker (its class's, :data:`POLICY_STYLES`, or a spare), tested here as well.
+Every registered class is checked, whatever the registry holds: none is named here.
 
 Text contrast: WCAG 2.1 relative luminance, 4.5:1 (AA, body text) for the app's text colours on
 its backgrounds, in both themes: Streamlit's defaults (read from the installed Streamlit's own
@@ -27,7 +29,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.figures.base import ORACLE_COLOUR, POLICY_COLOURS, POLICY_STYLES
+from app.figures.base import (
+    EXTRA_COLOURS,
+    EXTRA_STYLES,
+    ORACLE_COLOUR,
+    POLICY_COLOURS,
+    POLICY_STYLES,
+    policy_colour,
+    policy_style,
+)
+from h2o.policies.registry import BUILT_IN
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -182,39 +193,95 @@ def test_the_simulations_keep_greys():
 
 
 # -- the palette -----------------------------------------------------------------------------------
-#: Every colour drawn with the policies' lines: the policies and the oracle bound.
-SHOWN_TOGETHER = {**POLICY_COLOURS, "oracle": ORACLE_COLOUR}
+#: Every colour that may be drawn with the policies' lines: the built-in classes' own, the spares
+#: the palette gives a class that declares none, and the oracle bound.
+SHOWN_TOGETHER = {
+    **POLICY_COLOURS,
+    **{f"spare {i}": c for i, c in enumerate(EXTRA_COLOURS)},
+    "oracle": ORACLE_COLOUR,
+}
 
 
 def delta_e(a: str, b: str, vision: str) -> float:
     return ciede2000(lab(seen(a, vision)), lab(seen(b, vision)))
 
 
+def too_close(colours: dict[str, str], vision: str) -> list[str]:
+    """The pairs of ``colours`` under :data:`MIN_DELTA_E` apart in ``vision``."""
+    return [
+        f"{p} {a} / {q} {b}: ΔE00 {delta_e(a, b, vision):.1f}"
+        for (p, a), (q, b) in itertools.combinations(colours.items(), 2)
+        if delta_e(a, b, vision) < MIN_DELTA_E
+    ]
+
+
 @pytest.mark.parametrize("vision", VISIONS)
 def test_every_two_policy_colours_stay_apart(vision):
-    close = []
-    for (p, a), (q, b) in itertools.combinations(SHOWN_TOGETHER.items(), 2):
-        d = delta_e(a, b, vision)
-        if d < MIN_DELTA_E:
-            close.append(f"{p} {a} / {q} {b}: ΔE00 {d:.1f}")
     worst = min(
         delta_e(a, b, vision) for a, b in itertools.combinations(SHOWN_TOGETHER.values(), 2)
     )
     print(f"{vision}: least ΔE00 {worst:.1f}")
+    close = too_close(SHOWN_TOGETHER, vision)
     assert not close, f"{vision}: under ΔE00 {MIN_DELTA_E}: {close}"
+
+
+def registered_palette(classes=BUILT_IN) -> dict[str, tuple[str, tuple[str, str, int]]]:
+    """Each registered class's colour and line style, as every chart draws it."""
+    return {c.name: (policy_colour(c.name), policy_style(c.name)) for c in classes}
+
+
+def check_palette(classes=BUILT_IN) -> None:
+    """Every registered class has a colour of the checked palette, its own while the spares last,
+    and a line style and marker of its own: what a class declares, or the palette's rule."""
+    palette = registered_palette(classes)
+    colours = {n: c for n, (c, _) in palette.items()}
+    assert set(colours.values()) <= set(SHOWN_TOGETHER.values()), colours
+    undeclared = [c.name for c in classes if not c.declares("colour")]
+    if len(undeclared) <= len(EXTRA_COLOURS):
+        assert len(set(colours.values())) == len(colours), colours
+        for vision in VISIONS:
+            assert not too_close({**colours, "oracle": ORACLE_COLOUR}, vision), vision
+    for c in classes:  # a class's own colour and style are the ones it declares
+        assert colours[c.name] == (c.declares("colour") or colours[c.name])
+        assert palette[c.name][1] == (c.declares("line_style") or palette[c.name][1])
+    styles = [style for _, style in palette.values()]
+    markers = [symbol for _dash, symbol, _size in styles]
+    assert len(set(markers)) == len(markers), palette
+    assert len({(dash, symbol) for dash, symbol, _ in styles}) == len(styles)
 
 
 def test_no_policy_rests_on_colour_alone():
     """Every policy has a line style and marker of its own, so two lines the same colour to a
     reader still differ (and so do coinciding curves, drawn one over another)."""
-    from h2o.policies.registry import BUILT_IN
+    check_palette()
+    # the spares' markers are none of a declared style's: a spare never looks like a built-in
+    declared = {symbol for _dash, symbol, _size in POLICY_STYLES.values()}
+    assert not declared & {symbol for _dash, symbol, _size in EXTRA_STYLES}
+    assert len({s for _d, s, _z in EXTRA_STYLES}) == len(EXTRA_STYLES)
 
-    # every built-in method declares both on its class, so every one is checked here
-    assert set(POLICY_STYLES) == set(POLICY_COLOURS) == {c.name for c in BUILT_IN}
-    markers = [symbol for _dash, symbol, _size in POLICY_STYLES.values()]
-    assert len(set(markers)) == len(markers), POLICY_STYLES
-    styles = [(dash, symbol) for dash, symbol, _size in POLICY_STYLES.values()]
-    assert len(set(styles)) == len(styles)
+
+def test_a_class_that_declares_no_colour_takes_the_palettes_spares(monkeypatch):
+    """New built-in classes that name no colour or style, as many as the spares left, each get
+    the next spare colour and style in the registry's order, apart from every other colour in
+    every vision; one more takes the first spare colour again, with a style of its own."""
+    from h2o import H2O
+    from h2o.policies import registry
+
+    colours_taken = sum(not c.declares("colour") for c in BUILT_IN)
+    styles_taken = sum(not c.declares("line_style") for c in BUILT_IN)
+    room = max(len(EXTRA_COLOURS) - colours_taken, 0)
+    news = [type(f"New{i}", (H2O,), {"name": f"new-{i}"}) for i in range(room + 1)]
+    for cls in news:
+        monkeypatch.setitem(registry.POLICIES, cls.name, cls)
+    monkeypatch.setattr(registry, "BUILT_IN", (*BUILT_IN, *news[:-1]))
+    check_palette(registry.BUILT_IN)
+    spares = [EXTRA_COLOURS[(colours_taken + i) % len(EXTRA_COLOURS)] for i in range(len(news))]
+    assert [policy_colour(c.name) for c in news] == spares
+    assert policy_colour(news[-1].name) == EXTRA_COLOURS[0]
+    styles = [EXTRA_STYLES[(styles_taken + i) % len(EXTRA_STYLES)] for i in range(len(news))]
+    assert [policy_style(c.name) for c in news] == styles
+    monkeypatch.setattr(registry, "BUILT_IN", (*BUILT_IN, *news))
+    check_palette(registry.BUILT_IN)  # colours shared past the spares, styles still their own
 
 
 # -- text contrast ---------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from h2o import H2O, POLICIES, TOVA, RandomEviction, Scissorhands, SlidingWindow, StreamingLLM
+from h2o.policies.registry import BUILT_IN, build
 from h2o.reference import CARD_POLICIES
 from h2o.trace_vectors import HeadVectors
 
@@ -21,19 +22,18 @@ VECTORS = HeadVectors(
 )
 
 
+#: What the methods that read more than attention are handed (``reads_trace``), by name.
+SIGNALS = {"key_norms": NORMS, "vectors": VECTORS, "kvzip_scores": NORMS / NORMS.max()}
+
+
 def make(name, budget=8, **kw):
-    defaults = {
-        "h2o": {"recent_window": 2},
-        "scissorhands": {"recent_window": 2},
-        "tova": {"recent_window": 1},
-        "streaming-llm": {"sinks": 2},
-        "sliding-window": {},
-        "random": {"recent_window": 2, "rng": np.random.default_rng(0)},
-        "key-norm": {"recent_window": 2, "key_norms": NORMS},
-        "expected-attention": {"recent_window": 2, "vectors": VECTORS},
-        "kvzip": {"recent_window": 2, "kvzip_scores": NORMS / NORMS.max()},
-    }[name]
-    return POLICIES[name](budget, **{**defaults, **kw})
+    """``POLICIES[name]`` at small settings, each taken if its class has it: a window of 2 (TOVA's
+    own, 1), 2 sinks, a seeded rng and the trace's signals it reads."""
+    cls = POLICIES[name]
+    window = getattr(cls, "default_recent_window", 2) if cls.own_window else 2
+    signals = {k: SIGNALS[k] for k in cls.reads_trace}
+    settings = {"recent_window": window, "sinks": 2, "rng": np.random.default_rng(0), **signals}
+    return build(cls, budget, **{**settings, **kw})
 
 
 def drive(p, steps, seed=0, start=0):
@@ -51,18 +51,11 @@ def snapshot(p):
 
 
 def test_registry_names():
-    assert set(POLICIES) == {
-        "expected-attention",
-        "key-norm",
-        "kvzip",
-        "quest",
-        "h2o",
-        "streaming-llm",
-        "scissorhands",
-        "tova",
-        "sliding-window",
-        "random",
-    }
+    """Every class of ``BUILT_IN`` by its own name (none listed here), the card's among them."""
+    assert {c.name: c for c in BUILT_IN} == POLICIES and len(POLICIES) == len(BUILT_IN)
+    assert {"h2o", "streaming-llm", "scissorhands", "tova", "sliding-window", "random"} <= set(
+        POLICIES
+    )
     assert POLICIES["h2o"] is H2O and POLICIES["streaming-llm"] is StreamingLLM
 
 

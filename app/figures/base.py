@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 
 from h2o.player.colours import ColourScale  # noqa: F401  (the player's; figures read it here)
 from h2o.player.constants import COLOURS
+from h2o.policies import registry
 from h2o.policies.registry import BUILT_IN
 
 from ..bytecache import ByteCache
@@ -40,11 +41,11 @@ PRESENTER_FONT = 16
 TEXT_COLOUR = "#000037"
 
 #: One colour per policy, on every page and in the browser's step view (policy A or B alike),
-#: each declared by its class (``colour``). Any two, and each with the oracle's, stay at least
-#: ΔE00 10 apart under simulated deuteranopia, protanopia and tritanopia (tests/test_palette.py).
-#: Three were moved for that (from Scissorhands #2CA58D, sliding window #9C755F, random #8C8C8C):
-#: Scissorhands and random were 0.9 apart under deuteranopia, the sliding window and the oracle
-#: 2.2 under protanopia.
+#: each declared by its built-in class (``colour``). Any two, and each with the oracle's, stay at
+#: least ΔE00 10 apart under simulated deuteranopia, protanopia and tritanopia
+#: (tests/test_palette.py). Three were moved for that (from Scissorhands #2CA58D, sliding window
+#: #9C755F, random #8C8C8C): Scissorhands and random were 0.9 apart under deuteranopia, the
+#: sliding window and the oracle 2.2 under protanopia.
 POLICY_COLOURS = {c.name: c.declares("colour") for c in BUILT_IN if c.declares("colour")}
 
 #: And one line style per policy (its class's ``line_style``), so that curves which coincide
@@ -52,8 +53,26 @@ POLICY_COLOURS = {c.name: c.declares("colour") for c in BUILT_IN if c.declares("
 #: pattern, marker, marker size.
 POLICY_STYLES = {c.name: c.declares("line_style") for c in BUILT_IN if c.declares("line_style")}
 
-#: Policies loaded from a file (``--policy``) take these, in order of registration.
-EXTRA_COLOURS = ("#4E79A7", "#59A14F", "#EDC948", "#FF9DA7", "#76B7B2")
+#: The palette's rule for a policy whose class declares no colour (a built-in that names none, a
+#: subclass, a policy loaded from a file): these, one each, in the registry's order. Each stays
+#: ΔE00 10 from every declared colour, the oracle's and the other spares in every simulated
+#: vision (tests/test_palette.py): the colours of a greedy search for the farthest (``#rgb``
+#: steps of 0x11, luminance 0.05 to 0.45, as light or dark as the declared ones or a little
+#: more), until none was 10 from all. A fifth such policy takes the first again; its line style
+#: still differs.
+EXTRA_COLOURS = ("#00CC88", "#DD99CC", "#0000DD", "#444411")
+
+#: And their line styles: markers no declared style uses, so a spare never looks like a built-in.
+EXTRA_STYLES = (
+    ("longdashdot", "pentagon", 9),
+    ("solid", "hourglass", 9),
+    ("dash", "bowtie", 9),
+    ("dot", "triangle-left", 9),
+    ("longdash", "triangle-right", 9),
+    ("dashdot", "octagon", 9),
+    ("longdashdot", "hexagram", 9),
+    ("solid", "star-square", 9),
+)
 
 ORACLE_COLOUR = COLOURS["oracle"]
 
@@ -66,15 +85,29 @@ NEUTRAL_LINE = COLOURS["neutral"]
 PLOT_BG = COLOURS["plotBg"]
 
 
-def policy_colour(name: str) -> str:
-    """The policy's own colour (one per policy, on every page); a loaded one gets a spare."""
-    if name in POLICY_COLOURS:
-        return POLICY_COLOURS[name]
-    import h2o
+def _declared(name: str, fact: str) -> Any:
+    """The fact a built-in class declares itself (:meth:`~h2o.policies.Policy.declares`), or None:
+    only the built-ins' colours are checked together (a loaded policy takes a spare)."""
+    cls = registry.POLICIES.get(name)
+    return cls.declares(fact) if cls is not None and cls in registry.BUILT_IN else None
 
-    extra = [n for n in h2o.POLICIES if n not in POLICY_COLOURS]
-    i = extra.index(name) if name in extra else 0
-    return EXTRA_COLOURS[i % len(EXTRA_COLOURS)]
+
+def _spare(name: str, fact: str, spares: Sequence[Any]) -> Any:
+    """The palette's rule: the policies declaring no ``fact`` take ``spares`` in the registry's
+    order (read now: built-ins first, then policies loaded from files in the order they came)."""
+    undeclared = [n for n in registry.POLICIES if _declared(n, fact) is None]
+    i = undeclared.index(name) if name in undeclared else 0
+    return spares[i % len(spares)]
+
+
+def policy_colour(name: str) -> str:
+    """The policy's own colour (one per policy, on every page): its class's, or a spare."""
+    return _declared(name, "colour") or _spare(name, "colour", EXTRA_COLOURS)
+
+
+def policy_style(name: str) -> tuple[str, str, int]:
+    """The policy's line style (dash, marker, marker size): its class's, or a spare."""
+    return _declared(name, "line_style") or _spare(name, "line_style", EXTRA_STYLES)
 
 
 def base_layout(
@@ -231,7 +264,8 @@ def styled_lines(curves: Sequence[Curve], x_name: str, value: str) -> list[dict]
             None,
         )
         drawn.append((label, x, y))
-        dash, symbol, size = POLICY_STYLES.get(policy, ("solid", "circle", 8))
+        known = policy in registry.POLICIES  # a curve of no policy is drawn neutral and plain
+        dash, symbol, size = policy_style(policy) if known else ("solid", "circle", 8)
         if policy in seen:
             dash = "dash" if dash != "dash" else "dot"
         seen.add(policy)
@@ -243,7 +277,7 @@ def styled_lines(curves: Sequence[Curve], x_name: str, value: str) -> list[dict]
                 "y": y,
                 "mode": "lines+markers",
                 "line": {
-                    "color": POLICY_COLOURS.get(policy, NEUTRAL_LINE),
+                    "color": policy_colour(policy) if known else NEUTRAL_LINE,
                     "width": 2 if twin else 3,
                     "dash": dash,
                 },
