@@ -235,7 +235,7 @@ def _allocations(model: SmolLM, ids: list[int], args: argparse.Namespace) -> Non
     """Each allocation's closed-loop evaluation, the duo calibration and SnapKV's prefill, as
     ratios to the plain full-cache evaluation of the same repeat (interleaved, like the rest)."""
     from h2o.model.allocation import allocated_factory, head_shares, make_allocation
-    from h2o.model.forward import KVCache
+    from h2o.model.kv_cache import KVCache
     from h2o.model.snapkv import snapkv_window_attention
 
     shares = head_shares(model, ids[:1024]).kv_rest()  # calibration for duo (not timed here)

@@ -12,6 +12,7 @@ from model_marks import needs_model
 
 from h2o.model.answer import row_perplexity, score_answer
 from h2o.model.rows import Row
+from h2o.model.stack import cache_for
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,9 @@ def _one_pass(model, row: Row, prompt, answer) -> np.ndarray:
 
     pol = row_policies(model, row) if row.kind == "policy" else None
     full = list(prompt) + list(answer)
-    hidden = model.forward(full[:-1], policies=pol, quant=row_quant(row))
+    hidden = model.forward(
+        full[:-1], cache=cache_for(model.config, policies=pol, quant=row_quant(row))
+    )
     return model.token_logprobs(hidden[len(prompt) - 1 :], answer)
 
 
@@ -96,7 +99,7 @@ def test_quantized_continuation_decodes_through_the_quantized_cache(model, ids) 
     sc = score_answer(model, prompt, ids[90:92], row, max_new=4, stop_at_eos=False)
     seq = list(prompt)
     for tok in sc.produced_ids:
-        h = model.forward(seq, quant=row_quant(row))
+        h = model.forward(seq, cache=cache_for(model.config, quant=row_quant(row)))
         assert int(np.argmax(model.logits(h[-1:])[0])) == tok
         seq.append(tok)
 
@@ -207,7 +210,7 @@ def test_combination_bytes_are_measured(model, ids) -> None:
     row = Row.parse("h2o@48+kivi4")
     ppl, nbytes = row_perplexity(model, ids, row)
     pol = row_policies(model, row)
-    model.forward(ids, policies=pol, quant=row_quant(row))
+    model.forward(ids, cache=cache_for(model.config, policies=pol, quant=row_quant(row)))
     assert nbytes == row.kv_bytes(model.config, len(ids), kept=kept_sets(pol))
     assert nbytes > row.kv_bytes(model.config, len(ids))  # H2O's keepers span groups
     assert ppl == pytest.approx(_ppl_one_pass(model, row, ids), rel=1e-6)
@@ -217,7 +220,7 @@ def _ppl_one_pass(model, row, ids) -> float:
     from h2o.model.answer import row_policies, row_quant
 
     pol = row_policies(model, row)
-    h = model.forward(ids[:-1], policies=pol, quant=row_quant(row))
+    h = model.forward(ids[:-1], cache=cache_for(model.config, policies=pol, quant=row_quant(row)))
     return float(np.exp(-model.token_logprobs(h, ids[1:]).mean()))
 
 

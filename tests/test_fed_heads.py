@@ -12,6 +12,7 @@ from h2o.model.answer import row_perplexity
 from h2o.model.fed_heads import Feed, fed_layers
 from h2o.model.forward import rms_norm
 from h2o.model.rows import Row
+from h2o.model.stack import cache_for
 from h2o.policies import POLICIES
 from h2o.policies.expected_attention import ExpectedAttention
 from h2o.trace_vectors import HeadVectors
@@ -49,7 +50,7 @@ def test_key_norm_over_a_text_keeps_what_the_literal_rule_keeps(model, ids) -> N
     window = POLICIES["key-norm"].default_recent_window
     layers = fed_layers(model, "key-norm", budget, T)
     cache = KVCache(cfg, T)
-    model.forward(ids, cache=cache, policies=layers)
+    model.forward(ids, cache=cache_for(model.config, cache, policies=layers))
     for li in range(cfg.n_layers):
         for g in range(cfg.n_kv_heads):
             k = cache.k[li, g, :T].astype(np.float64)
@@ -64,7 +65,7 @@ def test_kvzip_over_a_text_reads_the_scores_given_ahead(model, ids) -> None:
     given = np.random.default_rng(3).random((cfg.n_layers, cfg.n_kv_heads, T))
     given[0, 0, 10:20] = 0.5  # ties: the lower position leaves first
     layers = fed_layers(model, "kvzip", budget, T, given)
-    model.forward(ids, policies=layers)
+    model.forward(ids, cache=cache_for(model.config, policies=layers))
     for li in range(cfg.n_layers):
         for g in range(cfg.n_kv_heads):
             want = literal_kept(given[li, g].tolist(), T, budget, window)
@@ -84,7 +85,7 @@ def test_expected_attention_is_fed_each_position_before_it_is_stepped(model, ids
         layers = fed_layers(model, "expected-attention", budget, T)
         cache = KVCache(cfg, T)
         for t in range(0, T, chunk):
-            model.forward(ids[t : t + chunk], cache=cache, policies=layers)
+            model.forward(ids[t : t + chunk], cache=cache_for(model.config, cache, policies=layers))
         if chunk == 1:
             one_by_one = [[pol.kept.tolist() for pol in layer.policies] for layer in layers]
     assert [[pol.kept.tolist() for pol in layer.policies] for layer in layers] == one_by_one
@@ -104,7 +105,7 @@ def test_the_vectors_fed_are_the_models_queries_keys_and_value_norms(model, ids)
     cfg, T = model.config, len(ids)
     layers = fed_layers(model, "expected-attention", T + 8, T)
     cache = KVCache(cfg, T)
-    model.forward(ids, cache=cache, policies=layers)
+    model.forward(ids, cache=cache_for(model.config, cache, policies=layers))
     gs = cfg.group_size
     for li in range(cfg.n_layers):
         x = (

@@ -11,6 +11,7 @@ from model_marks import needs_model
 from h2o.model.answer import row_policies, row_quant, score_answer
 from h2o.model.followup import score_followup
 from h2o.model.rows import Row
+from h2o.model.stack import cache_for
 from h2o.needle.cells import FOLLOWUP_DEPTHS, followup_pairs
 from h2o.needle.grid import followup_key
 
@@ -36,7 +37,9 @@ def test_the_second_answer_is_one_pass_over_the_conversation(model, label):
     sc = score_followup(model, prompt, a1, turn, a2, row, max_new=3)
     whole = prompt + a1 + turn + a2
     pols = row_policies(model, row) if row.kind == "policy" else None
-    hidden = model.forward(whole[:-1], policies=pols, quant=row_quant(row))
+    hidden = model.forward(
+        whole[:-1], cache=cache_for(model.config, policies=pols, quant=row_quant(row))
+    )
     start = len(prompt) + len(a1) + len(turn)
     ref = model.token_logprobs(hidden[start - 1 :], a2)
     assert sc.second_logprob == pytest.approx(float(ref.sum()), rel=1e-5)
@@ -48,8 +51,8 @@ def test_the_second_answer_is_one_pass_over_the_conversation(model, label):
 
 
 def test_the_second_greedy_answer_continues_the_conversation(model):
-    from h2o.model.forward import KVCache
     from h2o.model.generate import decode_greedy
+    from h2o.model.kv_cache import KVCache
 
     prompt, a1, turn, a2 = conversation(12)
     sc = score_followup(model, prompt, a1, turn, a2, Row.parse("full"), max_new=4)

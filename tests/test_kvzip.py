@@ -126,7 +126,7 @@ def test_on_the_model_a_row_holds_its_total_and_reads_the_question_after(model) 
     from tiny_model import token_ids
 
     from h2o.model.answer import kept_sets, read_prompt, score_answer
-    from h2o.model.forward import KVCache
+    from h2o.model.kv_cache import KVCache
 
     ids = token_ids(140, seed=9)
     prompt, answer = ids[:130], ids[130:134]

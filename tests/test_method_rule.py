@@ -18,6 +18,7 @@ from test_replay_compiled import same_replays
 
 from h2o import H2O, Trace, canonical_trace
 from h2o.bank import lane, make_bank, replay_bank
+from h2o.model.stack import cache_for
 from h2o.policies.base import ScoredPolicy
 from h2o.policies.registry import BUILT_IN
 from h2o.policies.rule import compile_rule
@@ -130,7 +131,9 @@ def test_an_edited_rule_moves_the_model_bank(monkeypatch, tmp_path):
 
     def both() -> tuple[np.ndarray, np.ndarray]:
         banked = perplexity_under_eviction(model, ids, factory).nll
-        hidden = model.forward(ids[:-1], policies=make_policies(model, factory))
+        hidden = model.forward(
+            ids[:-1], cache=cache_for(model.config, policies=make_policies(model, factory))
+        )
         return banked, -model.token_logprobs(hidden, ids[1:])
 
     banked0, alone0 = both()

@@ -47,6 +47,7 @@ from h2o.model import (  # noqa: E402
 )
 from h2o.model import forward as fwd  # noqa: E402
 from h2o.model.gguf_io import GGUF_ENV, read_gguf  # noqa: E402
+from h2o.model.stack import cache_for  # noqa: E402
 
 #: float32 against the float64 reference over 36-40 decode steps: a random model's token NLLs
 #: reach 30+, where float32's rounding through three layers is ~1e-5 of the value.
@@ -321,7 +322,7 @@ def test_capture_records_each_positions_kvzip_score(model) -> None:
     """The KVzip scores are the layer's reconstruction scores (the model's ``kvzip@B`` rows'
     own, tested against kvpress in test_kvzip.py), of the head's KV head or the mean over them."""
     from h2o.model.caches.kvzip_cache import reconstruction_scores
-    from h2o.model.forward import KVCache
+    from h2o.model.kv_cache import KVCache
 
     ids = token_ids(30)
     cache = KVCache(model.config, 30)
@@ -415,7 +416,9 @@ def test_a_step_is_checked_before_any_head_is_stepped(model) -> None:
 
     policies = _standins()
     with pytest.raises(ValueError, match="layer 1, KV head 1: the attention signal of step 7"):
-        model.forward(token_ids(20), policies=policies, attn_hook=poison)
+        model.forward(
+            token_ids(20), cache=cache_for(model.config, policies=policies), attn_hook=poison
+        )
     assert all(p.steps == list(range(20)) for p in policies[0])  # layer 0 completed
     assert all(p.steps == list(range(7)) for p in policies[1])  # nobody stepped at 7
     assert all(p.steps == [] for p in policies[2])
@@ -427,7 +430,7 @@ def test_a_kept_position_outside_the_past_is_refused_before_stepping(model) -> N
     policies = _standins(L0H1=RecordingStandIn(future_at=5))
     refusal = r"layer 0, KV head 1: at step 5 the policy keeps positions 0\.\.7, outside 0\.\.4"
     with pytest.raises(ValueError, match=refusal):
-        model.forward(token_ids(20), policies=policies)
+        model.forward(token_ids(20), cache=cache_for(model.config, policies=policies))
     assert [p.steps for p in policies[0]] == [list(range(5))] * NKV
 
 
@@ -436,14 +439,16 @@ def test_policies_are_checked_before_the_first_layer(model) -> None:
     cache = KVCache(model.config, 40)
     ahead = _standins(L2H1=RecordingStandIn(last_pos=3))
     with pytest.raises(ValueError, match=r"layer 2, KV head 1: .*already seen position 3"):
-        model.forward(ids, cache=cache, policies=ahead)
+        model.forward(ids, cache=cache_for(model.config, cache, policies=ahead))
     shared = RecordingStandIn()
     with pytest.raises(ValueError, match="layer 1, KV head 1: the same policy instance"):
-        model.forward(ids, cache=cache, policies=_standins(L1H0=shared, L1H1=shared))
+        model.forward(
+            ids, cache=cache_for(model.config, cache, policies=_standins(L1H0=shared, L1H1=shared))
+        )
     short = _standins()
     short[1] = short[1][:1]
     with pytest.raises(ValueError, match=f"layer 1: need {NKV} policies"):
-        model.forward(ids, cache=cache, policies=short)
+        model.forward(ids, cache=cache_for(model.config, cache, policies=short))
     for pols in (ahead, short):
         assert all(p.steps == [] for row in pols for p in row)
     assert shared.steps == [] and cache.length == 0
@@ -454,10 +459,12 @@ def test_reused_real_policies_are_refused_and_left_as_they_were(model) -> None:
     from h2o.model import make_policies
 
     pols = make_policies(model, policy_factory("h2o", 8, recent_window=2))
-    model.forward(token_ids(15), policies=pols)
+    model.forward(token_ids(15), cache=cache_for(model.config, policies=pols))
     before = [(p.kept.copy(), p.scores.copy(), p.last_pos) for row in pols for p in row]
     with pytest.raises(ValueError, match="already seen position 14"):
-        model.forward(token_ids(15), policies=pols)  # a second run must use fresh policies
+        model.forward(
+            token_ids(15), cache=cache_for(model.config, policies=pols)
+        )  # a second run must use fresh policies
     after = [(p.kept, p.scores, p.last_pos) for row in pols for p in row]
     for (k0, s0, l0), (k1, s1, l1) in zip(before, after, strict=True):
         np.testing.assert_array_equal(k0, k1)

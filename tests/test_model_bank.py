@@ -30,6 +30,7 @@ from h2o.model import (
 )
 from h2o.model import forward as fwd
 from h2o.model.quality import make_banks
+from h2o.model.stack import cache_for
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def per_instance_nll(model: SmolLM, ids: list[int], factory) -> np.ndarray:
     """The closed loop as it ran before banks: one instance per (layer, KV head)."""
     policies = make_policies(model, factory)
     assert not any(isinstance(row, PolicyBank) for row in policies)
-    hidden = model.forward(ids[:-1], policies=policies)
+    hidden = model.forward(ids[:-1], cache=cache_for(model.config, policies=policies))
     nll = -model.token_logprobs(hidden, ids[1:])
     unbanked = perplexity_under_eviction(model, ids, factory, lock_step=False)
     assert unbanked.nll.tobytes() == nll.tobytes()
@@ -72,8 +73,8 @@ def test_banked_closed_loop_is_the_per_instance_one_bit_for_bit(model, name, bud
     assert got.perplexity == float(np.exp(want.mean()))
     # and every head's cache ends the same: positions and float64 scores
     banks, policies = make_banks(model, factory), make_policies(model, factory)
-    model.forward(ids[:-1], policies=banks)
-    model.forward(ids[:-1], policies=policies)
+    model.forward(ids[:-1], cache=cache_for(model.config, policies=banks))
+    model.forward(ids[:-1], cache=cache_for(model.config, policies=policies))
     for bank, row in zip(banks, policies, strict=True):
         for g, p in enumerate(row):
             assert bank.kept(g).tolist() == p.kept.tolist()
@@ -98,7 +99,9 @@ def test_a_step_with_a_bad_signal_moves_no_head_of_a_bank(model):
 
     banks = make_banks(model, policy_factory("h2o", 5, recent_window=1))
     with pytest.raises(ValueError, match="layer 1, KV head 1: the attention signal of step 7"):
-        model.forward(token_ids(20), policies=banks, attn_hook=poison)
+        model.forward(
+            token_ids(20), cache=cache_for(model.config, policies=banks), attn_hook=poison
+        )
     assert [banks[li].last_pos for li in range(NL)] == [19, 6, -1]
     assert all(banks[1].lane(g).last_pos == 6 for g in range(NKV))
 

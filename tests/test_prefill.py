@@ -9,6 +9,7 @@ import pytest
 
 from h2o.model.prefill import keep_heavy_and_recent, prefill_policies
 from h2o.model.rows import Row
+from h2o.model.stack import cache_for
 from h2o.policies.snapkv import snapkv_scores
 
 
@@ -106,7 +107,7 @@ def test_prefill_mode_on_the_model(model):
     from tiny_model import token_ids
 
     from h2o.model.answer import score_answer
-    from h2o.model.forward import KVCache
+    from h2o.model.kv_cache import KVCache
     from h2o.model.prefill import prompt_attention
 
     ids = token_ids(90, seed=3)
@@ -159,7 +160,7 @@ def test_a_window_share_reaches_the_policies(model):
     from tiny_model import token_ids
 
     pols = row_policies(model, row)
-    model.forward(token_ids(60, seed=2), policies=pols)
+    model.forward(token_ids(60, seed=2), cache=cache_for(model.config, policies=pols))
     # window 10 reached every policy (the default 32 would be refused at budget 20): the newest
     # ten positions are always kept
     for heads in kept_sets(pols):

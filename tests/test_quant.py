@@ -20,6 +20,7 @@ from h2o.model.quant import (
     quantize_values,
     round_trip,
 )
+from h2o.model.stack import cache_for
 
 
 # -- one group -----------------------------------------------------------------------------------
@@ -240,12 +241,20 @@ def test_prefill_is_a_token_by_token_kivi_decoder(model, bits, sinks, policy, re
     spec = KiviSpec(bits, sinks, residual=residual)
     f = None if policy is None else policy_factory(policy, 48)
     pre = model.forward(
-        ids, policies=None if f is None else make_banks(model, f), quant=QuantState(spec)
+        ids,
+        cache=cache_for(
+            model.config,
+            policies=None if f is None else make_banks(model, f),
+            quant=QuantState(spec),
+        ),
     )
     cache = KVCache(model.config, len(ids))
     ref = LiteralKivi(spec)
     pols = None if f is None else make_policies(model, f)
-    steps = [model.forward([i], cache=cache, policies=pols, quant=ref)[0] for i in ids]
+    steps = [
+        model.forward([i], cache=cache_for(model.config, cache, policies=pols, quant=ref))[0]
+        for i in ids
+    ]
     slow = np.stack(steps)
     # float32 rounding over 300 tokens, not 110: the two paths round a key differently in the
     # last bit, which can move one code across a level (seen: 2.7e-3 from token 275 on, numpy
@@ -253,7 +262,9 @@ def test_prefill_is_a_token_by_token_kivi_decoder(model, bits, sinks, policy, re
     tol = 1e-4 if residual == 32 else 1e-2
     assert np.allclose(pre, slow, rtol=tol, atol=tol), np.abs(pre - slow).max()
     # and quantization shows: the full-precision run is far from both
-    full = model.forward(ids, policies=None if f is None else make_banks(model, f))
+    full = model.forward(
+        ids, cache=cache_for(model.config, policies=None if f is None else make_banks(model, f))
+    )
     assert np.abs(full - slow).max() > 100 * np.abs(pre - slow).max()
 
 
@@ -265,15 +276,15 @@ def test_a_decoder_with_the_state_matches_the_prefill(model) -> None:
 
     ids = token_ids(100, seed=4)
     spec = KiviSpec(4, 4, residual=32)
-    pre = model.forward(ids, quant=QuantState(spec))
+    pre = model.forward(ids, cache=cache_for(model.config, quant=QuantState(spec)))
     cache = KVCache(model.config, len(ids))
     st = QuantState(spec)
-    h = [model.forward(ids[:40], cache=cache, quant=st)]
-    h += [model.forward([i], cache=cache, quant=st) for i in ids[40:70]]
-    h += [model.forward(ids[70:], cache=cache, quant=st)]
+    h = [model.forward(ids[:40], cache=cache_for(model.config, cache, quant=st))]
+    h += [model.forward([i], cache=cache_for(model.config, cache, quant=st)) for i in ids[40:70]]
+    h += [model.forward(ids[70:], cache=cache_for(model.config, cache, quant=st))]
     assert np.allclose(pre, np.concatenate(h), rtol=1e-4, atol=1e-4)
     # rewinding forgets what was coded past the new length
     st.truncate(50)
     cache.length = 50
-    again = model.forward(ids[50:], cache=cache, quant=st)
+    again = model.forward(ids[50:], cache=cache_for(model.config, cache, quant=st))
     assert np.allclose(pre[50:], again, rtol=1e-4, atol=1e-4)

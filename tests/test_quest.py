@@ -11,6 +11,7 @@ import pytest
 
 from h2o.model.caches.quest_cache import DENSE_LAYERS, PAGE, Quest, n_pages_read, page_mask
 from h2o.model.rows import Row
+from h2o.model.stack import cache_for
 
 
 def literal_mask(q: np.ndarray, keys: np.ndarray, budget: int, chunk: int = 16) -> np.ndarray:
@@ -109,7 +110,9 @@ def test_refusals(label, match) -> None:
 def test_a_selection_takes_no_policies_and_no_quantization(tiny_smollm) -> None:
     select = Row.parse("quest@64").cache.selector(tiny_smollm)
     with pytest.raises(ValueError, match="selection"):
-        tiny_smollm.forward([5, 6, 7], policies=[[]], select=select)
+        tiny_smollm.forward(
+            [5, 6, 7], cache=cache_for(tiny_smollm.config, policies=[[]], select=select)
+        )
 
 
 def test_the_row_and_its_bytes(tiny_smollm) -> None:
@@ -176,7 +179,7 @@ def test_the_first_two_layers_read_everything(tiny_smollm) -> None:
 
     cache = KVCache(cfg, 100)
     model.read(ids[:96], cache)
-    model.forward(ids[96:], cache=cache, select=select, attn_hook=hook)
+    model.forward(ids[96:], cache=cache_for(model.config, cache, select=select), attn_hook=hook)
     for li in range(cfg.n_layers):
         zero = (probs[li][:, :, :96] == 0).any()
         assert zero == (li >= DENSE_LAYERS), li
@@ -199,7 +202,7 @@ def test_a_selection_that_reads_every_key_is_the_dense_forward(tiny_smollm) -> N
     for select in (None, every):
         cache = KVCache(cfg, 90)
         model.read(ids[:70], cache)
-        outs.append(model.forward(ids[70:], cache=cache, select=select))
+        outs.append(model.forward(ids[70:], cache=cache_for(model.config, cache, select=select)))
     assert np.array_equal(outs[0], outs[1])
 
 
@@ -225,7 +228,7 @@ def test_a_run_counts_the_pages_it_read(tiny_smollm) -> None:
 
     cache = KVCache(cfg, 100)
     model.read(ids[:90], cache)
-    model.forward(ids[90:], cache=cache, select=spy)
+    model.forward(ids[90:], cache=cache_for(model.config, cache, select=spy))
     G, gs = cfg.n_kv_heads, cfg.group_size
     by_hand = sum(int(m.reshape(G, gs, *m.shape[1:]).any(axis=1).sum()) for m in masks)
     assert reads.steps == 10 and reads.keys_read == by_hand
@@ -265,7 +268,9 @@ def test_over_a_text_a_run_says_what_a_step_reads_of_what_it_holds(tiny_smollm) 
             masks.append((start, m))
         return m
 
-    model.forward(ids[:-1], select=spy)  # the run's forward again, watched
+    model.forward(
+        ids[:-1], cache=cache_for(model.config, select=spy)
+    )  # the run's forward again, watched
     run = text_run(model, ids, row)
     assert run.kv_bytes == row.kv_bytes(cfg, 161)
     G, gs, T = cfg.n_kv_heads, cfg.group_size, 160

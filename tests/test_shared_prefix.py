@@ -22,7 +22,8 @@ from h2o.model.answer import (
     score_cells,
     shared_stop,
 )
-from h2o.model.forward import PROMPT_BLOCK, KVCache
+from h2o.model.forward import PROMPT_BLOCK
+from h2o.model.kv_cache import KVCache
 from h2o.model.rows import Row
 
 #: Every way a row reads a prompt: the plain prefill (full cache; KIVI, which quantizes after

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from h2o.model.caches import Budgeted
+from h2o.model.stack import cache_for
 from h2o.policies.snapkv import FixedKeep
 
 _HEAD = re.compile(r"^first@(?P<budget>\d+)$")
@@ -32,7 +33,7 @@ class FirstTokens(Budgeted):
         return "First tokens"
 
     def read_prompt(self, model, prompt, cache, quant, reading, calibration_ids=None):
-        hidden = model.read(prompt, cache, quant=quant)
+        hidden = model.read(prompt, cache_for(model.config, cache, quant=quant))
         T, cfg = len(prompt), model.config
         keep = np.arange(min(int(self.row.budget), T))  # type: ignore[arg-type]
         return hidden, [

@@ -15,9 +15,10 @@ Only numpy, ``gguf`` and ``tokenizers`` are needed (no torch, no transformers).
 
 from h2o.model.answer import AnswerScore, row_perplexity, score_answer
 from h2o.model.capture import capture_attention, to_trace
-from h2o.model.forward import AttnChunk, KVCache, SmolLM
+from h2o.model.forward import AttnChunk, SmolLM
 from h2o.model.generate import GenerationResult, generate
 from h2o.model.gguf_io import ModelConfig, ModelNotFoundError, find_gguf
+from h2o.model.kv_cache import KVCache
 from h2o.model.layers import RegionShares, layer_attention_shares
 from h2o.model.quality import (
     PerplexityResult,

@@ -30,7 +30,8 @@ from h2o.alloc import ALLOCATORS, Allocation, make_allocator
 from h2o.alloc.adaptive import adapts
 from h2o.alloc.duo import RETRIEVAL
 from h2o.bank.adaptive import AdaptiveLayer
-from h2o.model.forward import AttnChunk, PolicyFactory, SmolLM
+from h2o.model.closed_loop import PolicyFactory
+from h2o.model.forward import AttnChunk, SmolLM
 from h2o.model.quality import (
     FULL_CACHE,
     PerplexityResult,

@@ -27,10 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from h2o.model.forward import PROMPT_BLOCK, KVCache, SmolLM
+from h2o.model.forward import PROMPT_BLOCK, SmolLM
 from h2o.model.generate import decode_greedy
+from h2o.model.kv_cache import KVCache
 from h2o.model.quant import QuantState
 from h2o.model.rows import Row
+from h2o.model.stack import cache_for
 
 
 @dataclass
@@ -257,9 +259,8 @@ def score_answer(
     select = row.cache.selector(model)  # what each step after the prompt reads (Quest)
     lps = model.token_logprobs(hidden[-1:], answer[:1])
     if len(answer) > 1:
-        h_ans = model.forward(
-            answer[:-1], cache=cache, policies=policies, quant=quant, select=select
-        )
+        through = cache_for(cfg, cache, policies=policies, quant=quant, select=select)
+        h_ans = model.forward(answer[:-1], cache=through)
         lps = np.concatenate([lps, model.token_logprobs(h_ans, answer[1:])])
 
     new_ids: list[int] = []
@@ -403,7 +404,8 @@ def text_run(
     quant = row_quant(row)
     if policies is None or quant is None:
         select = row.cache.selector(model)  # every token a decoding step (Quest's PG19 runs)
-        hidden = model.forward(ids[:-1], policies=policies, quant=quant, select=select)
+        through = cache_for(cfg, policies=policies, quant=quant, select=select)
+        hidden = model.forward(ids[:-1], cache=through)
         nll = -model.token_logprobs(hidden, ids[1:])
         ppl = float(np.exp(nll.mean()))
         held = row.kv_bytes(cfg, len(ids)) + row.cache.stepped_bytes(cfg, len(ids))
@@ -418,8 +420,9 @@ def text_run(
     # a combination: its bytes depend on which groups its kept tokens fall in, so the run
     # reads the last token too (one more step) and counts what it then holds
     cache = KVCache(cfg, len(ids))
-    hidden = model.forward(ids[:-1], cache=cache, policies=policies, quant=quant)
+    through = cache_for(cfg, cache, policies=policies, quant=quant)
+    hidden = model.forward(ids[:-1], cache=through)
     nll = -model.token_logprobs(hidden, ids[1:])
-    model.forward(ids[-1:], cache=cache, policies=policies, quant=quant)
+    model.forward(ids[-1:], cache=through)
     held = row.kv_bytes(cfg, len(ids), kept=kept_sets(policies))
     return TextRun(float(np.exp(nll.mean())), held, held)

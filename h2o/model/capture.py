@@ -49,7 +49,7 @@ def kvzip_scores(model: SmolLM, ids: list[int], layer: int) -> np.ndarray:
     (:func:`h2o.model.caches.kvzip_cache.reconstruction_scores`; the first 4 score 1). The text
     is read once more, then repeated: two passes beyond the capture's own."""
     from h2o.model.caches.kvzip_cache import reconstruction_scores
-    from h2o.model.forward import KVCache
+    from h2o.model.kv_cache import KVCache
 
     cache = KVCache(model.config, len(ids))
     model.read(ids, cache)

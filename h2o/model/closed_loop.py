@@ -1,6 +1,7 @@
 """The closed loop's seam: one layer's KV heads behind one interface, whatever holds them.
 
-The model steps its eviction policies once per token and layer (:meth:`SmolLM._attention`):
+The model steps its eviction policies once per token and layer (:class:`ClosedLoopCache`, the
+:class:`h2o.model.cache_api.Cache` the forward pass reads through):
 query row ``t`` may see only ``kept ∪ {t}`` of its KV head, and each head's policy gets the
 softmax over its kept keys, averaged over the query heads of its group, then admits ``t`` and
 evicts. A layer's heads come in four forms, and each is a :class:`LayerHeads` — the role
@@ -16,7 +17,7 @@ wants attention, and one :meth:`~LayerHeads.step` per query row:
 
 Every form computes the same masks and the same float32 signals (the same gathers into the same
 :func:`_renormalised_mean`), checks them before any head moves, and so gives the instances'
-results bit for bit. :func:`as_heads` wraps what :meth:`SmolLM.forward` is given;
+results bit for bit. :func:`as_heads` wraps what a :class:`ClosedLoopCache` is given;
 :func:`fastest` builds the fastest exact form of a row of fresh instances.
 """
 
@@ -24,7 +25,8 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -32,10 +34,14 @@ import numpy as np
 from h2o.bank import PolicyBank, bank_key, make_bank
 from h2o.bank.adaptive import AdaptiveHead, AdaptiveLayer
 from h2o.bank.kernels import gather_kept
+from h2o.model.cache_api import Cache, LayerRead
 
 if TYPE_CHECKING:
     from h2o.model.gguf_io import ModelConfig
     from h2o.policies import Policy
+
+#: ``factory(layer, kv_head) -> policy``: one fresh policy per (layer, KV head).
+PolicyFactory = Callable[[int, int], "Policy"]
 
 
 # -- the interface -------------------------------------------------------------------------------
@@ -498,7 +504,7 @@ def _renormalised_mean(pk: np.ndarray) -> np.ndarray:
 
 
 def as_heads(row: object) -> LayerHeads:
-    """The :class:`LayerHeads` of what :meth:`SmolLM.forward` was given for one layer: a bank,
+    """The :class:`LayerHeads` of what :class:`ClosedLoopCache` was given for one layer: a bank,
     layer parts, an adaptive layer, or a sequence of instances."""
     if isinstance(row, LayerHeads):
         return row
@@ -537,3 +543,69 @@ def _adaptive_layer(row: list[Policy]) -> AdaptiveLayer | None:
     if fresh and list(layer.heads) == row:
         return layer
     return None
+
+
+# -- the closed loop as a cache ------------------------------------------------------------------
+class ClosedLoopCache:
+    """``inner``'s keys and values, read under eviction: ``policies[layer][kv_head]`` (any form
+    :func:`as_heads` takes) decide which keys each query sees, and are stepped once per token
+    — a :class:`h2o.model.cache_api.Cache`.
+
+    Each chunk of query rows first gets its causal scores and softmax, as in a plain prefill.
+    Its rows are then stepped one at a time, in order (:meth:`LayerHeads.step_rows`) — exactly
+    what token-by-token decoding with eviction computes under teacher forcing:
+
+    1. query ``t`` may see ``kept ∪ {t}`` of its KV head (recorded in a mask);
+    2. each policy gets ``attn``: the softmax of the query's scores over its kept keys only
+       (self excluded, so it sums to 1 — the trace-row semantics), averaged over the query
+       heads of its group, float32, index-aligned with ``kept``; ``None`` if the policy does
+       not read attention (``reads_attention = False``);
+    3. ``policy.on_decode_step(t, attn)`` admits ``t``, then ``policy.evict()``.
+
+    The model computes the outputs after the chunk's steps: the rows whose caches still hold
+    all of ``0..t-1`` keep the causal softmax untouched (so a budget ``>= T`` is the plain
+    prefill bit for bit); the others use the causal softmax restricted to the mask and
+    renormalised, which equals the softmax over ``kept ∪ {t}``.
+
+    :meth:`begin` checks the policies before anything runs (:func:`check_layers`), and every
+    step's inputs are checked before any policy of that step is stepped
+    (:meth:`LayerHeads.step`), so the refusals of the policy contract surface as a
+    ``ValueError`` naming the layer and head, not halfway through a step.
+    """
+
+    def __init__(
+        self, inner: Cache, policies: Sequence[Sequence[EvictionPolicy]], config: ModelConfig
+    ) -> None:
+        self.inner, self.policies, self.config = inner, policies, config
+
+    @property
+    def length(self) -> int:
+        return self.inner.length
+
+    def begin(self, n: int) -> None:
+        self.inner.begin(n)
+        check_layers(self.policies, self.config, self.inner.length)
+
+    def update(
+        self, layer: int, keys: np.ndarray, values: np.ndarray, queries: np.ndarray
+    ) -> LayerRead:
+        heads = as_heads(self.policies[layer])
+        # policies reading vectors take the new positions before any of them is stepped
+        heads.write(queries, keys, values, self.inner.length)
+        read = self.inner.update(layer, keys, values, queries)
+
+        def observe(p: np.ndarray, start: int) -> tuple[int, np.ndarray]:
+            G, _, c, kv = p.shape
+            mask = np.zeros((G, c, kv), dtype=bool)
+            rows = np.arange(c)
+            mask[:, rows, start + rows] = True  # each query sees itself
+            # A signal that divides by a zero mass is refused and redone (_mean_unchecked):
+            # no warning for it, and one errstate for the chunk (one a row costs a µs).
+            with np.errstate(divide="ignore", invalid="ignore"):
+                first = heads.step_rows(p, start, mask, layer)
+            return first, mask
+
+        return replace(read, observe=observe)
+
+    def commit(self, n: int) -> None:
+        self.inner.commit(n)

@@ -24,9 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from h2o.model.answer import held_shares, kept_sets, read_prompt, row_quant
-from h2o.model.forward import KVCache, SmolLM
+from h2o.model.forward import SmolLM
 from h2o.model.generate import decode_greedy
+from h2o.model.kv_cache import KVCache
 from h2o.model.rows import Row
+from h2o.model.stack import cache_for
 
 
 @dataclass
@@ -49,7 +51,8 @@ def _teacher_forced(
     """Log-probs of ``ids`` after states ``hidden``, reading them into the cache: the sum and
     the final hidden state."""
     lps = model.token_logprobs(hidden[-1:], ids[:1])
-    h = model.forward(ids, cache=cache, policies=pols, quant=quant, select=select)
+    through = cache_for(model.config, cache, policies=pols, quant=quant, select=select)
+    h = model.forward(ids, cache=through)
     if len(ids) > 1:
         lps = np.concatenate([lps, model.token_logprobs(h[:-1], ids[1:])])
     return float(lps.sum()), h
@@ -92,7 +95,8 @@ def score_followup(
 
     # the second question, on the cache the first one left
     lp1, h = _teacher_forced(model, hidden, a1, cache, pols, quant, select)
-    h = model.forward(turn, cache=cache, policies=pols, quant=quant, select=select)
+    through = cache_for(model.config, cache, policies=pols, quant=quant, select=select)
+    h = model.forward(turn, cache=through)
     held = None if pols is None or second_span is None else held_shares(pols, second_span)
     at_question = cache.length
     before_answer = copy.deepcopy(pols)

@@ -9,11 +9,13 @@ with grouped-query attention (9 query heads share 3 KV heads: query head ``h`` r
 ``h // 3``), RMSNorm, rotary position embeddings and an output layer tied to the token embedding.
 
 Attention is computed in chunks of query rows (``scores`` and ``probs`` are ``(heads, chunk,
-keys)``), so memory stays bounded at long contexts. The same loop runs three modes:
-
-* plain causal prefill (optionally reporting each chunk's attention to a hook: captures, stats);
-* closed-loop eviction: one policy per (layer, KV head) decides which keys each query may see;
-* incremental decoding from a :class:`KVCache` (generation), with or without policies.
+keys)``), so memory stays bounded at long contexts. Each layer hands its new keys and values to
+its cache and attends over what the cache gives back (:mod:`h2o.model.cache_api`, the shape of
+transformers' ``past_key_values.update``): with no cache, a plain causal prefill (optionally
+reporting each chunk's attention to a hook: captures, stats); with the full
+:class:`h2o.model.kv_cache.KVCache`, incremental decoding; through the caches
+:func:`h2o.model.stack.cache_for` stacks, eviction while decoding, KIVI-style codes or a
+selection. The forward pass knows none of them.
 """
 
 from __future__ import annotations
@@ -22,22 +24,14 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from h2o.model.closed_loop import EvictionPolicy, LayerHeads, as_heads, check_layers
+from h2o.model.cache_api import Cache, LayerRead, Prefill
 from h2o.model.gguf_io import GGUFModel, ModelConfig, find_gguf, read_gguf
 from h2o.model.mixed import mixed_scores, mixed_values
 from h2o.model.tokenizer import BPETokenizer
 from h2o.progress import Progress
-
-if TYPE_CHECKING:
-    from h2o.model.quant import QuantState
-    from h2o.policies import Policy
-
-#: ``factory(layer, kv_head) -> policy``: one fresh policy per (layer, KV head).
-PolicyFactory = Callable[[int, int], "Policy"]
 
 #: Upper bound on the elements of one ``(heads, chunk, keys)`` score block (16 MB in float32).
 CHUNK_ELEMENTS = 1 << 22
@@ -94,29 +88,8 @@ class AttnChunk:
 
 
 AttnHook = Callable[[AttnChunk], None]
-#: ``select(layer, queries, keys, start)``: which keys each query row may read — a bool mask
-#: ``(n_heads, rows, keys)`` for the rows' ``queries`` ``(n_heads, rows, head_dim)`` (as they
-#: score) at positions ``start ..`` over ``keys`` ``(n_kv_heads, keys, head_dim)``, or None (the
-#: layer reads every key). A cache that holds every key but reads a part (Quest).
-Selector = Callable[[int, np.ndarray, np.ndarray, int], "np.ndarray | None"]
-
-
-class KVCache:
-    """Keys and values of every layer for positions ``0 .. length-1`` (for generation).
-
-    Evicted positions are not deleted: the policies' ``kept`` sets decide which cached keys a
-    query can see, which is computationally identical to a cache that frees them.
-    """
-
-    def __init__(self, config: ModelConfig, capacity: int) -> None:
-        shape = (config.n_layers, config.n_kv_heads, capacity, config.head_dim)
-        self.k = np.zeros(shape, dtype=np.float32)
-        self.v = np.zeros(shape, dtype=np.float32)
-        self.length = 0
-
-    @property
-    def capacity(self) -> int:
-        return self.k.shape[2]
+#: The cache of a call without one: it holds nothing (each call reads its own keys).
+_PREFILL = Prefill()
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
@@ -194,67 +167,41 @@ class SmolLM:
         self,
         ids: Sequence[int] | np.ndarray,
         *,
-        cache: KVCache | None = None,
-        policies: Sequence[Sequence[EvictionPolicy]] | None = None,
+        cache: Cache | None = None,
         attn_hook: AttnHook | None = None,
         progress: Progress | None = None,
         stop_after_layer: int | None = None,
-        quant: QuantState | None = None,
-        select: Selector | None = None,
     ) -> np.ndarray:
         """Run the new tokens ``ids`` through all layers; return final-normed hidden ``(n, d)``.
 
         ``stop_after_layer=l`` stops after layer ``l`` (for captures that need no later layer)
         and returns that layer's residual stream instead; a cache is then left incomplete.
 
-        Positions start at ``cache.length`` (0 without a cache). With ``policies``
-        (``policies[layer][kv_head]``) every query sees only its head's kept keys plus itself,
-        and each policy is stepped once per token (see :meth:`_attention`). ``attn_hook``
-        receives every chunk of causal attention (only without policies, where it is exact).
-
-        Policies are checked before anything runs (one distinct instance per layer and KV head,
-        none past position ``t0 - 1``), and every step's inputs are checked before any policy
-        of that step is stepped (:meth:`h2o.model.closed_loop.LayerHeads.step`), so the
-        refusals of the policy contract surface as a ``ValueError`` naming the layer and head,
-        not halfway through a step. ``policies[layer]`` may be any form
-        :func:`h2o.model.closed_loop.as_heads` takes (instances, a bank, layer parts, an
-        adaptive layer).
-
-        ``quant`` (a :class:`h2o.model.quant.QuantState`) makes every query attend to the keys
-        and values a KIVI-style quantized cache holds at its step (see :mod:`h2o.model.quant`);
-        with a cache it must be the same state for every call of one run.
-
-        ``select`` (a :data:`Selector`) masks, before the softmax, the causal keys each query
-        does not read; it takes neither policies nor ``quant``.
+        Positions start at ``cache.length`` (0 without a cache). Each layer hands its new keys
+        and values to ``cache`` (:meth:`h2o.model.cache_api.Cache.update`) and attends over
+        what it gives back (:meth:`_attention`); the cache refuses, before any layer runs, what
+        it could not finish (:meth:`~h2o.model.cache_api.Cache.begin`). A cache that evicts,
+        codes or selects is built around the one holding the keys by
+        :func:`h2o.model.stack.cache_for`. ``attn_hook`` receives every chunk of causal
+        attention (exact where the cache restricts no query).
         """
         cfg = self.config
-        if select is not None and (policies is not None or quant is not None):
-            raise ValueError("a selection reads a full cache: no policies, no quantization")
         ids = np.asarray(ids, dtype=np.int64)
         if ids.ndim != 1 or ids.shape[0] == 0:
             raise ValueError("ids must be a non-empty 1-D sequence of token ids")
         if ids.min() < 0 or ids.max() >= self.tok_embd.shape[0]:
             raise ValueError("token id out of range")
-        t0 = cache.length if cache is not None else 0
+        if cache is None:
+            cache = _PREFILL
+        t0 = cache.length
         n = ids.shape[0]
-        if cache is not None and t0 + n > cache.capacity:
-            raise ValueError(f"cache capacity {cache.capacity} < {t0 + n} positions")
-        if policies is not None:
-            check_layers(policies, cfg, t0)
+        cache.begin(n)
         cos, sin = rope_tables(np.arange(t0, t0 + n), cfg.head_dim, cfg.rope_base)
         chunk = _chunk_rows(n, t0 + n, cfg.n_heads)
         x = self.tok_embd[ids].astype(np.float32)  # fancy indexing copies: x is ours to mutate
         for li, lw in enumerate(self.layers):
             raw, q, k, v = self._qkv(lw, x, cos, sin)
-            heads = None if policies is None else as_heads(policies[li])
-            if heads is not None:  # policies reading vectors take the new positions first
-                heads.write(raw, k, v, t0)
-            if cache is not None:
-                cache.k[li, :, t0 : t0 + n] = k
-                cache.v[li, :, t0 : t0 + n] = v
-                k, v = cache.k[li, :, : t0 + n], cache.v[li, :, : t0 + n]
-            qz = None if quant is None else (quant, *quant.layer(li, k, v, t0))
-            att = self._attention(li, q, k, v, t0, chunk, heads, attn_hook, qz, select)
+            att = self._attention(li, q, cache.update(li, k, v, raw), t0, chunk, attn_hook)
             # (heads, n, hd) -> (n, heads*hd), the layout attn_output expects
             x += att.transpose(1, 0, 2).reshape(n, cfg.n_heads * cfg.head_dim) @ lw.wo.T
             x += self._mlp(lw, x)
@@ -263,19 +210,16 @@ class SmolLM:
                 progress(li + 1, last, "layers")
             if stop_after_layer is not None and li >= stop_after_layer:
                 return x
-        if cache is not None:
-            cache.length = t0 + n
+        cache.commit(n)
         return rms_norm(x, self.output_norm, cfg.rms_eps).astype(np.float32)
 
     def read(
         self,
         ids: Sequence[int],
-        cache: KVCache,
+        cache: Cache,
         *,
-        policies: Sequence[Sequence[EvictionPolicy]] | None = None,
         attn_hook: AttnHook | None = None,
         progress: Progress | None = None,
-        quant: QuantState | None = None,
     ) -> np.ndarray:
         """Read the prompt ``ids`` into ``cache``, from ``cache.length`` on (the cache may already
         hold ``ids[:cache.length]``: a prefix read before, :mod:`h2o.model.answer`), in blocks
@@ -301,16 +245,7 @@ class SmolLM:
                 def sub(d: int, n: int, what: str, _b: int = b) -> None:
                     progress(_b * n + d, len(ends) * n, what)
 
-            out.append(
-                self.forward(
-                    ids[pos:end],
-                    cache=cache,
-                    policies=policies,
-                    attn_hook=attn_hook,
-                    progress=sub,
-                    quant=quant,
-                )
-            )
+            out.append(self.forward(ids[pos:end], cache=cache, attn_hook=attn_hook, progress=sub))
             pos = end
         return out[0] if len(out) == 1 else np.concatenate(out)
 
@@ -345,39 +280,29 @@ class SmolLM:
         self,
         layer: int,
         q: np.ndarray,
-        k: np.ndarray,
-        v: np.ndarray,
+        read: LayerRead,
         t0: int,
         chunk: int,
-        heads: LayerHeads | None,
         hook: AttnHook | None,
-        qz: tuple[QuantState, np.ndarray, np.ndarray] | None = None,
-        select: Selector | None = None,
     ) -> np.ndarray:
-        """Attention of new queries ``q (H, n, hd)`` over keys/values ``(G, t0 + n, hd)``.
+        """Attention of new queries ``q (H, n, hd)`` over what the layer's cache gives back
+        (``read``: keys/values ``(G, t0 + n, hd)``, :class:`h2o.model.cache_api.LayerRead`).
 
-        Each chunk of query rows first gets its causal scores and softmax, as in a plain
-        prefill. With policies, the rows are then stepped one at a time, in order — exactly what
-        token-by-token decoding with eviction computes under teacher forcing:
+        Each chunk of query rows gets its causal scores and softmax, as in a plain prefill;
+        where ``read`` says so:
 
-        1. query ``t`` may see ``kept ∪ {t}`` of its KV head (recorded in a mask);
-        2. each policy gets ``attn``: the softmax of the query's scores over its kept keys only
-           (self excluded, so it sums to 1 — the trace-row semantics), averaged over the query
-           heads of its group, float32, index-aligned with ``kept``; ``None`` if the policy
-           does not read attention (``reads_attention = False``);
-        3. ``policy.on_decode_step(t, attn)`` admits ``t``, then ``policy.evict()``.
-
-        The outputs are computed after the chunk's steps: the rows whose caches still hold all
-        of ``0..t-1`` keep the causal softmax untouched (so a budget ``>= T`` is the plain
-        prefill bit for bit); the others use the causal softmax restricted to the mask and
-        renormalised, which equals the softmax over ``kept ∪ {t}``.
-
-        With ``qz = (state, kq, vq)`` (a quantized cache: :mod:`h2o.model.quant`), query ``t``
-        scores keys ``j < state.key_cut(t)`` against the dequantized keys ``kq`` and the rest
-        against the full-precision ones, and reads values ``j < state.value_cut(t)`` from the
-        dequantized ``vq``: what a decoder holding that cache at step ``t`` computes.
+        * ``coded``: query ``t`` scores keys ``j < key_cut(t)`` against the coded keys and the
+          rest against the full-precision ones, and reads values ``j < value_cut(t)`` from the
+          coded values (what a decoder holding a KIVI-style cache at step ``t`` computes);
+        * ``select``: the keys a query does not read are masked before the softmax;
+        * ``observe``: the chunk's softmax is handed to the cache, which says from which row on
+          a query sees only a part of its causal keys, and which part (eviction while
+          decoding). The rows before keep the causal softmax untouched (so a cache that keeps
+          everything is the plain prefill bit for bit); the others use the causal softmax
+          restricted to the mask and renormalised, which equals the softmax over the keys seen.
         """
         cfg = self.config
+        k, v, coded = read.keys, read.values, read.coded
         H, n, hd = q.shape
         G, gs = cfg.n_kv_heads, cfg.group_size
         out = np.empty((H, n, hd), dtype=np.float32)
@@ -387,18 +312,18 @@ class SmolLM:
             ce = min(n, cs + chunk)
             c, kv = ce - cs, t0 + ce
             vcut = None
-            if qz is None:
+            if coded is None:
                 # (G, gs*c, hd) @ (G, hd, kv): one batched matmul per chunk
                 s = np.matmul(qg[:, :, cs:ce].reshape(G, gs * c, hd), kT[:, :, :kv])
                 s = s.reshape(G, gs, c, kv)
             else:
                 rows_t = np.arange(t0 + cs, t0 + ce)
-                kqT = qz[1].transpose(0, 2, 1)
-                s = mixed_scores(qg[:, :, cs:ce], kT, kqT, kv, qz[0].key_cut(rows_t))
-                vcut = qz[0].value_cut(rows_t)
+                kqT = coded.keys.transpose(0, 2, 1)
+                s = mixed_scores(qg[:, :, cs:ce], kT, kqT, kv, coded.key_cut(rows_t))
+                vcut = coded.value_cut(rows_t)
             s[..., t0 + cs : kv] += _causal_bias(c)
-            if select is not None:
-                m = select(layer, q[:, cs:ce], k[:, :kv], t0 + cs)
+            if read.select is not None:
+                m = read.select(q[:, cs:ce], k[:, :kv], t0 + cs)
                 if m is not None:
                     s[~m.reshape(G, gs, c, kv)] = -np.inf
             p = _softmax_rows(s)
@@ -409,21 +334,15 @@ class SmolLM:
                         layer, t0 + cs, sc, pr, q[:, cs:ce], k[:, t0 + cs : kv], v[:, t0 + cs : kv]
                     )
                 )
-            first = c  # first row of the chunk whose cache had lost something
-            if heads is not None:
-                mask = np.zeros((G, c, kv), dtype=bool)
-                rows = np.arange(c)
-                mask[:, rows, t0 + cs + rows] = True  # each query sees itself
-                # A signal that divides by a zero mass is refused and redone (_mean_unchecked):
-                # no warning for it, and one errstate for the chunk (one a row costs a µs).
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    first = heads.step_rows(p, t0 + cs, mask, layer)
-            if first == c and vcut is None:  # nothing evicted: the plain prefill, bit for bit
+            first, mask = c, None  # first row of the chunk whose cache had lost something
+            if read.observe is not None:
+                first, mask = read.observe(p, t0 + cs)
+            if first == c and coded is None:  # nothing evicted: the plain prefill, bit for bit
                 o = np.matmul(p.reshape(G, gs * c, kv), v[:, :kv])
-            elif first == c:  # a quantized cache, nothing evicted
-                o = mixed_values(p, v[:, :kv], qz[2][:, :kv], vcut)  # type: ignore[index]
+            elif first == c:  # a coded cache, nothing evicted
+                o = mixed_values(p, v[:, :kv], coded.values[:, :kv], vcut)
             else:
-                vq = None if vcut is None else (qz[2], vcut)  # type: ignore[index]
+                vq = None if coded is None else (coded.values, vcut)
                 o = _masked_output(s, p, mask, v, first, vq)
             out[:, cs:ce] = o.reshape(H, c, hd)
         return out

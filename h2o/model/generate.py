@@ -17,8 +17,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from h2o.model.forward import KVCache, PolicyFactory, Selector, SmolLM
+from h2o.model.closed_loop import PolicyFactory
+from h2o.model.forward import SmolLM
+from h2o.model.kv_cache import KVCache
 from h2o.model.quality import FULL_CACHE, make_banks
+from h2o.model.selecting import Selector
+from h2o.model.stack import cache_for
 from h2o.progress import Progress
 
 if TYPE_CHECKING:
@@ -102,7 +106,8 @@ def generate(
     prefill_progress = (
         None if progress is None else (lambda d, _n, _w: progress(d, total, "prefill"))
     )
-    hidden = model.forward(prompt_ids, cache=cache, policies=policies, progress=prefill_progress)
+    through = cache_for(model.config, cache, policies=policies)
+    hidden = model.forward(prompt_ids, cache=through, progress=prefill_progress)
     new_ids, stopped = decode_greedy(
         model, hidden, cache, policies, max_new, progress, stop_strings, stop_at_eos
     )
@@ -137,6 +142,7 @@ def decode_greedy(
     eos = model.tokenizer.end_ids
     new_ids: list[int] = []
     stopped = "max_new"
+    through = cache_for(model.config, cache, policies=policies, quant=quant, select=select)
     while True:
         nxt = int(np.argmax(model.logits(hidden[-1:])[0]))
         if stop_at_eos and nxt in eos:
@@ -150,5 +156,5 @@ def decode_greedy(
             break
         if len(new_ids) >= max_new:
             break
-        hidden = model.forward([nxt], cache=cache, policies=policies, quant=quant, select=select)
+        hidden = model.forward([nxt], cache=through)
     return new_ids, stopped

@@ -27,7 +27,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from h2o.model.forward import AttnChunk, KVCache, SmolLM
+from h2o.model.forward import AttnChunk, SmolLM
+from h2o.model.kv_cache import KVCache
 from h2o.policies import make_policy
 
 

@@ -25,8 +25,9 @@ import numpy as np
 
 from h2o.bank import PolicyBank
 from h2o.bank.adaptive import AdaptiveLayer
-from h2o.model.closed_loop import LayerParts, fastest
-from h2o.model.forward import PolicyFactory, SmolLM
+from h2o.model.closed_loop import LayerParts, PolicyFactory, fastest
+from h2o.model.forward import SmolLM
+from h2o.model.stack import cache_for
 from h2o.policies import Policy
 from h2o.progress import Progress, relabel
 
@@ -108,7 +109,8 @@ def perplexity_under_eviction(
     t_start = time.perf_counter()
     make = make_banks if lock_step else make_policies
     policies = None if policy_factory is None else make(model, policy_factory)
-    hidden = model.forward(ids[:-1], policies=policies, progress=progress)
+    through = cache_for(model.config, policies=policies)
+    hidden = model.forward(ids[:-1], cache=through, progress=progress)
     nll = -model.token_logprobs(hidden, ids[1:])
     return PerplexityResult(
         label=label or (FULL_CACHE if policy_factory is None else "policy"),

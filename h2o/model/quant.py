@@ -30,11 +30,12 @@ to the last digit).
 
 Inside a prefill the groups are fixed by position, so every token's dequantized key and value
 are the same whenever they are read; only *which* of them a query sees depends on its position.
-The forward pass (:meth:`h2o.model.forward.SmolLM._attention`) therefore scores each chunk of
-queries against the full-precision keys and against the dequantized ones and takes, per (query,
-key), the one a decoder at that step would hold (:meth:`QuantState.key_cut`); values likewise
-(:meth:`QuantState.value_cut`). That is token-by-token decoding with a KIVI cache, at prefill
-speed (a test checks it against a literal token-by-token KIVI buffer).
+The forward pass (:meth:`h2o.model.forward.SmolLM._attention`, through :class:`QuantCache`)
+therefore scores each chunk of queries against the full-precision keys and against the
+dequantized ones and takes, per (query, key), the one a decoder at that step would hold
+(:meth:`QuantState.key_cut`); values likewise (:meth:`QuantState.value_cut`). That is
+token-by-token decoding with a KIVI cache, at prefill speed (a test checks it against a literal
+token-by-token KIVI buffer).
 
 Bytes (:func:`kivi_bytes`) are counted as the cache would be stored: codes packed at ``bits``
 per number, an fp16 scale and an fp16 zero point per group, and every full-precision token
@@ -44,9 +45,11 @@ per number, an fp16 scale and an fp16 zero point per group, and every full-preci
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+
+from h2o.model.cache_api import Cache, Coded, LayerRead
 
 #: Tokens per key group and channels per value group (KIVI's group size).
 GROUP = 32
@@ -319,3 +322,32 @@ class QuantState:
             vq[:, dn:n] = quantize_values(seg, sp.bits, sinks, sp.group)
             self._done_v[layer] = n
         return kq[:, :n], vq[:, :n]
+
+
+class QuantCache:
+    """``inner``'s keys and values as a KIVI-style cache holds them: every query reads the
+    dequantized copies :meth:`QuantState.layer` gives below its cuts (:mod:`h2o.model.quant`),
+    a :class:`h2o.model.cache_api.Cache`. With a cache that persists, ``state`` must be the
+    same for every call of one run."""
+
+    def __init__(self, inner: Cache, state: QuantState) -> None:
+        self.inner, self.state = inner, state
+
+    @property
+    def length(self) -> int:
+        return self.inner.length
+
+    def begin(self, n: int) -> None:
+        self.inner.begin(n)
+
+    def update(
+        self, layer: int, keys: np.ndarray, values: np.ndarray, queries: np.ndarray
+    ) -> LayerRead:
+        t0 = self.inner.length
+        read = self.inner.update(layer, keys, values, queries)
+        st = self.state
+        kq, vq = st.layer(layer, read.keys, read.values, t0)
+        return replace(read, coded=Coded(kq, vq, st.key_cut, st.value_cut))
+
+    def commit(self, n: int) -> None:
+        self.inner.commit(n)

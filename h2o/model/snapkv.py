@@ -18,8 +18,10 @@ import numpy as np
 from h2o.alloc import Allocation
 from h2o.alloc.adaptive import ada_select, guaranteed_slots
 from h2o.alloc.duo import RETRIEVAL
-from h2o.model.forward import AttnChunk, KVCache, SmolLM
+from h2o.model.forward import AttnChunk, SmolLM
 from h2o.model.generate import GenerationResult, check_prompt, decode_greedy
+from h2o.model.kv_cache import KVCache
+from h2o.model.stack import cache_for
 from h2o.policies.snapkv import (
     DEFAULT_KERNEL,
     DEFAULT_WINDOW,
@@ -63,7 +65,8 @@ def snapkv_window_attention(
         g = p.reshape(cfg.n_kv_heads, cfg.group_size, -1).sum(axis=1)
         acc[ch.layer, :, : g.shape[1]] += g
 
-    hidden = model.read(prompt_ids, cache, attn_hook=hook, progress=progress, quant=quant)
+    through = cache_for(model.config, cache, quant=quant)
+    hidden = model.read(prompt_ids, through, attn_hook=hook, progress=progress)
     return hidden, acc
 
 

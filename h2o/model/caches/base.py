@@ -29,9 +29,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from h2o.alloc import Allocation, make_allocator
+from h2o.model.stack import cache_for
 
 if TYPE_CHECKING:
-    from h2o.model.forward import KVCache, SmolLM
+    from h2o.model.forward import SmolLM
+    from h2o.model.kv_cache import KVCache
     from h2o.model.quant import QuantState
     from h2o.model.rows import Row
 
@@ -199,7 +201,7 @@ class CacheKind:
         return Reading(policies=self.decode_policies(model, calibration_ids))
 
     def selector(self, model: SmolLM):
-        """A :data:`~h2o.model.forward.Selector` applied at every step after the prompt
+        """A :data:`~h2o.model.selecting.Selector` applied at every step after the prompt
         (None: each query reads every key the cache holds)."""
         return None
 
@@ -213,7 +215,9 @@ class CacheKind:
     ) -> np.ndarray:
         """Read ``part[cache.length:]`` (a prompt's beginning) into ``cache``: the final
         hidden states of the tokens read."""
-        return model.read(part, cache, policies=reading.policies, quant=quant)
+        return model.read(
+            part, cache_for(model.config, cache, policies=reading.policies, quant=quant)
+        )
 
     def read_prompt(
         self,
@@ -369,7 +373,7 @@ class ContextCompression(Budgeted):
     ) -> Any:
         """Read the context ``part[cache.length:]`` under full attention (the prefill); a kind
         that scores from what the prefill computes returns it here, for :meth:`choose`."""
-        model.read(part, cache, quant=quant)
+        model.read(part, cache_for(model.config, cache, quant=quant))
         return None
 
     def read_prompt(self, model, prompt, cache, quant, reading, calibration_ids=None):
@@ -377,7 +381,7 @@ class ContextCompression(Budgeted):
 
         T, budget = len(prompt), int(self.row.budget)  # type: ignore[arg-type]
         if budget >= T:
-            hidden = model.read(prompt, cache, quant=quant)
+            hidden = model.read(prompt, cache_for(model.config, cache, quant=quant))
             every, cfg = np.arange(T, dtype=np.int64), model.config
             return hidden, [
                 [FixedKeep(every, T - 1) for _ in range(cfg.n_kv_heads)]
@@ -390,7 +394,8 @@ class ContextCompression(Budgeted):
         kept = self.choose(model, prompt, cache, context, seen)
         policies = [[FixedKeep(k, context - 1) for k in heads] for heads in kept]
         # the question, through the compressed cache
-        return model.read(prompt, cache, policies=policies, quant=quant), policies
+        through = cache_for(model.config, cache, policies=policies, quant=quant)
+        return model.read(prompt, through), policies
 
     def prompt_limit(self, n_tokens: int) -> int:
         return n_tokens - self.window  # a shared beginning ends inside the context

@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from h2o.model.caches.base import ContextCompression
+from h2o.model.stack import cache_for
 from h2o.policies.expected_attention import N_FUTURE, N_SINK, averaged_rope, expected_attention
 
 #: The rule's defaults and rotation live with the decode-time policy; this file runs it once.
@@ -128,7 +129,7 @@ class ExpectedAttention(ContextCompression):
         if cache.length:
             raise ValueError("expected-attention reads its context from the start")
         stats = QueryStats(model.config, len(part))
-        model.read(part, cache, attn_hook=stats.hook, quant=quant)
+        model.read(part, cache_for(model.config, cache, quant=quant), attn_hook=stats.hook)
         return stats
 
     def choose(self, model, prompt, cache, context, seen=None):

@@ -36,6 +36,7 @@ import numpy as np
 
 from h2o.alloc import slot_bytes
 from h2o.model.caches.base import BUDGETED, CacheKind
+from h2o.model.stack import cache_for
 from h2o.policies.quest import DENSE_LAYERS, MIN_PAGES, PAGE, n_pages_read
 
 #: The rule's defaults and page count live with the trace-stepped policy; the model's rows use
@@ -81,7 +82,7 @@ def page_mask(q: np.ndarray, keys: np.ndarray, start: int, budget: int, group_si
 
 
 class PageReads:
-    """Quest's :data:`~h2o.model.forward.Selector`: :func:`page_mask` in every layer from the
+    """Quest's :data:`~h2o.model.selecting.Selector`: :func:`page_mask` in every layer from the
     third, counting as it goes the keys each step reads, so that a run's bytes read are the
     ones it read.
 
@@ -225,4 +226,6 @@ class Quest(CacheKind):
         return PageReads(int(self.row.budget), model.config.group_size)  # type: ignore[arg-type]
 
     def read_prompt(self, model, prompt, cache, quant, reading, calibration_ids=None):
-        return model.read(prompt, cache, quant=quant), None  # the prefill is dense
+        return model.read(
+            prompt, cache_for(model.config, cache, quant=quant)
+        ), None  # the prefill is dense
