@@ -511,12 +511,12 @@ def expected_bests(frame: pd.DataFrame, memory: int, lower: bool) -> dict[str, p
     return out
 
 
-MIN_NEEDLES = 3  # the issue: "at least 3 distinct needles per cell" for every row compared
+MIN_POSITIONS = 5  # a row is ranked with at least 5 positions (the unit) at the length
 
 
 def check_verdict(text: str, frame: pd.DataFrame, memory: int, lower: bool, outcomes=None) -> None:
-    if not lower:  # accuracy: rows with fewer needles at a depth are named, never ranked
-        few = (frame.group != "full") & (frame.needles < MIN_NEEDLES)
+    if not lower:  # accuracy: rows with fewer positions are named, never ranked
+        few = (frame.group != "full") & (frame.positions < MIN_POSITIONS)
         near = frame[few & ((frame.x - memory).abs() <= TOLERANCE * memory)]
         if len(near):
             assert " Not compared: " in text and "drawn, not ranked" in text
@@ -602,6 +602,7 @@ def frontier_frames(folder: Path) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]
                 .groupby("row")
                 .min()[agg.size().index]
                 .values,
+                "positions": part.groupby("row").depth.nunique()[agg.size().index].values,
             }
         )
     return ppl, acc
@@ -665,7 +666,7 @@ def test_a_verdict_in_the_fixture_read_by_hand():
     )
 
 
-def point(row, group, x, y, outcomes=(), family=None, needles=MIN_NEEDLES):
+def point(row, group, x, y, outcomes=(), family=None, needles=3, positions=None):
     right = sum(ok for _, ok in outcomes)
     return frontier.Point(
         row,
@@ -680,25 +681,30 @@ def point(row, group, x, y, outcomes=(), family=None, needles=MIN_NEEDLES):
         right=right,
         outcomes=tuple(outcomes),
         needles=needles,
+        positions=len({d for (d, _), _ in outcomes}) if positions is None else positions,
     )
 
 
-def test_a_row_with_one_needle_a_depth_is_named_but_never_ranked():
-    """12 of 12 right with one needle a depth is an anecdote: beside a 3-needle row at the same
-    memory it is named as not compared, and the verdict ranks only the other."""
-    a = [((d, "n"), True) for d in range(12)]
+def test_a_row_with_too_few_positions_is_named_but_never_ranked():
+    """4 of 4 right at four positions is an anecdote: beside a row with 12 positions at the same
+    memory it is named as not compared, and the verdict ranks only the other. One needle a
+    position is enough: the position is the unit."""
+    a = [((d, "n"), True) for d in range(4)]
     b = [((d, "n"), d < 2) for d in range(12)]
     pts = [
         point("a", "evict", 1000, 1.0, a, needles=1),
-        point("b", "compress", 1005, 2 / 12, b),
+        point("b", "compress", 1005, 2 / 12, b, needles=1),
     ]
     text = claims.verdict(pts, 1000, claims.ACCURACY)
     assert "the best KIVI-style quantization row is b" in text
     assert "Only KIVI-style quantization has a row at this memory" in text
-    assert text.endswith(" Not compared: a (fewer than 3 needles at a depth: drawn, not ranked).")
+    assert text.endswith(
+        " Not compared: a (fewer than 5 positions at this length: drawn, not ranked)."
+    )
     assert "answers more" not in text and "the best eviction row" not in text
-    # with three needles a depth the same outcomes are compared, and the test says "more"
-    pts[0] = point("a", "evict", 1000, 1.0, a)
+    # with twelve positions, one needle each, the same kind of outcomes are compared, and the
+    # sign test says "more"
+    pts[0] = point("a", "evict", 1000, 1.0, [((d, "n"), True) for d in range(12)], needles=1)
     text = claims.verdict(pts, 1000, claims.ACCURACY)
     assert "a answers more needles than the best KIVI-style quantization row" in text
     assert "Not compared" not in text
@@ -737,7 +743,7 @@ def test_equal_memory_is_within_two_percent_by_hand():
 def test_an_accuracy_verdict_says_more_only_when_the_paired_test_does():
     """5 of 5 against 3 of 5 on the same 5 positions is p = 0.5, and 5 positions cannot reach
     p < 0.05 at all: no verdict; 6 of 8 positions won, 2 tied, is p = 2 / 2**6 = 0.031 but
-    three needles at each of 4 positions, all won, only p = 2 / 2**4."""
+    three needles at each of 5 positions, all won, only p = 2 / 2**5."""
     a = [((d, "n"), True) for d in range(5)]
     b = [((d, "n"), d < 3) for d in range(5)]
     pts = [point("a", "evict", 1000, 1.0, a), point("b", "compress", 1005, 0.6, b)]
@@ -749,11 +755,11 @@ def test_an_accuracy_verdict_says_more_only_when_the_paired_test_does():
         in text
     )
     assert "answers more" not in text
-    a = [((d, x), True) for d in range(4) for x in "xyz"]
-    b = [((d, x), False) for d in range(4) for x in "xyz"]
+    a = [((d, x), True) for d in range(5) for x in "xyz"]
+    b = [((d, x), False) for d in range(5) for x in "xyz"]
     pts = [point("a", "evict", 1000, 1.0, a), point("b", "compress", 1005, 0.0, b)]
     text = claims.verdict(pts, 1000, claims.ACCURACY)
-    assert f"p = {2 / 2**4:.3f}" in text and "answers more" not in text
+    assert f"p = {2 / 2**5:.3f}" in text and "answers more" not in text
     a = [((d, "n"), True) for d in range(12)]
     b = [((d, "n"), d < 2) for d in range(12)]
     pts = [point("a", "evict", 1000, 1.0, a), point("b", "compress", 1005, 2 / 12, b)]

@@ -103,11 +103,15 @@ def test_the_plain_share_is_unchanged():
 
 
 def _grid(row: str) -> dict:
+    """A row's needles at the grid's first five depths (three needles each): the worked examples'
+    15 positions."""
     cells = findings.read_lines(ROOT / "traces" / "results" / "needle-grid.jsonl")
     return {
         (c["length"], c["depth"], c["needle"]): bool(c["correct"])
         for c in cells
-        if c["row"] == row and c["length"] <= findings.MAX_LENGTH
+        if c["row"] == row
+        and c["length"] <= findings.MAX_LENGTH
+        and c["depth"] in findings.GRID_DEPTHS
     }
 
 

@@ -115,17 +115,17 @@ def verdict(points: Sequence[Point], memory: int, metric: Metric) -> str:
     :data:`frontier.TOLERANCE` of it (a group with none says so, and names its nearest row), and
     how they compare — for accuracy by an exact sign test over their shared positions (the
     depths: one length), a difference said only at p < 0.05, among rows with at least
-    :data:`frontier.MIN_NEEDLES` needles at every depth (the others near ``memory`` are named
-    as not compared); for perplexity (one text, one number a row) the values alone."""
+    :data:`frontier.MIN_POSITIONS` positions (the others near ``memory`` are named as not
+    compared); for perplexity (one text, one number a row) the values alone."""
     aside: list[Point] = []
-    if not metric.lower_better:  # a needle accuracy: only rows with enough needles a depth
+    if not metric.lower_better:  # a needle accuracy: only rows with enough positions
         points, aside = frontier.compared(points)
     text = _verdict(points, memory, metric)
     near = frontier.at_memory(aside, memory)
     if near:
         text += (
             f" Not compared: {names([label(p) for p in sorted(near, key=lambda p: p.order)])} "
-            f"(fewer than {frontier.MIN_NEEDLES} needles at a depth: drawn, not ranked)."
+            f"(fewer than {frontier.MIN_POSITIONS} positions at this length: drawn, not ranked)."
         )
     return text
 

@@ -60,6 +60,8 @@ class Point:
     outcomes: tuple = ()
     #: accuracy points: the distinct needles of its thinnest depth (0 for a perplexity)
     needles: int = 0
+    #: accuracy points: its positions (depths) at the length, each one observation
+    positions: int = 0
 
 
 def ppl_points(
@@ -117,23 +119,25 @@ def _accuracy_points(cells: Iterable[Cell], length: int) -> list[Point]:
                 order=row_order(c0),
                 outcomes=tuple(((c.depth, c.needle), bool(c.correct)) for c in cs),
                 needles=min(len(v) for v in per_depth.values()),
+                positions=len(per_depth),
             )
         )
     return out
 
 
-#: A needle accuracy is compared with another only when each depth of its row holds at least this
-#: many distinct needles: one needle a depth is an anecdote, not a rate.
-MIN_NEEDLES = 3
+#: A needle accuracy is compared with another only when its row has at least this many positions
+#: (depths) at the length. The position is the unit (its needles move together: one observation,
+#: :mod:`h2o.stats`), so the count that matters is of positions, not of needles at each.
+MIN_POSITIONS = 5
 
 
 def compared(points: Iterable[Point]) -> tuple[list[Point], list[Point]]:
-    """Accuracy points split into those a verdict may compare (the full cache, and rows with
-    at least :data:`MIN_NEEDLES` needles at every depth) and those it sets aside."""
+    """Accuracy points split into those a verdict may compare (the full cache, and rows with at
+    least :data:`MIN_POSITIONS` positions at the length) and those it sets aside."""
     keep: list[Point] = []
     aside: list[Point] = []
     for p in points:
-        (keep if p.group == "full" or p.needles >= MIN_NEEDLES else aside).append(p)
+        (keep if p.group == "full" or p.positions >= MIN_POSITIONS else aside).append(p)
     return keep, aside
 
 

@@ -173,7 +173,7 @@ def rest() -> None:
             "depth and needle of that length in the file); bytes per token are each row's KV "
             "bytes over the prompt's tokens, averaged over its cells."
             + (
-                f" {plural(few, 'row')} with fewer than {frontier.MIN_NEEDLES} needles at a depth "
+                f" {plural(few, 'row')} with fewer than {frontier.MIN_POSITIONS} positions: "
                 "drawn but never ranked."
                 if few
                 else ""

@@ -22,6 +22,9 @@ RESULTS = Path(__file__).resolve().parents[2] / "traces" / "results"
 #: The lengths where the compared rows have several needles a cell.
 MAX_LENGTH = 2048
 
+#: The grid's first depths, three needles each; the depths between were added one needle each.
+GRID_DEPTHS = (0, 25, 50, 75, 100)
+
 #: Rows shown in the table, in order (those in the file).
 TABLE_ROWS = (
     "full",
@@ -116,8 +119,8 @@ def table(cells: Sequence[dict]) -> list[str]:
     """One Markdown table row per row of :data:`TABLE_ROWS` in the file."""
     out = [
         f"| row | positions at ≤ {MAX_LENGTH:,} tokens | needles a position | needles answered "
-        "(95 % CI over positions) | by depth 0/25/50/75/100 % |",
-        "|---|---|---|---|---|",
+        "(95 % CI over positions) | by depth 0/25/50/75/100 % | other depths |",
+        "|---|---|---|---|---|---|",
     ]
     for r in TABLE_ROWS:
         oc = _outcomes(cells, r, None)
@@ -125,15 +128,19 @@ def table(cells: Sequence[dict]) -> list[str]:
             continue
         s = positions(oc)
         by = []
-        for d in (0, 25, 50, 75, 100):
+        for d in GRID_DEPTHS:
             xs = [v for (n, dd, _), v in oc.items() if dd == d]
             by.append(f"{sum(xs)}/{len(xs)}")
+        # the depths between (10, 20, …, 90 %), one needle each, where the row has them
+        other = [v for (_, dd, _), v in oc.items() if dd not in GRID_DEPTHS]
+        others = sorted({dd for (_, dd, _) in oc if dd not in GRID_DEPTHS})
+        between = f"{sum(other)}/{len(other)} at {', '.join(map(str, others))} %" if other else "–"
         per: dict[tuple[int, int], int] = {}
         for n, d, _ in oc:
             per[(n, d)] = per.get((n, d), 0) + 1
         lo, hi = min(per.values()), max(per.values())
         needles = f"{lo}" if lo == hi else f"{lo}–{hi}"
-        out.append(f"| `{r}` | {s.n} | {needles} | {s.text()} | {' · '.join(by)} |")
+        out.append(f"| `{r}` | {s.n} | {needles} | {s.text()} | {' · '.join(by)} | {between} |")
     return out
 
 
@@ -167,7 +174,8 @@ def window_sweep(cells: Sequence[dict], length: int = SWEEP_LENGTH) -> list[str]
     for b in SWEEP_BUDGETS:
         row, computed = [f"| {b} |"], 0
         for label in sweep_rows()[columns_n * SWEEP_BUDGETS.index(b) :][:columns_n]:
-            oc = _outcomes(cells, label, length)
+            # the sweep's own depths: every window is counted on the same positions
+            oc = {k: v for k, v in _outcomes(cells, label, length).items() if k[1] in GRID_DEPTHS}
             if not oc:
                 row.append(" – |")
                 continue
@@ -248,15 +256,15 @@ def equal_memory(cells: Sequence[dict]) -> list[str]:
     """One line per (row, length) of :data:`EQUAL_MEMORY` in the file: its count, then each
     partner's, bytes per token and the sign test over their shared positions; a partner outside
     :data:`EQUAL_TOLERANCE` of the row's bytes is named as such, never compared. Counts are
-    needles. Where no sign test on a line's positions could reach p < 0.05, the line says so once
-    and gives no verdict."""
+    needles. Where no sign test on a comparison's positions could reach p < 0.05, the line says so
+    (once for all of the line's comparisons, or naming those with too few) and gives no verdict."""
     out = []
     for (a, length), partners in EQUAL_MEMORY.items():
         oa = _outcomes(cells, a, length)
         if not oa:
             continue
         xa = _bytes_per_token(cells, a, length)
-        said, mute = [], []
+        said, mute, compared = [], [], 0
         for b in partners:
             ob = _outcomes(cells, b, length)
             if not ob or not set(oa) & set(ob):
@@ -267,8 +275,9 @@ def equal_memory(cells: Sequence[dict]) -> list[str]:
                 continue
             t = paired(oa, ob)
             verdict = f": {_verdict(t, a, b)}" if t.decidable else ""
+            compared += 1
             if not t.decidable:
-                mute.append(t)
+                mute.append((t, b))
             said.append(
                 f"`{b}` {t.right_b}/{t.needles} ({xb:,.0f} B; positions {t.more_a} won by "
                 f"`{a}`, {t.more_b} by `{b}` of {t.n}, sign test {p_text(t.p)}{verdict})"
@@ -279,11 +288,16 @@ def equal_memory(cells: Sequence[dict]) -> list[str]:
                 f"- `{a}` at {length:,} tokens, {xa:,.0f} KV bytes per token, {right}/{len(oa)}; "
                 f"at its memory: {'; '.join(said)}."
             )
-            for n in sorted({t.n for t in mute}):
+            for n in sorted({t.n for t, _ in mute}):
+                few = [f"`{b}`" for t, b in mute if t.n == n]
+                where = (
+                    "at this length"
+                    if len(mute) == compared and len(few) == len(mute)
+                    else f"beside {', '.join(few)}"
+                )
                 line += (
                     f" No sign test on {n} position{'s' * (n != 1)} can reach p < {ALPHA:g} (the "
-                    f"smallest "
-                    f"attainable is {p_text(min_p(n))}): no verdict at this length."
+                    f"smallest attainable is {p_text(min_p(n))}): no verdict {where}."
                 )
             out.append(line)
     return out
