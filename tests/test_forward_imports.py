@@ -13,6 +13,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from test_import_cycles import _type_checking_only
 
 ROOT = Path(__file__).resolve().parents[1]
 FORWARD = ROOT / "h2o" / "model" / "forward.py"
@@ -30,20 +31,11 @@ FORBIDDEN = (
 )
 
 
-def _type_checking_lines(tree: ast.AST) -> set[int]:
-    lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for stmt in node.body:
-                lines.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
-    return lines
-
-
 def imported_modules(source: str, package: str = "h2o.model") -> set[str]:
     """Every module ``source`` imports (``from a import b``: ``a`` and ``a.b``, since ``b`` may
     be a module), outside ``if TYPE_CHECKING:`` blocks."""
     tree = ast.parse(source)
-    skip = _type_checking_lines(tree)
+    skip = _type_checking_only(tree)
     out: set[str] = set()
     for node in ast.walk(tree):
         if getattr(node, "lineno", None) in skip:

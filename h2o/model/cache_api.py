@@ -113,3 +113,27 @@ class Prefill:
 
     def commit(self, n: int) -> None:
         pass
+
+
+class Wrapping:
+    """A kind of cache stacked on another (``inner``, which holds the keys and values): where
+    it starts, what it refuses up front and its commit are the inner cache's; a kind writes
+    :meth:`update` (and extends :meth:`begin` when it checks more)."""
+
+    def __init__(self, inner: Cache) -> None:
+        self.inner = inner
+
+    @property
+    def length(self) -> int:
+        return self.inner.length
+
+    def begin(self, n: int) -> None:
+        self.inner.begin(n)
+
+    def update(
+        self, layer: int, keys: np.ndarray, values: np.ndarray, queries: np.ndarray
+    ) -> LayerRead:
+        return self.inner.update(layer, keys, values, queries)
+
+    def commit(self, n: int) -> None:
+        self.inner.commit(n)

@@ -34,7 +34,7 @@ import numpy as np
 from h2o.bank import PolicyBank, bank_key, make_bank
 from h2o.bank.adaptive import AdaptiveHead, AdaptiveLayer
 from h2o.bank.kernels import gather_kept
-from h2o.model.cache_api import Cache, LayerRead
+from h2o.model.cache_api import Cache, LayerRead, Wrapping
 
 if TYPE_CHECKING:
     from h2o.model.gguf_io import ModelConfig
@@ -546,7 +546,7 @@ def _adaptive_layer(row: list[Policy]) -> AdaptiveLayer | None:
 
 
 # -- the closed loop as a cache ------------------------------------------------------------------
-class ClosedLoopCache:
+class ClosedLoopCache(Wrapping):
     """``inner``'s keys and values, read under eviction: ``policies[layer][kv_head]`` (any form
     :func:`as_heads` takes) decide which keys each query sees, and are stepped once per token
     — a :class:`h2o.model.cache_api.Cache`.
@@ -576,14 +576,11 @@ class ClosedLoopCache:
     def __init__(
         self, inner: Cache, policies: Sequence[Sequence[EvictionPolicy]], config: ModelConfig
     ) -> None:
-        self.inner, self.policies, self.config = inner, policies, config
-
-    @property
-    def length(self) -> int:
-        return self.inner.length
+        super().__init__(inner)
+        self.policies, self.config = policies, config
 
     def begin(self, n: int) -> None:
-        self.inner.begin(n)
+        super().begin(n)
         check_layers(self.policies, self.config, self.inner.length)
 
     def update(
@@ -606,6 +603,3 @@ class ClosedLoopCache:
             return first, mask
 
         return replace(read, observe=observe)
-
-    def commit(self, n: int) -> None:
-        self.inner.commit(n)

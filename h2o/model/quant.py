@@ -49,7 +49,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from h2o.model.cache_api import Cache, Coded, LayerRead
+from h2o.model.cache_api import Cache, Coded, LayerRead, Wrapping
 
 #: Tokens per key group and channels per value group (KIVI's group size).
 GROUP = 32
@@ -324,21 +324,15 @@ class QuantState:
         return kq[:, :n], vq[:, :n]
 
 
-class QuantCache:
+class QuantCache(Wrapping):
     """``inner``'s keys and values as a KIVI-style cache holds them: every query reads the
     dequantized copies :meth:`QuantState.layer` gives below its cuts (:mod:`h2o.model.quant`),
     a :class:`h2o.model.cache_api.Cache`. With a cache that persists, ``state`` must be the
     same for every call of one run."""
 
     def __init__(self, inner: Cache, state: QuantState) -> None:
-        self.inner, self.state = inner, state
-
-    @property
-    def length(self) -> int:
-        return self.inner.length
-
-    def begin(self, n: int) -> None:
-        self.inner.begin(n)
+        super().__init__(inner)
+        self.state = state
 
     def update(
         self, layer: int, keys: np.ndarray, values: np.ndarray, queries: np.ndarray
@@ -348,6 +342,3 @@ class QuantCache:
         st = self.state
         kq, vq = st.layer(layer, read.keys, read.values, t0)
         return replace(read, coded=Coded(kq, vq, st.key_cut, st.value_cut))
-
-    def commit(self, n: int) -> None:
-        self.inner.commit(n)

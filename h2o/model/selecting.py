@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from h2o.model.cache_api import Cache, LayerRead
+from h2o.model.cache_api import Cache, LayerRead, Wrapping
 
 #: ``select(layer, queries, keys, start)``: which keys each query row may read — a bool mask
 #: ``(n_heads, rows, keys)`` for the rows' ``queries`` ``(n_heads, rows, head_dim)`` (as they
@@ -17,19 +17,13 @@ from h2o.model.cache_api import Cache, LayerRead
 Selector = Callable[[int, np.ndarray, np.ndarray, int], "np.ndarray | None"]
 
 
-class SelectingCache:
+class SelectingCache(Wrapping):
     """``inner``'s keys and values, each query reading the causal keys ``select`` gives it
     (masked before the softmax: the softmax over the keys read)."""
 
     def __init__(self, inner: Cache, select: Selector) -> None:
-        self.inner, self.select = inner, select
-
-    @property
-    def length(self) -> int:
-        return self.inner.length
-
-    def begin(self, n: int) -> None:
-        self.inner.begin(n)
+        super().__init__(inner)
+        self.select = select
 
     def update(
         self, layer: int, keys: np.ndarray, values: np.ndarray, queries: np.ndarray
@@ -41,6 +35,3 @@ class SelectingCache:
             return select(layer, q, k, start)
 
         return replace(read, select=layer_select)
-
-    def commit(self, n: int) -> None:
-        self.inner.commit(n)
