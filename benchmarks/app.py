@@ -79,9 +79,13 @@ def watch(page) -> list[tuple[str, int, float]]:
 
 def server_step(page) -> int:
     """The step the server holds: a whole-page rerun (the presenter switch, twice) writes it
-    into the link from the session."""
+    into the link from the session. Presenter mode collapses the sidebar that holds the switch:
+    it is opened again to switch back."""
     for _ in range(2):
-        page.get_by_text("Presenter mode").click()
+        switch = page.get_by_text("Presenter mode")
+        if not switch.is_visible():
+            page.get_by_test_id("stExpandSidebarButton").click()
+        switch.click()
         wait_ready(page)
     page.wait_for_timeout(300)
     return int(parse_qs(urlparse(page.url).query)["step"][0])
