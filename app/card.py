@@ -1,11 +1,11 @@
 """Passages of the H2O policy card, quoted by the pages and the lesson.
 
 The card is the project's one-page specification of H2O, written from the paper (Zhang et al.,
-NeurIPS 2023); the library implements its rules. It lives outside the repository
-(``../shared/h2o-policy-card.txt`` in the project's workspace), so the passages are quoted here
-rather than read at run time. ``WHEN`` and ``WHEN_NOT`` are the card's own lists, in its order.
-No streamlit here; ``tests/test_claims_card.py`` checks the cost passages against the card's
-text where the workspace has it.
+NeurIPS 2023); the library implements its rules. A copy ships in
+``docs/reference/h2o-policy-card.txt`` (the docs are not installed with the package), so the
+passages are quoted here rather than read at run time. ``WHEN`` and ``WHEN_NOT`` are the card's
+own lists, in its order. No streamlit here; ``tests/test_claims_card.py`` checks the cost
+passages against the card's text.
 """
 
 from __future__ import annotations

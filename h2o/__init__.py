@@ -1,7 +1,7 @@
 """h2o — KV-cache eviction policies, attention traces and replay, for teaching.
 
-The policies follow the H2O policy card (``../shared/h2o-policy-card.txt`` in the project's
-workspace): see :mod:`h2o.policies`.
+The policies follow the H2O policy card (``docs/reference/h2o-policy-card.txt``): see
+:mod:`h2o.policies`.
 """
 
 from .bank import PolicyBank, make_bank, replay_bank
