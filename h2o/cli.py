@@ -1,5 +1,8 @@
-"""``python -m h2o``: the policy table, the recentWindow sweep (and, with the model, capture,
-quality and generate — see :mod:`h2o.model.cli`)."""
+"""``python -m h2o COMMAND``, the one command line: every command and its options are defined
+here (the options several commands share in :mod:`h2o.cli_options`). ``bench`` and ``sweep``
+replay traces and run here; the model commands (``capture``, ``quality``, ``generate``) run in
+:mod:`h2o.model.cli`, the grids (``needle``, ``followup``, ``frontier``) in
+:mod:`h2o.needle.cli`, each imported only when its command runs."""
 
 from __future__ import annotations
 
@@ -7,10 +10,12 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from . import analysis, policies
+from . import cli_options as opt
 from .custom import load_policy
+from .needle.haystack import DEPTHS, TEXTS_DIR
 from .policies import POLICIES
 from .synthetic import BUILTIN, builtin_trace
 from .trace import Trace
@@ -192,94 +197,241 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_command(args: argparse.Namespace) -> int:
+    # Imported when a model command runs, not for every start-up: the model's modules take a
+    # twentieth of a second to import.
+    from .model import cli
+
+    return getattr(cli, f"cmd_{args.command}")(args)
+
+
+def _grid_command(args: argparse.Namespace) -> int:
+    from .needle import cli  # when a grid command runs (start-up time, as above)
+
+    return getattr(cli, f"cmd_{args.command}")(args)
+
+
+def _replay_options(p: argparse.ArgumentParser) -> None:
+    """bench's and sweep's: the trace, your own policies, the budget, k of the recall."""
+    p.add_argument(
+        "--trace",
+        default="canonical",
+        help=f"a built-in trace ({', '.join(BUILTIN)}) or a trace file (.npz, see "
+        "traces/README.md); default: canonical",
+    )
+    p.add_argument(
+        "--policy-file",
+        action="append",
+        metavar="FILE.py:CLASS",
+        help="your own policy, as file.py:ClassName (see h2o/custom.py and "
+        "examples/decayed_h2o.py); it joins the table and every --policy choice; repeat for "
+        "several (default: none)",
+    )
+    p.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        help="cache budget in positions (default: the trace's suggestion; 256 for canonical)",
+    )
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=None,
+        help="k of the top-k recall (default: the trace's suggestion, 32 for canonical)",
+    )
+    opt.add_json(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """Every command of ``python -m h2o``, with its options."""
     parser = argparse.ArgumentParser(
         prog="python -m h2o",
         description="KV-cache eviction policies replayed on attention traces.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    trace_help = (
-        f"a built-in trace ({', '.join(BUILTIN)}) or a trace file (.npz, see "
-        "traces/README.md); default: canonical"
-    )
 
-    b = sub.add_parser(
+    def command(name: str, func: Callable[[argparse.Namespace], int], help: str, about: str):
+        p = sub.add_parser(name, help=help, description=about)
+        p.set_defaults(func=func)
+        return p
+
+    # -- on a trace --------------------------------------------------------------------------
+    p = command(
         "bench",
-        help="every policy on one trace: retained mass, top-k recall",
-        description="Replay every policy (H2O and Scissorhands at recent_window 32 "
-        "and 64) and print retained attention mass, top-k recall and the oracle bound.",
+        cmd_bench,
+        "every policy on one trace: retained mass, top-k recall",
+        "Replay every policy (H2O and Scissorhands at recent_window 32 and 64) and print "
+        "retained attention mass, top-k recall and the oracle bound.",
     )
-    b.add_argument("--trace", default="canonical", help=trace_help)
-    b.add_argument("--policy-file", action="append", metavar="FILE.py:CLASS", help=POLICY_FILE_HELP)
-    b.add_argument(
-        "--budget",
-        type=int,
-        default=None,
-        help="cache budget in positions (default: the trace's suggestion; 256 for canonical)",
-    )
-    b.add_argument(
-        "--top-k",
-        type=int,
-        default=None,
-        help="k of the top-k recall (default: the trace's suggestion, 32 for canonical)",
-    )
-    b.add_argument(
-        "--json", action="store_true", help="print JSON instead of a table (default: a table)"
-    )
-    b.set_defaults(func=cmd_bench)
+    _replay_options(p)
 
-    s = sub.add_parser(
+    p = command(
         "sweep",
-        help="retained mass and recall against recent_window",
-        description="Replay one policy at every recent_window of a range.",
+        cmd_sweep,
+        "retained mass and recall against recent_window",
+        "Replay one policy at every recent_window of a range.",
     )
-    s.add_argument(
+    p.add_argument(
         "--policy",
         default="h2o",
         choices=[n for n in POLICIES if "recent_window" in policies.policy_params(n)],
         help="policy to sweep (default: h2o)",
     )
-    s.add_argument(
+    p.add_argument(
         "--windows",
         type=_windows,
         default=_windows("0:192:8"),
         help="start:stop:step with stop included, or a comma list (default: 0:192:8)",
     )
-    s.add_argument("--trace", default="canonical", help=trace_help)
-    s.add_argument("--policy-file", action="append", metavar="FILE.py:CLASS", help=POLICY_FILE_HELP)
-    s.add_argument(
-        "--budget",
-        type=int,
-        default=None,
-        help="cache budget in positions (default: the trace's suggestion; 256 for canonical)",
-    )
-    s.add_argument(
-        "--top-k",
-        type=int,
-        default=None,
-        help="k of the top-k recall (default: the trace's suggestion, 32 for canonical)",
-    )
-    s.add_argument(
-        "--json", action="store_true", help="print JSON instead of a table (default: a table)"
-    )
-    s.set_defaults(func=cmd_sweep)
+    _replay_options(p)
 
-    try:  # the real-model commands (h2o.model) register themselves when present
-        from .model.cli import register
-    except ImportError:
-        pass
-    else:
-        register(sub)
-    from .needle.cli import register as register_needle  # needle grid, frontier
+    # -- with the model ----------------------------------------------------------------------
+    p = command(
+        "capture",
+        _model_command,
+        "capture a full-cache attention trace of one layer of SmolLM2-135M",
+        "Run SmolLM2-135M on a text and save one layer's attention as a trace: row t = "
+        "attention of query t over positions 0..t-1 (self dropped, renormalised).",
+    )
+    opt.add_model(p)
+    opt.add_text(p)
+    opt.add_tokens(p, 2048)
+    p.add_argument("--layer", type=int, default=8, help="layer 0..29 (default: 8)")
+    p.add_argument(
+        "--head",
+        default="mean",
+        help="query head 0..8, 'mean' over heads, or 'all': one trace per query head, written "
+        "to OUT-h0.npz, OUT-h1.npz, ... (default: mean)",
+    )
+    p.add_argument("--out", required=True, metavar="NPZ", help="output trace file, .npz (required)")
+    p.add_argument(
+        "--name", default=None, help="trace name (default: from the file name, layer and head)"
+    )
+    p.add_argument(
+        "--text-source",
+        default=None,
+        help="where the text comes from, for the trace meta (default: the text file's name)",
+    )
+    p.add_argument(
+        "--licence", default=None, help="the text's licence, for the trace meta (default: none)"
+    )
+    p.add_argument(
+        "--float32",
+        action="store_true",
+        help="store float32 weights (default: float16, half the size)",
+    )
 
-    register_needle(sub)
+    p = command(
+        "quality",
+        _model_command,
+        "perplexity of SmolLM2-135M with each eviction policy running in every head",
+        "Closed-loop perplexity: one policy per (layer, KV head) manages the cache while the "
+        "model reads the text; prints policies x budgets with the full-cache line.",
+    )
+    opt.add_model(p)
+    opt.add_text(p)
+    p.add_argument(
+        "--policies",
+        default="h2o,streaming-llm,tova,sliding-window",
+        help="comma-separated policies (default: %(default)s)",
+    )
+    p.add_argument(
+        "--budgets",
+        default="64,128,256,512",
+        help="comma-separated cache sizes per head (default: %(default)s)",
+    )
+    opt.add_tokens(p, None)
+    opt.add_policy_options(p)
+    opt.add_allocation_options(p)
+    opt.add_json(p)
+
+    p = command(
+        "generate",
+        _model_command,
+        "greedy continuation of a prompt with an evicting cache",
+        "Greedy decoding with one policy per (layer, KV head); compare policies (and 'full') "
+        "on a prompt that asks about a fact stated once, early.",
+    )
+    opt.add_model(p)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--prompt-file", metavar="FILE", help="UTF-8 prompt file (this or --prompt is required)"
+    )
+    src.add_argument("--prompt", help="prompt text (this or --prompt-file is required)")
+    p.add_argument(
+        "--policy",
+        default="h2o",
+        help="comma-separated policies, 'full' = no eviction, 'snapkv' = compress the prompt "
+        "once from its last queries (default: %(default)s)",
+    )
+    p.add_argument(
+        "--budget", type=int, default=128, help="cache size per head (default: %(default)s)"
+    )
+    opt.add_max_new(p, 20)
+    opt.add_policy_options(p)
+    opt.add_allocation_options(p)
+    p.add_argument(
+        "--snapkv-window",
+        type=int,
+        default=32,
+        help="snapkv: the last prompt queries that score the keys (default: %(default)s)",
+    )
+    p.add_argument(
+        "--snapkv-kernel", type=int, default=5, help="snapkv: pooling kernel (default: %(default)s)"
+    )
+    opt.add_json(p, "text")
+
+    # -- the grids: locally or on a Dask cluster ---------------------------------------------
+    p = command(
+        "needle",
+        _grid_command,
+        "needle-in-a-haystack grid: rows x lengths x depths x needles",
+        "Hide a fact (the code of a coloured locker) in the shipped texts at each length and "
+        "depth, ask it at the end, and score every row's greedy answer and the answer's "
+        "teacher-forced log-probability. One JSON line per cell.",
+    )
+    opt.add_grid_options(p)
+    opt.add_lengths(p, "512,1024,2048")
+    p.add_argument(
+        "--depths",
+        default=",".join(map(str, DEPTHS)),
+        help="comma-separated needle depths, percent of the haystack (default: %(default)s)",
+    )
+    p.add_argument("--needles", type=int, default=1, help="needles per cell, rotating (default: 1)")
+    opt.add_max_new(p, 8)
+    p.add_argument(
+        "--stand-in",
+        action="store_true",
+        help="model-free stand-in cells (a hash of the cell, not an answer): checks a cluster "
+        "set-up in seconds (default: the model)",
+    )
+
+    p = command(
+        "followup",
+        _grid_command,
+        "the second question: two facts, the first asked, then the second on the same cache",
+        "Hide two facts in the shipped texts (at 25 % and 75 % of the haystack, each order), "
+        "ask the first at the end, then ask the second on the cache the first left; score both "
+        "greedy answers and their teacher-forced log-probabilities. One JSON line per cell.",
+    )
+    opt.add_grid_options(p)
+    opt.add_lengths(p, "1024")
+    p.add_argument(
+        "--pairs", type=int, default=3, help="needle pairs per length (default: %(default)s)"
+    )
+
+    p = command(
+        "frontier",
+        _grid_command,
+        "perplexity and KV bytes per token of each row on a text (evict or compress?)",
+        "Closed-loop perplexity of the text under each row, with the bytes its cache holds; "
+        "one JSON line per row. SnapKV rows are left out (SnapKV compresses a prompt once and "
+        "has no perplexity over a text).",
+    )
+    opt.add_grid_options(p)
+    opt.add_text(p, TEXTS_DIR / "lighthouse.txt")
+    opt.add_tokens(p, 2048)
     return parser
-
-
-POLICY_FILE_HELP = (
-    "your own policy, as file.py:ClassName (see h2o/custom.py and examples/decayed_h2o.py); it "
-    "joins the table and every --policy choice; repeat for several (default: none)"
-)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -121,11 +120,10 @@ def test_snapkv_keeps_its_budget_under_every_allocation(model) -> None:
 
 
 def _cli(argv: list[str]) -> int:
-    from h2o.model.cli import register
+    """``python -m h2o ARGV``, its errors raised (not printed)."""
+    from h2o.cli import build_parser
 
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     return args.func(args)
 
 
@@ -219,7 +217,7 @@ def test_cli_capture_every_head(tiny_path, tmp_path, capsys) -> None:
     ],
 )
 def test_cli_refuses_bad_allocation_inputs_before_loading(argv, match, tmp_path, capsys) -> None:
-    from h2o.model.cli import main
+    from h2o.cli import main
 
     text = tmp_path / "t.txt"
     text.write_text("some text here", encoding="utf-8")

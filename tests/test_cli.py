@@ -229,3 +229,36 @@ def test_a_missing_model_package_is_named_not_a_traceback(tmp_path, monkeypatch,
         main(["generate", "--prompt", "hi", "--quiet"])
     assert e.value.code == 2
     assert "need the package gguf" in capsys.readouterr().err
+
+
+# -- one command line ----------------------------------------------------------------------------
+def test_the_help_imports_no_model_module():
+    """The start-up rule: the model's modules (a twentieth of a second) load only when a model
+    or grid command runs, not to list the commands or print a command's help."""
+    code = (
+        "import sys; from h2o.cli import build_parser; p = build_parser(); p.format_help(); "
+        "print(sorted(m for m in sys.modules if m.startswith('h2o.model')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_every_command_the_shipped_results_record_still_parses():
+    """Each ``.meta.json`` of traces/results/ records the command that built it (each run's
+    under ``runs``): the command line must still read every one as it was written."""
+    import shlex
+    from pathlib import Path
+
+    from h2o.cli import build_parser
+
+    results = Path(__file__).resolve().parents[1] / "traces" / "results"
+    commands = set()
+    for path in results.glob("*.meta.json"):
+        meta = json.loads(path.read_text(encoding="utf-8"))
+        commands |= {r["command"] for r in [meta, *meta.get("runs", [])] if "command" in r}
+    assert commands
+    for command in sorted(commands):
+        argv = shlex.split(command)
+        assert argv[:3] == ["python", "-m", "h2o"], command
+        args = build_parser().parse_args(argv[3:])
+        assert args.command == argv[3] and str(args.out) == argv[argv.index("--out") + 1]

@@ -8,7 +8,6 @@ multiplication, full softmax, and token-by-token decoding with eviction for the 
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -611,11 +610,10 @@ def test_quality_table_is_perplexity_under_eviction_per_run(model, monkeypatch) 
 
 # -- CLI -----------------------------------------------------------------------------------------
 def _cli(argv: list[str]) -> int:
-    from h2o.model.cli import register
+    """``python -m h2o ARGV``, its errors raised (not printed)."""
+    from h2o.cli import build_parser
 
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     return args.func(args)
 
 

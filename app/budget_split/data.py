@@ -47,7 +47,7 @@ def held_bytes(name: str, budget: int, n_tokens: int, policy: str = "h2o") -> in
     """What ``policy`` under allocation ``name`` at ``budget`` slots per head holds after
     ``n_tokens``: :meth:`h2o.model.rows.Row.kv_bytes`, the one count every page uses (fp16 keys
     and values, and the policy's own bytes per slot) — the ``kv_bytes`` of the shipped files
-    and of the runs below (:func:`h2o.model.allocation.held_bytes` on the model)."""
+    and of the runs below (:func:`h2o.model.rows.held_bytes` on the model)."""
     from h2o.model.rows import Row
 
     return Row.parse(f"{policy}@{budget}/{name}").kv_bytes(SHAPE, n_tokens)

@@ -9,10 +9,9 @@
   so its numbers are unchanged); adaptive steps each layer's heads together; duo runs its
   streaming heads as StreamingLLM.
 * :func:`allocation_table` — perplexity of every policy x allocation x budget at equal memory.
-* :func:`held_bytes` — the bytes a policy holds under an allocation:
-  :meth:`h2o.model.rows.Row.kv_bytes`, the one count of KV memory (the CLI's tables and the
-  shipped ``traces/results/allocation-*.json`` state it; :func:`allocation_record` is an
-  allocation's JSON entry with it).
+
+The bytes a policy holds under an allocation are a row's (:func:`h2o.model.rows.held_bytes`):
+the kinds of cache call this module, so it never imports a row.
 
 SnapKV, which compresses once after the prompt under any of these allocations, is
 :mod:`h2o.model.snapkv` (its scoring rule: :mod:`h2o.policies.snapkv`).
@@ -38,6 +37,7 @@ from h2o.model.quality import (
     perplexity_under_eviction,
     policy_factory,
 )
+from h2o.policies import StreamingLLM, make_policy
 from h2o.policies.snapkv import SNAPKV
 from h2o.progress import Progress, relabel
 
@@ -148,8 +148,6 @@ def allocated_factory(
     :func:`h2o.model.quality.make_policies` does); a policy without comparable scores runs
     uniform instead (a note says so). Duo's streaming heads run StreamingLLM with its sinks.
     """
-    from h2o.policies import StreamingLLM, make_policy
-
     if policy == SNAPKV:
         raise ValueError(
             "snapkv compresses a prompt once, after reading it: it runs in generate, not in "
@@ -206,39 +204,6 @@ def allocated_factory(
         return build(layer, head, np.random.default_rng([seed, layer, head]))
 
     return make, notes
-
-
-# -- the bytes it holds -------------------------------------------------------------------------
-def held_bytes(policy: str, allocation: Allocation, cfg: Any, n_tokens: int) -> int:
-    """Bytes ``policy`` under ``allocation`` holds after ``n_tokens`` tokens (SnapKV: after
-    compressing a prompt of ``n_tokens``), counted by :meth:`h2o.model.rows.Row.kv_bytes` — the
-    one count the needle pages, the frontier and the budget page state: per slot held a float16
-    key and value, plus the policy's own bookkeeping (13 bytes for the scored policies).
-
-    Each (layer, KV head) holds ``min(its budget, n_tokens)`` slots of ``allocation``'s own grid
-    (so allocator parameters other than the defaults are counted as run). ``cfg``: the model's
-    config (``n_layers``, ``n_kv_heads``, ``head_dim``).
-    """
-    from h2o.model.rows import Row
-
-    row = Row.parse(f"{policy}@{allocation.budget}/{allocation.name}")
-    n = max(0, int(n_tokens))
-    held = np.minimum(np.asarray(allocation.budgets, dtype=np.int64), n)
-    # the newest positions stand for what each head keeps: a float16 row counts only how many
-    kept = [[np.arange(n - int(b), n) for b in layer] for layer in held]
-    return row.kv_bytes(cfg, n, kept=kept)
-
-
-def allocation_record(
-    policy: str, allocation: Allocation, cfg: Any, n_tokens: int
-) -> dict[str, Any]:
-    """:meth:`Allocation.as_dict` with ``kv_bytes``, the bytes ``policy`` holds under it after
-    ``n_tokens`` (:func:`held_bytes`), in place of the allocation's float16 slots alone."""
-    held = held_bytes(policy, allocation, cfg, n_tokens)
-    return {
-        ("kv_bytes" if k == "cache_bytes" else k): (held if k == "cache_bytes" else v)
-        for k, v in allocation.as_dict().items()
-    }
 
 
 @dataclass(frozen=True)

