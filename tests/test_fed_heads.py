@@ -9,11 +9,12 @@ import pytest
 
 from h2o.model import KVCache
 from h2o.model.answer import row_perplexity
-from h2o.model.fed_heads import Feed, fed_layers
+from h2o.model.closed_loop import Instances
+from h2o.model.fed_heads import FedHeads, Feed, fed_layers
 from h2o.model.forward import rms_norm
 from h2o.model.rows import Row
 from h2o.model.stack import cache_for
-from h2o.policies import POLICIES
+from h2o.policies import POLICIES, make_policy
 from h2o.policies.expected_attention import ExpectedAttention
 from h2o.trace_vectors import HeadVectors
 
@@ -196,3 +197,79 @@ def test_read_vectors_are_not_written_and_a_feed_checks_what_it_is_given() -> No
     with pytest.raises(ValueError, match=r"outside the feed's 0\.\.4"):
         norms.write(4, np.zeros((1, 2, 4)), np.ones((2, 4)), np.ones((2, 4)))
     assert not norms.key_norms.any()
+
+
+class _Cfg:
+    head_dim, rope_base = 8, 10000.0
+
+
+def _layer_run(policy: str, together: bool, vectors: tuple, chunks: list[int], **kw) -> tuple:
+    """A layer of 3 KV heads over ``vectors`` (queries, keys, values of every position, as
+    :meth:`FedHeads.write` takes them) fed chunk by chunk: as the model's layer steps them
+    (``together``), or as :class:`Instances`, one policy after the other. Returns each head's
+    kept positions and scores, each chunk's mask and first evicted row."""
+    queries, keys, values = vectors
+    G, T, gs = keys.shape[0], keys.shape[1], queries.shape[0] // keys.shape[0]
+    feeds = [Feed(POLICIES[policy].reads_trace, T, gs, _Cfg) for _ in range(G)]
+    for g, feed in enumerate(feeds):
+        if "given" in kw:
+            feed.given("kvzip_scores", kw["given"][g])
+    pols = [make_policy(policy, kw["budget"]) for _ in range(G)]
+    if together:
+        layer = FedHeads(pols, feeds, gs)
+    else:
+        for pol, feed in zip(pols, feeds, strict=True):
+            pol.observe(feed)
+        layer = Instances(pols)
+    masks, firsts, t0 = [], [], 0
+    for c in chunks:
+        for g, feed in enumerate(feeds):
+            sl = slice(t0, t0 + c)
+            feed.write(t0, queries[g * gs : (g + 1) * gs, sl], keys[g, sl], values[g, sl])
+        mask = np.zeros((G, c, T), dtype=bool)
+        firsts.append(layer.step_rows(np.zeros((G, gs, c, T), np.float32), t0, mask))
+        masks.append(mask)
+        t0 += c
+    return [(p.kept.tolist(), p.scores.tolist()) for p in pols], masks, firsts
+
+
+@pytest.mark.parametrize("policy", ["key-norm", "kvzip", "expected-attention"])
+def test_a_layers_heads_stepped_together_keep_what_each_alone_keeps(policy) -> None:
+    """The layer's heads admit by their own code and evict in one call: the same kept positions,
+    scores (bit for bit), masks and first evicted rows as each instance stepped on its own —
+    on keys of equal norms too (ties: the lower position leaves first)."""
+    rng = np.random.default_rng(5)
+    G, gs, T, d = 3, 2, 90, _Cfg.head_dim
+    queries = rng.standard_normal((G * gs, T, d)).astype(np.float32)
+    # entries ±1 or ±2: many keys of exactly equal norms
+    keys = (rng.choice([-1, 1], (G, T, d)) * rng.choice([1, 1, 2], (G, T, 1))).astype(np.float32)
+    values = rng.standard_normal((G, T, d)).astype(np.float32)
+    given = rng.choice([0.25, 0.5, 1.0], (G, T))  # KVzip's scores, tied
+    chunks = [1, 40, 7, 1, 41]
+    kw = {"budget": 40, "given": given} if policy == "kvzip" else {"budget": 40}
+    want = _layer_run(policy, False, (queries, keys, values), chunks, **kw)
+    got = _layer_run(policy, True, (queries, keys, values), chunks, **kw)
+    assert got[0] == want[0]
+    for a, b in zip(got[1], want[1], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert got[2] == want[2] == [1, 40, 0, 0, 0]  # from position 41 on, evicted
+    norms = np.sqrt((keys.astype(np.float64) ** 2).sum(axis=2))
+    assert len(np.unique(norms[0])) < T // 4  # the ties are there to break
+    if policy != "expected-attention":  # a score fixed when written: the card's rule, literally
+        window = POLICIES[policy].default_recent_window
+        for g, (kept, _) in enumerate(got[0]):
+            score = -norms[g] if policy == "key-norm" else given[g]
+            assert kept == literal_kept(score.tolist(), T, 40, window), g
+
+
+def test_a_layer_steps_its_heads_together(model, ids) -> None:
+    """Over a text, no head's own ``evict`` runs: the layer evicts for them all at once."""
+    layers = fed_layers(model, "key-norm", 48, len(ids))
+    calls = []
+    for layer in layers:
+        for pol in layer.policies:
+            own = pol.evict
+            pol.evict = lambda *a, own=own: calls.append(1) or own(*a)
+    model.forward(ids, cache=cache_for(model.config, policies=layers))
+    assert not calls
+    assert all(len(pol) == 48 for layer in layers for pol in layer.policies)

@@ -14,9 +14,15 @@ only what exists once ``t`` is written, as a decoder would:
 * ``kvzip_scores``: given whole before the run (:meth:`Feed.given`), as the policy says — a
   score that needs the whole text (:attr:`~h2o.policies.Policy.hindsight`).
 
-One policy instance per (layer, KV head), stepped one by one (:class:`FedHeads`); the model's
-rows ``knorm@B``, ``expected-attention@B`` and ``kvzip@B`` run this way over a text
-(:meth:`h2o.model.caches.base.ContextCompression.text_policies`).
+One policy instance per (layer, KV head) (:class:`FedHeads`); the model's rows ``knorm@B``,
+``expected-attention@B`` and ``kvzip@B`` run this way over a text
+(:meth:`h2o.model.caches.base.ContextCompression.text_policies`). A layer's instances are built
+alike and step together, so their kept positions and scores are held as rows of one array each
+(as a bank's lanes, :meth:`~h2o.policies.base.ScoredPolicy.bind`): each step, every instance
+admits the position by its own code (:meth:`~h2o.policies.base.Policy.advance_trusted`: K-norm's
+score, Expected Attention's rescoring), then the layer evicts one a head in one compiled call —
+the card's first minimum outside the window (:func:`h2o.bank.kernels.evict_lanes`), which is
+what each instance's ``evict`` computes in Python.
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from h2o.bank.kernels import evict_lanes
 from h2o.model.closed_loop import Instances
+from h2o.policies.base import ScoredPolicy
 from h2o.trace_vectors import HeadVectors
 
 #: What the model can hand a policy, by the trace member it reads.
@@ -78,8 +86,9 @@ class Feed:
 
 
 class FedHeads(Instances):
-    """A layer's policies stepped one by one (:class:`~h2o.model.closed_loop.Instances`), each
-    having observed its :class:`Feed`, which :meth:`write` fills."""
+    """A layer's policies (:class:`~h2o.model.closed_loop.Instances`), each having observed its
+    :class:`Feed`, which :meth:`write` fills; stepped together when they can be (the module's
+    docstring), else one by one."""
 
     def __init__(self, policies: Sequence, feeds: Sequence[Feed], group_size: int) -> None:
         if len(policies) != len(feeds):
@@ -88,6 +97,86 @@ class FedHeads(Instances):
         self.feeds, self.group_size = list(feeds), group_size
         for pol, feed in zip(policies, feeds, strict=True):
             pol.observe(feed)
+        self._rows = self._bind(list(policies))
+
+    @staticmethod
+    def _bind(policies: list) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Fresh scored policies of one class, budget and window: their storage becomes rows of
+        ``(heads, budget + 1)`` arrays (positions, scores, scratch), which they then read and
+        write as their own; None for any other row (stepped one by one)."""
+        first = policies[0] if policies else None
+        cls = type(first)
+        # the layer evicts as the card does: only for a class that keeps its mechanics
+        if (
+            not isinstance(first, ScoredPolicy)
+            or first.reads_attention
+            or not cls.evicts_by_argmin()
+            or cls._evict is not ScoredPolicy._evict
+        ):
+            return None
+        if not all(
+            type(pol) is cls
+            and pol.budget == first.budget
+            and pol.recent_window == first.recent_window
+            and len(pol) == 0
+            and pol.last_pos < 0
+            for pol in policies
+        ):
+            return None
+        lanes, cap = len(policies), first.budget + 1
+        rows = (
+            np.zeros((lanes, cap), dtype=first.POS_DTYPE),
+            np.zeros((lanes, cap), dtype=first.SCORE_DTYPE),
+            np.zeros((lanes, cap), dtype=first.SCRATCH_DTYPE),
+        )
+        for i, pol in enumerate(policies):
+            pol.bind(rows[0][i], rows[1][i], rows[2][i])
+        return rows
+
+    def _together(self, t0: int) -> int:
+        """The fill every policy is at if they can step together from ``t0`` (bound to their
+        rows, equal fills at most the budget, the last position ``t0 - 1``), else -1."""
+        if self._rows is None:
+            return -1
+        pos = self._rows[0]
+        n = len(self.policies[0])
+        for pol in self.policies:
+            # a policy stepped alone past budget + 1 without evicting grew out of its row
+            if len(pol) != n or pol.last_pos != t0 - 1 or pol.kept.base is not pos:
+                return -1
+        return n if n <= self.policies[0].budget else -1
+
+    def step_rows(self, p: np.ndarray, t0: int, mask: np.ndarray, layer: int = -1) -> int:
+        n = self._together(t0)
+        if n < 0:
+            return super().step_rows(p, t0, mask, layer)
+        pols = self.policies
+        budget = pols[0].budget
+        pos, score, _ = self._rows  # type: ignore[misc]
+        lanes = len(pols)
+        heads = np.arange(lanes)[:, None]
+        windows = np.full(lanes, pols[0].recent_window, dtype=np.int64)
+        go, victims = np.ones(lanes, dtype=np.bool_), np.empty(lanes, dtype=np.int64)
+        c = p.shape[2]
+        first = c
+        for i in range(c):
+            t = t0 + i
+            # query t sees kept ∪ {t} of each head, as _step_policies marks it
+            if n == t:
+                mask[:, i, : t + 1] = True
+            else:
+                mask[:, i, t] = True
+                mask[heads, i, pos[:, :n]] = True
+                first = min(first, i)
+            for pol in pols:
+                pol.advance_trusted(t, None)  # each admits t by its own rule (attn unread)
+            n += 1
+            if n > budget:  # the card's eviction, every head at once: as ScoredPolicy._evict
+                evict_lanes(pos, score, n, windows, go, victims)
+                n -= 1
+                for pol in pols:
+                    pol.set_fill(n, t)
+        return first
 
     def __len__(self) -> int:
         return len(self.policies)
