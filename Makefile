@@ -56,8 +56,13 @@ setup-docs: $(VENV)/.setup-docs
 docs: setup-docs
 	$(VENV)/bin/mkdocs serve
 
+# Every test, a test file to a worker on each core (pytest-xdist; a file's tests share one app
+# server). `make test-fast` leaves out the Chromium and real-model tests.
 test: setup-test
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadfile
+
+test-fast: setup-test
+	$(PY) -m pytest -n auto --dist loadfile -m "not browser and not model"
 
 lint: setup-test
 	$(VENV)/bin/ruff format --check . && $(VENV)/bin/ruff check .
