@@ -277,7 +277,7 @@ def _text_rows(model: SmolLM, ids_all: list[int], args: argparse.Namespace) -> N
     """Each row's closed loop over a text (the frontier's cell), as a ratio to the full cache's
     in the same repeat; KVzip's repeat pass also alone."""
     from h2o.model.answer import row_perplexity
-    from h2o.model.caches import Kvzip
+    from h2o.model.caches import KvzipCache
     from h2o.model.rows import Row, parse_rows
 
     T = args.quality_tokens
@@ -287,7 +287,7 @@ def _text_rows(model: SmolLM, ids_all: list[int], args: argparse.Namespace) -> N
     }
     for row in parse_rows(args.text_rows):
         runs[row.label] = lambda row=row: row_perplexity(model, ids, row)
-        if isinstance(row.cache, Kvzip) and "KVzip's repeat pass" not in runs:
+        if isinstance(row.cache, KvzipCache) and "KVzip's repeat pass" not in runs:
             runs["KVzip's repeat pass"] = lambda row=row: row.cache.scores_ahead(model, ids[:-1])
     wall: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(args.repeats):

@@ -3,7 +3,7 @@
 :func:`replay` runs the card's loop (:func:`~h2o.stepwise.replay_stepwise`: at each step the
 policy sees the attention on what it keeps, admits the step, evicts back to budget) by the fastest
 engine that gives its numbers: the library's classes in one compiled call (:mod:`h2o.bank.lane`),
-Quest's selection of what each step reads (:mod:`h2o.selection`), any other policy one Python
+Quest's selection of what each step reads (:mod:`h2o.replay_selection`), any other policy one Python
 step at a time. What a replay measured is a :class:`~h2o.replay_outcome.Replay`.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from .bank.lane import replay_compiled
 from .policies import Policy
 from .replay_outcome import EVICTS_BY, Replay, check_top_k, result
-from .selection import replay_selection
+from .replay_selection import replay_selection
 from .stepwise import replay_stepwise
 from .trace import Trace
 

@@ -216,6 +216,32 @@ def test_combination_bytes_are_measured(model, ids) -> None:
     assert ppl == pytest.approx(_ppl_one_pass(model, row, ids), rel=1e-6)
 
 
+@pytest.mark.parametrize("label", ["h2o@48:w50%+kivi4", "h2o@48+kivi4", "h2o@48"])
+def test_a_row_that_reads_what_it_holds_reads_the_bytes_the_prompt_left(model, ids, label):
+    """Only a kind that reads a part of what it holds (Quest) reads other bytes than it holds: an
+    evicting row's bytes read are counted from the kept sets the prompt left, not from what the
+    answer's steps have made of the policies' storage since."""
+    from h2o.model.answer import kept_sets, read_prompt
+
+    row = Row.parse(label)
+    prompt, answer = ids[:100], ids[100:104]
+    sc = score_answer(model, prompt, answer, row, max_new=6, stop_at_eos=False)
+    assert sc.read_bytes == sc.kv_bytes
+    # the kept sets taken after the prompt are the run's own, and stay so as the policies step
+    from h2o.model.answer import begin
+
+    cache, quant = begin(model, row, len(prompt) + 8)
+    _, pol = read_prompt(model, prompt, row, cache, quant)
+    kept = kept_sets(pol)
+    before = [[k.copy() for k in layer] for layer in kept]
+    model.forward(answer, cache=cache_for(model.config, cache, policies=pol, quant=quant))
+    assert all(
+        np.array_equal(a, b)
+        for la, lb in zip(kept, before, strict=True)
+        for a, b in zip(la, lb, strict=True)
+    )
+
+
 def _ppl_one_pass(model, row, ids) -> float:
     from h2o.model.answer import row_policies, row_quant
 

@@ -1,6 +1,8 @@
 """The kinds of cache (h2o/model/caches): each built-in row parses into its class, and a toy
 kind added in one file (tests/toy_cache_kind.py) plus a registration is a row everywhere — the
-grammar, its bytes, the model's runs (prefix sharing included), the app's frontier and files."""
+grammar, its bytes, the model's runs (prefix sharing included), the needle grid's runner and
+result files, the app's needle grid and Evict or compress? pages (its frontier: needle accuracy,
+since it compresses a prompt once), and the frontier command, which leaves it out."""
 
 from __future__ import annotations
 
@@ -18,14 +20,14 @@ CFG = SimpleNamespace(n_layers=2, n_kv_heads=3, head_dim=64)
 @pytest.mark.parametrize(
     ("label", "cls", "group"),
     [
-        ("full", caches.Full, "full"),
-        ("kivi16", caches.Kivi, "full"),
-        ("kivi4", caches.Kivi, "compress"),
-        ("h2o@128", caches.Evicting, "evict"),
-        ("h2o@128:w50%:prefill", caches.Evicting, "evict"),
-        ("snapkv@256:avg5", caches.SnapKV, "evict"),
-        ("h2o@256+kivi4", caches.Evicting, "both"),
-        ("snapkv@256+kivi4", caches.SnapKV, "both"),
+        ("full", caches.FullCache, "full"),
+        ("kivi16", caches.KiviCache, "full"),
+        ("kivi4", caches.KiviCache, "compress"),
+        ("h2o@128", caches.EvictingCache, "evict"),
+        ("h2o@128:w50%:prefill", caches.EvictingCache, "evict"),
+        ("snapkv@256:avg5", caches.SnapKVCache, "evict"),
+        ("h2o@256+kivi4", caches.EvictingCache, "both"),
+        ("snapkv@256+kivi4", caches.SnapKVCache, "both"),
     ],
 )
 def test_each_row_asks_its_kind(label, cls, group) -> None:
@@ -169,3 +171,126 @@ def test_the_app_reads_a_toy_kind_from_the_library(toy) -> None:
 
     style = family_style("evict", "first", None, None, 0)  # drawn as its class says
     assert (style["color"], style["symbol"]) == ("#8C564B", "x")
+
+
+def test_the_toy_kind_stays_a_few_methods() -> None:
+    """A kind is what differs from its base: the toy says it in three methods (at most five)."""
+    from toy_cache_kind import FirstTokens
+
+    own = [n for n, v in vars(FirstTokens).items() if isinstance(v, classmethod) or callable(v)]
+    assert sorted(own) == ["name", "parse_head", "read_prompt"]
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory) -> str:
+    """The tiny GGUF as a file: a grid's spec names its model by path."""
+    pytest.importorskip("gguf")
+    from tiny_model import write_tiny_gguf
+
+    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    write_tiny_gguf(path)
+    return str(path)
+
+
+def test_the_needle_grid_runs_a_toy_kind_and_the_app_shows_it(
+    toy, tiny_path, tmp_path, monkeypatch
+):
+    """The grid's runner (as ``python -m h2o needle`` calls it, in-process so that the
+    registration holds) writes the toy kind's lines; the app's reader takes them; the needle
+    grid page draws its panel and opens its cells; Evict or compress? puts it on the needle
+    accuracy chart only — it compresses a prompt once, so it has no perplexity over a text."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from test_claims_needle import write_fixture
+    from test_needle_pages import EC_PAGE, GRID_PAGE, arr, charts, markdown, open_page
+
+    from app import state
+    from app.needle import claims, data, frontier
+    from h2o.needle.cells import cell_batch, cell_needles, run_cell, run_cells, worker_model
+    from h2o.needle.grid import read_lines, run_grid
+
+    length = 512
+    specs = [
+        {"row": r, "length": length, "depth": d, "needle": cell_needles(length, d)[0]}
+        | {"model": tiny_path}
+        for r in ("full", "first@64")
+        for d in (0, 50, 100)
+    ]
+    results = tmp_path / "results"
+    write_fixture(results)  # its frontier file; the grid file is the run's alone
+    (results / data.GRID_FILE).unlink()
+    (results / f"{data.GRID_FILE}.meta.json").unlink()
+    out = results / data.GRID_FILE
+    run = run_grid(
+        specs, run_cells, out, make_executor=lambda: ThreadPoolExecutor(1), batch=cell_batch
+    )
+    assert run.complete and run.computed == len(specs) and not run.failed
+    # the toy reads a prompt as the full cache does: one job for both rows, the same lines as
+    # each cell run alone
+    assert len({cell_batch(s) for s in specs}) == 1
+    lines, _ = read_lines(out)
+    for spec, line in zip(specs, lines, strict=True):
+        assert {**run_cell(spec), "seconds": 0} == {**line, "seconds": 0}
+
+    monkeypatch.setattr(data, "RESULTS_DIR", results)
+    monkeypatch.setattr(data, "_PARSED", {})  # labels this server parsed while it was registered
+    loaded = data.read_grid(out)
+    assert not loaded.problems and len(loaded.records) == len(specs)
+    mine = [c for c in loaded.records if c.row == "first@64"]
+    row = Row.parse("first@64")
+    cfg = worker_model(tiny_path).config
+    for c in mine:
+        assert (c.kind, c.family, c.budget) == ("first", "First tokens", 64)
+        assert c.kv_bytes == row.kv_bytes(cfg, c.tokens)
+        # every head holds the first 64 positions: the whole needle, or not all of it
+        assert c.held == (float(c.needle_span[1] <= 64),) * cfg.n_layers
+
+    # the needle grid: its panel beside the full cache's, and each of its cells opens
+    at = open_page(GRID_PAGE, ng_rows=["full", "first@64"], ng_cell_row="first@64")
+    panels = [a["text"] for a in charts(at)["ng_heatmaps"]["layout"]["annotations"]]
+    assert panels == ["full", "first@64"]
+    assert "First tokens — first@64" in at.multiselect(key=state.wkey("ng_rows")).options
+    for c in mine:
+        at.session_state["ng_cell_len"], at.session_state["ng_cell_depth"] = c.length, c.depth
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert c.produced in [t.value for t in at.text]
+
+    # Evict or compress?: on the needle accuracy chart, drawn as its class says; not on the
+    # perplexity chart, and the page says why
+    at = open_page(EC_PAGE, ec_row="first@64", ec_length=length)
+    assert "first@64" in at.selectbox(key=state.wkey("ec_row")).options
+    acc = frontier.accuracy_points(loaded.records, length)
+    (point,) = [p for p in acc if p.row == "first@64"]
+    assert point.y == sum(c.correct for c in mine) / len(mine)
+    (trace,) = [t for t in charts(at)["ec_acc"]["data"] if t["name"] == "First tokens"]
+    assert (trace["marker"]["symbol"], trace["marker"]["color"]) == ("x", "#8C564B")
+    assert list(arr(trace["y"])) == [point.y]
+    shown = markdown(at)
+    assert claims.verdict(acc, frontier.memory_of(acc, "first@64"), claims.ACCURACY) in shown
+    ppl = frontier.ppl_points(data.read_frontier(results / data.FRONTIER_FILE).records)
+    assert "first@64" not in [p.row for p in ppl]
+    assert any(i.value.startswith("first@64 is not on the perplexity chart") for i in at.info)
+    note = claims.one_shot_note(loaded.records, [p.row for p in ppl])
+    assert note.startswith("First tokens compresses a prompt once") and note in shown
+
+
+def test_a_one_shot_kind_has_no_perplexity_line(toy, tiny_path, tmp_path, capsys) -> None:
+    """A kind that compresses a prompt once (``closed_loop = False``) has no line on the
+    perplexity frontier: the cell function refuses it, and the frontier command leaves it out
+    and says why (the needle accuracy chart is its frontier, as the test above shows)."""
+    from h2o.cli import main
+    from h2o.needle.cells import run_frontier
+
+    assert not toy.closed_loop
+    text = tmp_path / "text.txt"
+    text.write_text("The keeper lit the lamp at dusk and wound the clock. " * 20, encoding="utf-8")
+    spec = {"row": "first@64", "text": str(text), "tokens": 100, "model": tiny_path}
+    with pytest.raises(ValueError, match="no closed-loop perplexity"):
+        run_frontier(spec)
+    out = tmp_path / "frontier.jsonl"
+    argv = ["frontier", "--rows", "first@64", "--text", str(text), "--tokens", "100"]
+    assert main([*argv, "--model", tiny_path, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "first@64 left out: these rows compress a prompt once" in err
+    assert "no row left that has a perplexity" in err and not out.exists()

@@ -181,7 +181,7 @@ def test_how_they_run_says_each_pipeline_and_where_a_decode_time_twin_steps() ->
     knorm = how("knorm@128")
     assert "K-norm compresses the context and then reads the question" in knorm
     assert "SnapKV reads the question first" in knorm
-    policy = h2o.POLICIES[caches.Knorm.decode_policy]
+    policy = h2o.POLICIES[caches.KnormCache.decode_policy]
     assert f"{policy.label} also runs as the model decodes" in knorm
     assert f"carry each position's `{policy.reads_trace[0]}`" in knorm
     kvzip = how("kvzip@128")

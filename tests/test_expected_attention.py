@@ -12,7 +12,7 @@ import pytest
 from h2o.model.caches.expected_attention_cache import (
     N_FUTURE,
     N_SINK,
-    ExpectedAttention,
+    ExpectedAttentionCache,
     QueryStats,
     averaged_rope,
     expected_attention_scores,
@@ -151,7 +151,7 @@ def test_refusals(label, match) -> None:
 
 def test_the_row() -> None:
     row = Row.parse("expected-attention@128")
-    assert type(row.cache) is ExpectedAttention and row.label == "expected-attention@128"
+    assert type(row.cache) is ExpectedAttentionCache and row.label == "expected-attention@128"
     assert row.family == "Expected Attention" and row.group == "evict"
     assert row.cache.closed_loop and row.cache.prompt_limit(500) == 0
 

@@ -73,11 +73,11 @@ def test_each_allocation_is_dashed_its_own_way():
 def test_a_subclass_of_a_method_is_not_drawn_as_it():
     """A kind's colour is read from its own class: a subclass of K-norm that changes the rule
     gets the policy colours' fallback, not K-norm's mark."""
-    sub = type("Sharper", (caches.Knorm,), {"kind": "sharper"})
+    sub = type("Sharper", (caches.KnormCache,), {"kind": "sharper"})
     caches.register(sub)
     try:
         assert figures.method_mark("sharper") is None
-        assert figures.method_mark("knorm") == (caches.Knorm.colour, caches.Knorm.marker)
+        assert figures.method_mark("knorm") == (caches.KnormCache.colour, caches.KnormCache.marker)
     finally:
         caches.unregister("sharper")
 
@@ -86,5 +86,8 @@ def test_a_selection_row_is_styled_by_its_kind():
     """Quest has no policy: its style still comes from its row (its kind), not its name."""
     p = point("quest@128", "select", policy=None)
     assert frontier.cache_facts(p) == ("quest", None, 0)
-    assert (style(p)["color"], style(p)["symbol"]) == (caches.Quest.colour, caches.Quest.marker)
+    assert (style(p)["color"], style(p)["symbol"]) == (
+        caches.QuestCache.colour,
+        caches.QuestCache.marker,
+    )
     assert frontier.cache_facts(point("kivi4", "compress", bits=4))[0] is None

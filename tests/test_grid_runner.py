@@ -415,7 +415,44 @@ def test_real_cells_batched_are_the_cells_one_by_one_on_the_tiny_model(tmp_path,
 def test_run_cells_refuses_a_job_of_two_batches_before_loading_anything():
     from h2o.needle.cells import run_cells
 
-    sp = specs(rows=["full", "kivi4"], lengths=(512,), depths=(0,))
-    with pytest.raises(ValueError, match="one job is one row, length, model and max_new"):
-        run_cells(sp, load=lambda: pytest.fail("the model was loaded"))
+    never = {"load": lambda: pytest.fail("the model was loaded")}
+    for rows, lengths in ((["full", "h2o@128"], (512,)), (["full", "kivi4"], (512, 1024))):
+        sp = specs(rows=rows, lengths=lengths, depths=(0,))
+        with pytest.raises(ValueError, match="one job is one length, model and max_new"):
+            run_cells(sp, **never)
     assert run_cells([]) == []
+
+
+def test_the_rows_that_read_a_prompt_as_the_full_cache_share_a_batch():
+    """One job a length for them; a row that evicts while it reads, H2O's prefill mode or a
+    prompt read quantized is a job of its own."""
+    from h2o.needle.cells import cell_batch
+
+    shared = ["full", "kivi4", "quest@128", "snapkv@128", "kvzip@128"]
+    alone = ["h2o@128", "h2o@128:w50%:prefill", "kivi4:r32:qprompt"]
+    groups: dict = {}
+    for s in specs(rows=shared + alone, lengths=(512, 1024)):
+        groups.setdefault(cell_batch(s), set()).add((s["row"], s["length"]))
+    want = [{(r, n) for r in shared} for n in (512, 1024)]
+    want += [{(r, n)} for r in alone for n in (512, 1024)]
+    assert sorted(map(sorted, groups.values())) == sorted(map(sorted, want))
+
+
+def test_a_batch_larger_than_a_job_is_cut_into_jobs_of_about_equal_size(tmp_path):
+    a, b = tmp_path / "one.jsonl", tmp_path / "cut.jsonl"
+    sp = specs(lengths=(512,), depths=(0, 25, 50, 75, 100))  # 15 cells, one length
+    run_grid(sp, stand_in_cell, a)
+    sizes: list[int] = []
+
+    def recording(job):
+        sizes.append(len(job))
+        return [stand_in_cell(s) for s in job]
+
+    run = run_grid(
+        sp, recording, b, make_executor=lambda: ThreadPoolExecutor(1),
+        batch=lambda s: s["length"], job_cells=6,
+    )  # fmt: skip
+    assert run.complete and sorted(sizes) == [5, 5, 5]
+    assert a.read_text() == b.read_text()
+    with pytest.raises(ValueError, match="job_cells"):
+        run_grid(sp, recording, b, batch=lambda s: s["length"], job_cells=0)

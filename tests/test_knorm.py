@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from h2o.model.caches.knorm_cache import Knorm, knorm_keep
+from h2o.model.caches.knorm_cache import KnormCache, knorm_keep
 from h2o.model.rows import Row
 
 
@@ -66,7 +66,7 @@ def test_refusals(label, match) -> None:
 
 def test_the_row() -> None:
     row = Row.parse("knorm@128")
-    assert type(row.cache) is Knorm and row.label == "knorm@128"
+    assert type(row.cache) is KnormCache and row.label == "knorm@128"
     assert row.family == "K-norm" and row.group == "evict" and row.cache.closed_loop
     assert row.cache.window == 32
 
@@ -110,7 +110,7 @@ def test_what_a_fused_kernel_rules_out_is_h2os_sum_only():
     """A fused attention kernel never writes the weights out: that rules out H2O, which adds up
     every weight of every step, but not SnapKV or TOVA, which recompute the few queries' weights
     they read (kvpress's ``compute_window_attention``; SnapKV's code with FlashAttention-2)."""
-    said = Knorm.since_h2o
+    said = KnormCache.since_h2o
     cannot = said[said.index("cannot") - 80 : said.index("cannot")]
     assert "H2O" in cannot
     assert "SnapKV" not in cannot.split("(")[0] and "TOVA" not in cannot.split("(")[0]

@@ -14,7 +14,7 @@ from h2o.model.caches.kvzip_cache import (
     N_SINK,
     REPEAT,
     SUFFIX,
-    Kvzip,
+    KvzipCache,
     kvzip_keep,
     reconstruction_scores,
     repeat_chunks,
@@ -76,7 +76,7 @@ def test_refusals(label, match) -> None:
 
 def test_the_row() -> None:
     row = Row.parse("kvzip@128")
-    assert type(row.cache) is Kvzip and row.label == "kvzip@128" and row.family == "KVzip"
+    assert type(row.cache) is KvzipCache and row.label == "kvzip@128" and row.family == "KVzip"
     assert row.group == "evict" and row.cache.closed_loop
 
 

@@ -84,7 +84,7 @@ def test_shipped_traces_carry_the_scores_the_model_computes():
         assert s is not None and s.shape == (trace.steps,)
         assert (s[:4] == 1.0).all() and (s >= 0).all() and (s <= 1.0).all()
         assert replay(KVzip(128), trace, record=False).summary()["evictions"] == trace.steps - 128
-    assert type(Row.parse("kvzip@128").cache).__name__ == "Kvzip"
+    assert type(Row.parse("kvzip@128").cache).__name__ == "KvzipCache"
 
 
 def test_tables_that_rank_it_say_what_it_knows_ahead(capsys):

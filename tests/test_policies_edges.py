@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from h2o.model.caches.fixed_keep import FixedKeep
 from h2o.policies import POLICIES, Policy, RandomEviction, SlidingWindow, StreamingLLM
 from h2o.policies.base import check_pos
-from h2o.policies.snapkv import FixedKeep, pool1d, snapkv_keep, snapkv_scores
+from h2o.policies.snapkv import pool1d, snapkv_keep, snapkv_scores
 
 INT32_MAX = 2**31 - 1
 

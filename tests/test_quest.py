@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from h2o.model.caches.quest_cache import DENSE_LAYERS, PAGE, Quest, n_pages_read, page_mask
+from h2o.model.caches.quest_cache import DENSE_LAYERS, PAGE, QuestCache, n_pages_read, page_mask
 from h2o.model.rows import Row
 from h2o.model.stack import cache_for
 
@@ -118,7 +118,7 @@ def test_a_selection_takes_no_policies_and_no_quantization(tiny_smollm) -> None:
 def test_the_row_and_its_bytes(tiny_smollm) -> None:
     cfg = tiny_smollm.config
     row = Row.parse("quest@128")
-    assert type(row.cache) is Quest and row.label == "quest@128" and row.group == "select"
+    assert type(row.cache) is QuestCache and row.label == "quest@128" and row.group == "select"
     assert row.family == "Quest" and row.cache.selector(tiny_smollm) is not None
     slot = 2 * cfg.head_dim * 2  # a key and a value, fp16
     n = 1000

@@ -1,8 +1,9 @@
-"""Quest stepped on a trace (h2o/policies/quest.py, h2o/selection.py): each step reads the pages
-a literal transcription of mit-han-lab/Quest's ``quest_attention.py`` reads (``literal_mask`` of
-test_quest.py) and the model's own ``page_mask``; the replay's "kept" is what each step reads,
-its mass the attention on it; it runs on a trace of one query head and is refused by name on a
-trace that averages several; the comparisons of what a cache holds leave it out."""
+"""Quest stepped on a trace (h2o/policies/quest.py, h2o/replay_selection.py): each step reads
+the pages a literal transcription of mit-han-lab/Quest's ``quest_attention.py`` reads
+(``literal_mask`` of test_quest.py) and the model's own ``page_mask``; the replay's "kept" is
+what each step reads, its mass the attention on it; it runs on a trace of one query head and is
+refused by name on a trace that averages several; the comparisons of what a cache holds leave
+it out."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import pytest
 from model_marks import needs_model
 from test_quest import literal_mask
 
-from h2o.model.caches.quest_cache import DENSE_LAYERS, PAGE, PageReads, Quest
+from h2o.model.caches.quest_cache import DENSE_LAYERS, PAGE, PageReads, QuestCache
 from h2o.model.rows import Row
 
 ROOT = Path(__file__).parents[1]
@@ -35,7 +35,7 @@ def shipped_quest_lines() -> list[tuple[str, dict]]:
             line = json.loads(text)
             label = line["row"]
             if label not in quest:
-                quest[label] = isinstance(Row.parse(label).cache, Quest)
+                quest[label] = isinstance(Row.parse(label).cache, QuestCache)
             if quest[label]:
                 out.append((name, line))
     return out
@@ -82,7 +82,7 @@ def watch(monkeypatch) -> tuple[list, list]:
         made.append(Watched(int(self.row.budget), model.config.group_size, calls))
         return made[-1]
 
-    monkeypatch.setattr(Quest, "selector", selector)
+    monkeypatch.setattr(QuestCache, "selector", selector)
     return made, calls
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from h2o.policies.snapkv import FixedKeep, pool1d, snapkv_keep, snapkv_scores
+from h2o.model.caches.fixed_keep import FixedKeep
+from h2o.policies.snapkv import pool1d, snapkv_keep, snapkv_scores
 
 
 def test_pool1d_by_hand() -> None:

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from h2o.model.caches import Budgeted
+from h2o.model.caches.fixed_keep import FixedKeep
 from h2o.model.stack import cache_for
-from h2o.policies.snapkv import FixedKeep
 
 _HEAD = re.compile(r"^first@(?P<budget>\d+)$")
 

@@ -9,6 +9,9 @@
 * :func:`score_cells` — :func:`score_answer` of many prompts that share a prefix (the needle
   grid's haystack up to its needles), reading the shared part once (:func:`prefix_states`), with
   the same scores bit for bit;
+* :func:`score_rows` — :func:`score_cells` of several rows: the rows that read a prompt as the
+  full cache does (:func:`reads_prompt_as_full`) start every prompt from one full-cache reading
+  of it, the same scores bit for bit;
 * :func:`row_perplexity` — the closed-loop perplexity of a text under the row.
 
 Each row kind runs as its module does: the full cache; a decode-time policy in every (layer,
@@ -22,11 +25,12 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from h2o.model.caches import CacheKind
 from h2o.model.forward import PROMPT_BLOCK, SmolLM
 from h2o.model.generate import decode_greedy
 from h2o.model.kv_cache import KVCache
@@ -67,8 +71,10 @@ def row_quant(row: Row) -> QuantState | None:
 
 def kept_sets(policies) -> list[list[np.ndarray]]:
     """``kept[layer][kv_head]`` of whatever holds each layer's heads (instances, a bank, layer
-    parts, an adaptive layer: each indexes as its row of policies)."""
-    return [[np.asarray(layer[g].kept) for g in range(len(layer))] for layer in policies]
+    parts, an adaptive layer: each indexes as its row of policies), copied: a policy's ``kept``
+    may be a view of its storage, valid only until its next step, and a run counts its bytes
+    from what the prompt left after the answer has stepped the policies on."""
+    return [[np.array(layer[g].kept) for g in range(len(layer))] for layer in policies]
 
 
 def held_shares(policies, span: tuple[int, int]) -> list[float]:
@@ -159,10 +165,14 @@ def prefix_states(
     row: Row,
     stops: Sequence[int],
     calibration_ids: Sequence[int] | None = None,
+    start: PromptState | None = None,
 ) -> Iterator[PromptState]:
     """Read ``ids`` under ``row`` once, yielding the state at each of ``stops`` (increasing
     multiples of :data:`~h2o.model.forward.PROMPT_BLOCK`, each less than ``len(ids)``); a
-    SnapKV row's stops must lie before its window (the last prompt tokens)."""
+    SnapKV row's stops must lie before its window (the last prompt tokens).
+
+    ``start``: the reading goes on from the state a reading of ``ids[:start.length]`` under
+    the same row left (the stops lie after it)."""
     stops = [int(x) for x in stops]
     if any(x <= 0 or x % PROMPT_BLOCK for x in stops) or stops != sorted(set(stops)):
         raise ValueError(f"stops must be increasing positive multiples of {PROMPT_BLOCK}: {stops}")
@@ -170,10 +180,12 @@ def prefix_states(
         raise ValueError(f"a stop ({stops[-1]}) must leave a token of the {len(ids)} to read")
     if not stops:
         return
-    cache, quant = begin(model, row, stops[-1])
+    if start is not None and start.length >= stops[0]:
+        raise ValueError(f"a start of {start.length} tokens for stops from {stops[0]}")
+    cache, quant = begin(model, row, stops[-1], start)
     pq = quant if row.quantized_prompt else None
     kind = row.cache
-    reading = kind.begin(model, calibration_ids, stops[-1])
+    reading = kind.begin(model, calibration_ids, stops[-1], start)
     for stop in stops:
         kind.read_prefix(model, list(ids[:stop]), cache, pq, reading)
         acc = reading.acc
@@ -349,6 +361,139 @@ def score_cells(
                 score(i, state, share)
         t = time.perf_counter()
     return out  # type: ignore[return-value]
+
+
+def reads_prompt_as_full(row: Row) -> bool:
+    """Whether ``row`` reads a prompt's beginning exactly as the full cache does: its kind
+    steps no policy and accumulates nothing while it reads (it keeps
+    :class:`~h2o.model.caches.CacheKind`'s own ``begin``, ``decode_policies`` and
+    ``read_prefix``) and the prompt is not read quantized (``:qprompt``). The full cache, a
+    KIVI-style cache (it quantizes the prompt once stored), Quest (it selects after the prompt)
+    and the one-shot compressions (SnapKV and the presses compress before their last prompt
+    tokens, :meth:`~h2o.model.caches.CacheKind.prompt_limit`) do; a row that evicts while it
+    reads, H2O's prefill mode and a ``:qprompt`` row do not. A state the full cache left at a
+    block then starts such a row's prompt as its own reading would (:func:`score_rows`)."""
+    kind = type(row.cache)
+    return not row.quantized_prompt and all(
+        getattr(kind, name) is getattr(CacheKind, name)
+        for name in ("begin", "decode_policies", "read_prefix")
+    )
+
+
+Cell = tuple[Sequence[int], Sequence[int], tuple[int, int] | None]
+
+
+def score_rows(
+    model: SmolLM,
+    cells: Sequence[Cell],
+    rows: Sequence[Row],
+    *,
+    cells_of: Mapping[str, Sequence[int]] | None = None,
+    max_new: int = 8,
+    calibration_ids: Sequence[int] | None = None,
+    stop_at_eos: bool = True,
+) -> dict[str, list[AnswerScore]]:
+    """:func:`score_cells` of every row of ``rows``: ``{label: scores}``, the same scores bit
+    for bit, reading each prompt once for all the rows that read it as the full cache does.
+
+    ``cells_of[label]``: the indices of the cells that row scores, its scores in that order
+    (default: every cell). A row that does not read a prompt as the full cache does
+    (:func:`reads_prompt_as_full`) is :func:`score_cells` alone. The others start from one
+    reading under the full cache: the prompt that shares the most blocks with the others (the
+    chain) is read once, each other prompt from the last block it shares with the chain to the
+    blocks its rows start from, and each row starts each prompt from its own last shareable
+    block (:func:`shared_stop` of the prompt with itself, within the row's
+    :meth:`~h2o.model.caches.CacheKind.prompt_limit`). Each score's ``seconds`` is its own time
+    plus its share of the readings it starts from: a stretch read once for ``n`` (row, cell)
+    pairs counts ``1/n`` to each."""
+    rows = list(rows)
+    for r in rows:
+        if not isinstance(r, Row):
+            raise ValueError(f"rows must be Rows (Row.parse(label)), got {type(r).__name__}")
+    labels = [r.label for r in rows]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"each row once, got {labels}")
+    asked: dict[str, list[int]] = {}
+    for label in labels:
+        which = range(len(cells)) if cells_of is None else cells_of.get(label, ())
+        asked[label] = [int(i) for i in which]
+        if any(not 0 <= i < len(cells) for i in asked[label]):
+            raise ValueError(f"{label}: cell indices {asked[label]} outside 0..{len(cells) - 1}")
+    if cells_of is not None and set(cells_of) - set(labels):
+        raise ValueError(f"cells_of names rows not asked: {sorted(set(cells_of) - set(labels))}")
+    kw = {"max_new": max_new, "calibration_ids": calibration_ids, "stop_at_eos": stop_at_eos}
+    out: dict[str, list[AnswerScore]] = {}
+    shared = [r for r in rows if reads_prompt_as_full(r)]
+    for r in rows:
+        if r not in shared:
+            out[r.label] = score_cells(model, [cells[i] for i in asked[r.label]], r, **kw)
+    pairs = [(r, i) for r in shared for i in asked[r.label]]
+    if pairs:
+        scored = _score_from_full(model, cells, pairs, kw)
+        for r in shared:
+            out[r.label] = [scored[(r.label, i)] for i in asked[r.label]]
+    return {label: out[label] for label in labels}
+
+
+def _score_from_full(
+    model: SmolLM, cells: Sequence[Cell], pairs: list[tuple[Row, int]], kw: dict
+) -> dict[tuple[str, int], AnswerScore]:
+    """:func:`score_rows` of the (row, cell) ``pairs`` whose rows read a prompt as the full
+    cache does, every prompt from one full-cache reading."""
+    full = Row.parse("full")
+    ids = [[int(t) for t in c[0]] for c in cells]
+    used = sorted({i for _, i in pairs})
+
+    def common(i: int, j: int) -> int:  # the last block both prompts may be read to, shared
+        return min(shared_stop(ids[i], ids[j], full), shared_stop(ids[j], ids[i], full))
+
+    chain = max(used, key=lambda c: (sum(common(i, c) for i in used if i != c), -c))
+    branch = {i: common(i, chain) for i in used}  # where prompt i leaves the chain
+    own = {(r.label, i): shared_stop(ids[i], ids[i], r) for r, i in pairs}
+    row_of = {r.label: r for r, _ in pairs}
+    out: dict[tuple[str, int], AnswerScore] = {}
+
+    def score(p: tuple[str, int], start: PromptState | None, extra: float) -> None:
+        prompt, answer, span = cells[p[1]]
+        sc = score_answer(model, prompt, answer, row_of[p[0]], needle_span=span, start=start, **kw)
+        sc.seconds += extra
+        out[p] = sc
+
+    def walk(
+        seq: list[int], start: PromptState | None, base: float, ends: dict[tuple[str, int], int]
+    ) -> None:
+        """Read ``seq`` under the full cache from ``start`` to every pair's end on it: a pair
+        whose own start is its end starts its prompt there, the others go on along their own
+        prompt from there."""
+        share = base
+        t = time.perf_counter()
+        stops = sorted(set(ends.values()))
+        for state in prefix_states(model, seq, full, stops, kw["calibration_ids"], start=start):
+            n_users = sum(end >= state.length for end in ends.values())
+            share += (time.perf_counter() - t) / n_users
+            here = [p for p, end in ends.items() if end == state.length]
+            for p in here:
+                if own[p] == state.length:
+                    score(p, state, share)
+            for i in sorted({p[1] for p in here if own[p] > state.length}):
+                on = {p: own[p] for p in here if p[1] == i and own[p] > state.length}
+                walk(ids[i], state, share, on)
+            t = time.perf_counter()
+
+    for p, stop in own.items():
+        if stop == 0:  # nothing it may start from: its prompt alone
+            score(p, None, 0.0)
+    walk(
+        ids[chain],
+        None,
+        0.0,
+        {p: min(s, branch[p[1]]) for p, s in own.items() if s and branch[p[1]]},
+    )
+    for i in used:  # prompts that share no block with the chain: read from their start
+        alone = {p: s for p, s in own.items() if p[1] == i and s and not branch[i]}
+        if alone:
+            walk(ids[i], None, 0.0, alone)
+    return out
 
 
 @dataclass(frozen=True)

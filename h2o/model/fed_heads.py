@@ -111,7 +111,6 @@ class FedHeads(Instances):
             not isinstance(first, ScoredPolicy)
             or first.reads_attention
             or not cls.evicts_by_argmin()
-            or cls._evict is not ScoredPolicy._evict
         ):
             return None
         if not all(

@@ -41,9 +41,9 @@ Bytes (:meth:`Row.kv_bytes`) are counted honestly: fp16 keys and values of every
 policies' ``nbytes_per_slot``: 13 bytes; a ring of positions (StreamingLLM, sliding window) and
 SnapKV's one-shot selection keep no per-slot state beyond the cache).
 
-Each kind of cache is one class (:mod:`h2o.model.caches`: :class:`~h2o.model.caches.Full`,
-:class:`~h2o.model.caches.Evicting`, :class:`~h2o.model.caches.SnapKV`,
-:class:`~h2o.model.caches.Kivi`): its part of the grammar, its name, what it holds and how the
+Each kind of cache is one class (:mod:`h2o.model.caches`: :class:`~h2o.model.caches.FullCache`,
+:class:`~h2o.model.caches.EvictingCache`, :class:`~h2o.model.caches.SnapKVCache`,
+:class:`~h2o.model.caches.KiviCache`): its part of the grammar, its name, what it holds and how the
 model attends through it. A row asks its kind (:attr:`Row.cache`); what is shared — the
 quantization a ``+kiviN`` adds, the sinks, the bytes — lives here, and so does what must know
 both a row and what its kinds call: :func:`held_bytes`, the bytes a policy holds under an

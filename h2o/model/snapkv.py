@@ -18,6 +18,7 @@ import numpy as np
 from h2o.alloc import Allocation
 from h2o.alloc.adaptive import ada_select, guaranteed_slots
 from h2o.alloc.duo import RETRIEVAL
+from h2o.model.caches.fixed_keep import FixedKeep
 from h2o.model.forward import AttnChunk, SmolLM
 from h2o.model.generate import GenerationResult, check_prompt, decode_greedy
 from h2o.model.kv_cache import KVCache
@@ -26,7 +27,6 @@ from h2o.policies.snapkv import (
     DEFAULT_KERNEL,
     DEFAULT_WINDOW,
     SNAPKV,
-    FixedKeep,
     snapkv_keep,
     snapkv_scores,
 )

@@ -5,7 +5,8 @@ the model once per worker process (:func:`worker_model`) and returns one result 
 keys traces/results/README.md describes.
 
 * :func:`run_cell` — ``{"row", "length", "depth", "needle", "model"?, "max_new"?}``;
-  :func:`run_cells` the cells of one row and length as one job (what they share read once);
+  :func:`run_cells` the cells of one length as one job (:func:`cell_batch`): one row's, or
+  several rows' that read a prompt as the full cache does (each prompt read once for them all);
 * :func:`run_frontier` — ``{"row", "text", "tokens", "content"?, "model"?}`` (``content``: the
   text itself, else read from the file ``text``);
 * :func:`stand_in_cell` — a model-free stand-in with the same keys, computed from the spec
@@ -92,16 +93,29 @@ def run_cell(spec: dict, load: Callable[[], Any] | None = None) -> dict:
     return run_cells([spec], load)[0]
 
 
+#: :func:`cell_batch`'s row for the rows that read a prompt as the full cache does.
+FULL_READING = "*reads as the full cache*"
+
+
 def cell_batch(spec: dict) -> tuple:
-    """The cells :func:`run_cells` takes as one job: one row, length, model and answer length."""
-    return (spec["row"], int(spec["length"]), spec.get("model"), int(spec.get("max_new", MAX_NEW)))
+    """The cells :func:`run_cells` takes as one job: one length, model and answer length, and
+    one row — or every row that reads a prompt as the full cache does
+    (:func:`h2o.model.answer.reads_prompt_as_full`; :data:`FULL_READING` stands for them)."""
+    from h2o.model.answer import reads_prompt_as_full
+    from h2o.model.rows import Row
+
+    row = spec["row"]
+    if reads_prompt_as_full(Row.parse(row)):
+        row = FULL_READING
+    return (row, int(spec["length"]), spec.get("model"), int(spec.get("max_new", MAX_NEW)))
 
 
 def run_cells(specs: list[dict], load: Callable[[], Any] | None = None) -> list[dict]:
-    """:func:`run_cell` of every spec (one :func:`cell_batch`), the same lines, reading the
-    haystack the cells share once (:func:`h2o.model.answer.score_cells`). A line's
+    """:func:`run_cell` of every spec (one :func:`cell_batch`), the same lines, reading what
+    the cells share once (:func:`h2o.model.answer.score_rows`): the haystack their prompts
+    share, and each prompt for every row that reads it as the full cache does. A line's
     ``seconds`` is its own time plus its share of that reading."""
-    from h2o.model.answer import score_cells
+    from h2o.model.answer import score_rows
     from h2o.model.rows import Row
 
     if not specs:
@@ -109,47 +123,62 @@ def run_cells(specs: list[dict], load: Callable[[], Any] | None = None) -> list[
     batches = {cell_batch(s) for s in specs}
     if len(batches) != 1:
         got = sorted(map(str, batches))
-        raise ValueError(f"one job is one row, length, model and max_new, got {got}")
+        raise ValueError(
+            "one job is one length, model and max_new, and one row or rows that read a prompt "
+            f"as the full cache does, got {got}"
+        )
     t0 = time.perf_counter()
     first = specs[0]
-    fields = row_fields(first["row"])
-    row = Row.parse(first["row"])
+    rows = {r.label: r for r in (Row.parse(s["row"]) for s in specs)}
+    label_of = [Row.parse(s["row"]).label for s in specs]  # one spelling a row
+    fields = {label: row_fields(label) for label in rows}
     model = load() if load is not None else worker_model(first.get("model"))
-    needles = [needle(s["needle"]) for s in specs]
+    where = list(dict.fromkeys((int(s["depth"]), s["needle"]) for s in specs))
+    needles = [needle(nd) for _, nd in where]
     prompts = [
-        build_prompt(model.encode, nd, int(s["length"]), int(s["depth"]))
-        for s, nd in zip(specs, needles, strict=True)
+        build_prompt(model.encode, nd, int(first["length"]), depth)
+        for (depth, _), nd in zip(where, needles, strict=True)
     ]
-    cal = _calibration_ids(first.get("model"), model) if row.allocation == "duo" else None
+    duo = any(r.allocation == "duo" for r in rows.values())
+    cal = _calibration_ids(first.get("model"), model) if duo else None
     setup = (time.perf_counter() - t0) / len(specs)
-    scores = score_cells(
+    cell_of = [where.index((int(s["depth"]), s["needle"])) for s in specs]
+    asked: dict[str, list[int]] = {label: [] for label in rows}
+    for label, c in zip(label_of, cell_of, strict=True):
+        asked[label].append(c)
+    scores = score_rows(
         model,
         [(p.ids, p.answer_ids, p.needle_span) for p in prompts],
-        row,
+        list(rows.values()),
+        cells_of=asked,
         max_new=int(first.get("max_new", MAX_NEW)),
         calibration_ids=cal,
     )
-    return [
-        {
-            **fields,
-            "length": prompt.length,
-            "depth": prompt.depth,
-            "needle": nd.id,
-            "question": nd.question,
-            "expected": nd.value,
-            "produced": first_line(score.produced),
-            "correct": is_correct(score.produced, nd.value),
-            "logprob": round(score.logprob, 4),
-            "held": None if score.held is None else [round(h, 4) for h in score.held],
-            "kv_bytes": int(score.kv_bytes),
-            # a row that reads a part of what it holds (Quest) says what a step reads
-            **({} if score.read_bytes == score.kv_bytes else {"read_bytes": score.read_bytes}),
-            "prompt_tokens": len(prompt.ids),
-            "needle_span": list(prompt.needle_span),
-            "seconds": round(setup + score.seconds, 3),
-        }
-        for prompt, nd, score in zip(prompts, needles, scores, strict=True)
-    ]
+    taken = {label: iter(scores[label]) for label in rows}
+    out = []
+    for label, c in zip(label_of, cell_of, strict=True):
+        prompt, nd, score = prompts[c], needles[c], next(taken[label])
+        out.append(
+            {
+                **fields[label],
+                "length": prompt.length,
+                "depth": prompt.depth,
+                "needle": nd.id,
+                "question": nd.question,
+                "expected": nd.value,
+                "produced": first_line(score.produced),
+                "correct": is_correct(score.produced, nd.value),
+                "logprob": round(score.logprob, 4),
+                "held": None if score.held is None else [round(h, 4) for h in score.held],
+                "kv_bytes": int(score.kv_bytes),
+                # a row that reads a part of what it holds (Quest) says what a step reads
+                **({} if score.read_bytes == score.kv_bytes else {"read_bytes": score.read_bytes}),
+                "prompt_tokens": len(prompt.ids),
+                "needle_span": list(prompt.needle_span),
+                "seconds": round(setup + score.seconds, 3),
+            }
+        )
+    return out
 
 
 #: The follow-up cells: the two facts' depths (each order), and how many needle pairs a length.

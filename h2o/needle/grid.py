@@ -39,6 +39,9 @@ GridProgress = Callable[[int, int, dict, dict | None, str | None], None]
 CLUSTER_EXTRA = "pip install 'h2o[cluster]'"
 #: How long to try reaching a Dask scheduler before giving up.
 CONNECT_TIMEOUT = "20s"
+#: The most cells one job holds: a larger batch is cut into jobs of about equal size, so that
+#: an interrupt or a lost worker costs at most that many cells.
+JOB_CELLS = 64
 
 
 def needle_key(line: dict) -> tuple[str, int, int, str]:
@@ -196,6 +199,7 @@ def run_grid(
     retries: int = 1,
     progress: GridProgress | None = None,
     batch: Callable[[dict], Hashable] | None = None,
+    job_cells: int = JOB_CELLS,
 ) -> GridRun:
     """Run ``fn`` on every spec whose key is not yet in ``out``, appending each result line.
 
@@ -206,8 +210,9 @@ def run_grid(
 
     ``batch``: the cells still to do that share ``batch(spec)`` go as one job, and ``fn`` takes
     the job's list of specs and returns their lines in the same order (cells that share work:
-    :func:`h2o.needle.cells.run_cells`). A job is retried, reported failed, or rerun alone
-    after a broken pool as a whole.
+    :func:`h2o.needle.cells.run_cells`); a batch of more than ``job_cells`` cells is cut, in
+    the specs' order, into the fewest jobs of at most that many, of about equal size. A job is
+    retried, reported failed, or rerun alone after a broken pool as a whole.
     """
     t0 = time.perf_counter()
     out = Path(out)
@@ -231,13 +236,15 @@ def run_grid(
             return local_executor(1)
 
     in_flight = max(1, in_flight)
+    if isinstance(job_cells, bool) or not isinstance(job_cells, int) or job_cells < 1:
+        raise ValueError(f"job_cells must be an integer >= 1, got {job_cells!r}")
     if batch is None:
         jobs = [[s] for s in todo]
     else:
         groups: dict[Hashable, list[dict]] = {}
         for s in todo:
             groups.setdefault(batch(s), []).append(s)
-        jobs = list(groups.values())
+        jobs = [job for g in groups.values() for job in _cut(g, job_cells)]
     pending: deque[list[dict]] = deque(jobs)
     alone: deque[list[dict]] = deque()  # in flight when a pool broke: rerun one at a time
     failures: Counter[Hashable] = Counter()
@@ -324,6 +331,12 @@ def run_grid(
     run.complete = all(key(s) in have for s in specs)
     run.wall_seconds = time.perf_counter() - t0
     return run
+
+
+def _cut(group: list[dict], most: int) -> list[list[dict]]:
+    """``group`` in the fewest consecutive jobs of at most ``most`` cells, of about equal size."""
+    n = -(-len(group) // most)
+    return [group[k * len(group) // n : (k + 1) * len(group) // n] for k in range(n)]
 
 
 def _shutdown(executor: Executor, wait: bool) -> None:

@@ -112,8 +112,9 @@ class Policy:
     #: position: the card's argmin), "age" (the oldest outside its pinned sinks) or "chance".
     evicts_by: ClassVar[str] = "score"
     #: Whether it holds every position and chooses what each step *reads* instead of evicting
-    #: (Quest): replayed by :func:`h2o.selection.replay_selection`, left out of the comparisons
-    #: of what a cache of ``budget`` slots holds (``python -m h2o bench``, All policies).
+    #: (Quest): replayed by :func:`h2o.replay_selection.replay_selection`, left out of the
+    #: comparisons of what a cache of ``budget`` slots holds (``python -m h2o bench``, All
+    #: policies).
     selects: ClassVar[bool] = False
     #: What it knows that a decoder reading the text in order would not, in a sentence (KVzip's
     #: score needs the whole text), said beside it in Step through, the needle grid's family
@@ -487,8 +488,9 @@ class ScoredPolicy(Policy):
     @classmethod
     def evicts_by_argmin(cls) -> bool:
         """Whether the class evicts the lowest score (the card's rule), not by a rule of its own
-        (random eviction draws): then an engine may choose its victims itself."""
-        return cls._select is ScoredPolicy._select
+        (random eviction draws, or an eviction written anew): then an engine may choose its
+        victims itself."""
+        return cls._select is ScoredPolicy._select and cls._evict is ScoredPolicy._evict
 
     def bind(self, pos: np.ndarray, score: np.ndarray, scratch: np.ndarray | None = None) -> None:
         """Keep this policy's positions and scores in an engine's arrays (one row each of a

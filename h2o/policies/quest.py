@@ -83,7 +83,7 @@ class Quest(Policy):
     score_label = "page bound on q·k/√d"
     reads_attention = False
     reads_trace = ("vectors",)
-    selects = True  # a selection, not an eviction: h2o.selection.replay_selection steps it
+    selects = True  # a selection, not an eviction: h2o.replay_selection steps it
 
     def __init__(
         self,

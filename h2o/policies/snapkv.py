@@ -21,8 +21,8 @@ Equal scores keep the higher position. A budget at or above the prompt's length 
 everything; ``budget <= w`` is refused (no room for the selection).
 
 :func:`snapkv_scores` and :func:`snapkv_keep` are the rule on plain arrays;
-:class:`FixedKeep` is the decode-time side (a kept set that only grows);
-:func:`h2o.model.snapkv.snapkv_generate` runs it on the model.
+:func:`h2o.model.snapkv.snapkv_generate` runs it on the model, each head's kept set then
+growing as :class:`h2o.model.caches.fixed_keep.FixedKeep` (every one-shot kind's decode side).
 """
 
 from __future__ import annotations
@@ -98,39 +98,3 @@ def snapkv_keep(scores: np.ndarray, budget: int, n_prompt: int, window: int = DE
     pos = np.arange(s.shape[0])
     best = np.lexsort((-pos, -s))[: budget - window]
     return np.concatenate([np.sort(best), np.arange(n_prompt - window, n_prompt)])
-
-
-class FixedKeep:
-    """A KV head's cache after a one-shot compression: ``kept`` positions, then every decoded
-    token admitted and none evicted. ``reads_attention = False``: it needs no signal."""
-
-    reads_attention = False
-
-    def __init__(self, kept: np.ndarray, last_pos: int) -> None:
-        kept = np.asarray(kept, dtype=np.int64)
-        if kept.ndim != 1 or (kept.size and (np.diff(kept) <= 0).any()):
-            raise ValueError("kept must be strictly increasing positions")
-        if kept.size and (kept[0] < 0 or kept[-1] > last_pos):
-            raise ValueError(f"kept positions must lie in 0..{last_pos}")
-        self._kept = kept
-        self._last = int(last_pos)
-
-    @property
-    def kept(self) -> np.ndarray:
-        return self._kept
-
-    @property
-    def last_pos(self) -> int:
-        return self._last
-
-    def __len__(self) -> int:
-        return len(self._kept)
-
-    def on_decode_step(self, pos: int, attn: np.ndarray | None) -> None:
-        if pos <= self._last:
-            raise ValueError(f"pos must increase strictly: got {pos} after {self._last}")
-        self._kept = np.append(self._kept, pos)
-        self._last = int(pos)
-
-    def evict(self) -> list[int]:
-        return []

@@ -7,28 +7,28 @@ and the model's runs then take it from its class."""
 from __future__ import annotations
 
 from h2o.model.caches.base import CACHE_KINDS, GROUPS, Budgeted, CacheKind, Reading
-from h2o.model.caches.evicting_cache import Evicting
-from h2o.model.caches.expected_attention_cache import ExpectedAttention
-from h2o.model.caches.full_cache import Full
-from h2o.model.caches.kivi_cache import Kivi
-from h2o.model.caches.knorm_cache import Knorm
-from h2o.model.caches.kvzip_cache import Kvzip
-from h2o.model.caches.quest_cache import Quest
-from h2o.model.caches.snapkv_cache import SnapKV
+from h2o.model.caches.evicting_cache import EvictingCache
+from h2o.model.caches.expected_attention_cache import ExpectedAttentionCache
+from h2o.model.caches.full_cache import FullCache
+from h2o.model.caches.kivi_cache import KiviCache
+from h2o.model.caches.knorm_cache import KnormCache
+from h2o.model.caches.kvzip_cache import KvzipCache
+from h2o.model.caches.quest_cache import QuestCache
+from h2o.model.caches.snapkv_cache import SnapKVCache
 
 # kind → class, in the order labels are tried (a ``fallback`` kind after every other); the
 # registry itself is base's (:data:`~h2o.model.caches.base.CACHE_KINDS`), read by the kinds too
 CACHE_KINDS.update(
     (cls.kind, cls)
     for cls in (
-        Full,
-        Kivi,
-        SnapKV,
-        Knorm,
-        Kvzip,
-        ExpectedAttention,
-        Quest,
-        Evicting,
+        FullCache,
+        KiviCache,
+        SnapKVCache,
+        KnormCache,
+        KvzipCache,
+        ExpectedAttentionCache,
+        QuestCache,
+        EvictingCache,
     )
 )
 
@@ -66,15 +66,15 @@ __all__ = [
     "GROUPS",
     "Budgeted",
     "CacheKind",
-    "Evicting",
-    "ExpectedAttention",
-    "Full",
-    "Kivi",
-    "Knorm",
-    "Kvzip",
-    "Quest",
+    "EvictingCache",
+    "ExpectedAttentionCache",
+    "FullCache",
+    "KiviCache",
+    "KnormCache",
+    "KvzipCache",
+    "QuestCache",
     "Reading",
-    "SnapKV",
+    "SnapKVCache",
     "parse_order",
     "register",
     "unregister",

@@ -37,10 +37,10 @@ import numpy as np
 
 from h2o.alloc import Allocation, make_allocator
 from h2o.model.allocation import N_RECENT, N_SINKS, head_shares, make_allocation
+from h2o.model.caches.fixed_keep import FixedKeep
 from h2o.model.fed_heads import fed_layers
 from h2o.model.stack import cache_for
 from h2o.policies import POLICIES
-from h2o.policies.snapkv import FixedKeep
 
 if TYPE_CHECKING:
     from h2o.model.forward import SmolLM

@@ -35,7 +35,7 @@ from h2o.model.quality import make_banks, policy_factory
 from h2o.policies import POLICIES
 
 
-class Evicting(Budgeted):
+class EvictingCache(Budgeted):
     """A policy of :data:`h2o.policies.POLICIES` evicting as it reads, at ``budget`` slots."""
 
     kind = "policy"

@@ -39,7 +39,7 @@ from h2o.policies.expected_attention import N_FUTURE, N_SINK, averaged_rope, exp
 __all__ = [
     "N_FUTURE",
     "N_SINK",
-    "ExpectedAttention",
+    "ExpectedAttentionCache",
     "QueryStats",
     "averaged_rope",
     "expected_attention_scores",
@@ -107,7 +107,7 @@ class QueryStats:
         return mu @ R.T, R @ cov @ R.T
 
 
-class ExpectedAttention(ContextCompression):
+class ExpectedAttentionCache(ContextCompression):
     """The context compressed once to ``budget - 32`` slots a head by the attention the next
     queries are expected to pay each key."""
 

@@ -8,7 +8,7 @@ from typing import Any
 from h2o.model.caches.base import CacheKind
 
 
-class Full(CacheKind):
+class FullCache(CacheKind):
     """Every key and value of every token, none evicted, none quantized."""
 
     kind = "full"

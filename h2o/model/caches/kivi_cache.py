@@ -41,7 +41,7 @@ def parse_kivi(text: str, label: str) -> dict[str, Any] | None:
     return {"bits": int(m["bits"]), **kivi_options(label, m["opts"])}
 
 
-class Kivi(CacheKind):
+class KiviCache(CacheKind):
     """Every token kept, at ``bits`` bits (the quantizer lives in the row: :attr:`Row.kivi`)."""
 
     kind = "kivi"

@@ -43,7 +43,7 @@ def knorm_keep(keys: np.ndarray, n_keep: int) -> np.ndarray:
     return np.sort(order[:n_keep]).astype(np.int64)
 
 
-class Knorm(ContextCompression):
+class KnormCache(ContextCompression):
     """The context compressed once to ``budget - 32`` slots a head by its keys' norms."""
 
     kind = "knorm"

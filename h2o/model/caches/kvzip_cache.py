@@ -96,7 +96,7 @@ def kvzip_keep(score: np.ndarray, n_keep: int) -> list:
     return [[np.flatnonzero(chosen[li, g]) for g in range(G)] for li in range(L)]
 
 
-class Kvzip(ContextCompression):
+class KvzipCache(ContextCompression):
     """The context compressed once, by what a reconstruction of it reads, to as many slots in
     all as ``budget - 32`` a head."""
 

@@ -18,7 +18,7 @@ that can hold the keys it attends to::
 
 Quest holds the whole cache and its page summaries (two fp16 keys a page and KV head: 16 bytes
 a token at head size 64), so it saves no memory: it saves what a step reads, the bandwidth that
-bounds decoding. :meth:`Quest.read_bytes` counts it the same way as every row's.
+bounds decoding. :meth:`QuestCache.read_bytes` counts it the same way as every row's.
 
 The defaults are the authors' (pages of 16, the first two layers dense); the budgets their
 scripts run are 512 to 4,096 tokens at 32k to 100k contexts, ours are smaller to scale with
@@ -41,7 +41,15 @@ from h2o.policies.quest import DENSE_LAYERS, MIN_PAGES, PAGE, n_pages_read
 
 #: The rule's defaults and page count live with the trace-stepped policy; the model's rows use
 #: them here, every query head of a layer at once.
-__all__ = ["DENSE_LAYERS", "MIN_PAGES", "PAGE", "PageReads", "Quest", "n_pages_read", "page_mask"]
+__all__ = [
+    "DENSE_LAYERS",
+    "MIN_PAGES",
+    "PAGE",
+    "PageReads",
+    "QuestCache",
+    "n_pages_read",
+    "page_mask",
+]
 
 
 def page_mask(q: np.ndarray, keys: np.ndarray, start: int, budget: int, group_size: int):
@@ -140,7 +148,7 @@ class PageReads:
         return self.keys_read / self.steps if self.steps else 0.0
 
 
-class Quest(CacheKind):
+class QuestCache(CacheKind):
     """Every key held; each decoding step reads, per query head, the pages of 16 keys whose
     bound on ``q . k`` is highest, up to ``budget`` tokens (``quest@BUDGET``).
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from h2o.model.caches.base import BUDGETED, POOL, Budgeted, budgeted_options
+from h2o.model.caches.fixed_keep import FixedKeep
 from h2o.model.snapkv import check_snapkv, snapkv_kept, snapkv_window_attention
-from h2o.policies.snapkv import DEFAULT_WINDOW, SNAPKV, FixedKeep
+from h2o.policies.snapkv import DEFAULT_WINDOW, SNAPKV
 
 #: SnapKV's pooling when a row names none (``snapkv@256``): max pooling, kernel 5.
 DEFAULT_POOLING = "max5"
 
 
-class SnapKV(Budgeted):
+class SnapKVCache(Budgeted):
     """The prompt compressed once to ``budget`` slots per KV head, then nothing evicted."""
 
     kind = "snapkv"
