@@ -44,14 +44,21 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def tiny_smollm(tmp_path_factory):
-    """The tiny random SmolLM2-shaped model (``tiny_model.py``), loaded once per test module."""
+def tiny_path(tmp_path_factory) -> str:
+    """The tiny random SmolLM2-shaped model (``tiny_model.py``) as a GGUF file, once per test
+    module: a grid's spec names its model by path (a string, as the spec is JSON)."""
     pytest.importorskip("gguf")
-    pytest.importorskip("tokenizers")
     from tiny_model import write_tiny_gguf
-
-    from h2o.model import SmolLM
 
     path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
     write_tiny_gguf(path)
-    return SmolLM.load(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_smollm(tiny_path):
+    """The tiny random SmolLM2-shaped model (``tiny_model.py``), loaded once per test module."""
+    pytest.importorskip("tokenizers")
+    from h2o.model import SmolLM
+
+    return SmolLM.load(tiny_path)

@@ -181,17 +181,6 @@ def test_the_toy_kind_stays_a_few_methods() -> None:
     assert sorted(own) == ["name", "parse_head", "read_prompt"]
 
 
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory) -> str:
-    """The tiny GGUF as a file: a grid's spec names its model by path."""
-    pytest.importorskip("gguf")
-    from tiny_model import write_tiny_gguf
-
-    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    write_tiny_gguf(path)
-    return str(path)
-
-
 def test_the_needle_grid_runs_a_toy_kind_and_the_app_shows_it(
     toy, tiny_path, tmp_path, monkeypatch
 ):

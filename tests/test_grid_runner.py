@@ -242,16 +242,6 @@ def test_dask_scheduler_via_the_cli_and_its_address(tmp_path, dask_client, capsy
 
 
 # -- the real cell function on the tiny model --------------------------------------------------
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory) -> str:
-    pytest.importorskip("gguf")
-    from tiny_model import write_tiny_gguf
-
-    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    write_tiny_gguf(path)
-    return str(path)
-
-
 def tiny_specs(path: str) -> list[dict]:
     return [
         {"row": r, "length": 1024, "depth": d, "needle": NEEDLES[d // 25].id, "model": path}

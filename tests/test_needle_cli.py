@@ -143,17 +143,6 @@ def test_a_text_that_is_not_utf8_is_refused(tmp_path, capsys):
     assert "is not UTF-8 text" in capsys.readouterr().err
 
 
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory) -> str:
-    pytest.importorskip("gguf")
-    pytest.importorskip("tokenizers")
-    from tiny_model import write_tiny_gguf
-
-    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
-    write_tiny_gguf(path)
-    return str(path)
-
-
 def test_the_frontier_on_the_tiny_model(tmp_path, tiny_path, capsys):
     from tiny_model import HD, NKV, NL
 
