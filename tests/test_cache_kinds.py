@@ -7,6 +7,7 @@ since it compresses a prompt once), and the frontier command, which leaves it ou
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 
@@ -79,7 +80,9 @@ def test_a_toy_kind_is_a_row(toy) -> None:
     with pytest.raises(ValueError, match="budget must be a positive integer"):
         Row("first", "first", 0)
     with pytest.raises(ValueError, match="no recent window"):
-        Row("first", "first", 64, window=8)
+        Row("first", "first", 64, options={"window": 8})
+    with pytest.raises(ValueError, match="first takes no options"):
+        Row.parse("first@64:w8")
 
 
 def test_without_registration_the_label_is_refused_by_name() -> None:
@@ -178,7 +181,53 @@ def test_the_toy_kind_stays_a_few_methods() -> None:
     from toy_cache_kind import FirstTokens
 
     own = [n for n, v in vars(FirstTokens).items() if isinstance(v, classmethod) or callable(v)]
-    assert sorted(own) == ["name", "parse_head", "read_prompt"]
+    assert sorted(own) == ["name", "read_prompt"]
+
+
+def test_a_kind_owns_its_options(toy) -> None:
+    """A kind with an option of its own is its class alone: it declares the option, reads its
+    token, writes it back and refuses it on the other kinds in its own words; the row grammar
+    (h2o/model/rows.py) names none of it."""
+    from toy_cache_kind import FirstTokens
+
+    class Ends(FirstTokens):
+        kind = "ends"
+        options: ClassVar[dict[str, str]] = {"end": "first"}
+        option_hints = ("last for the prompt's last positions",)
+
+        @classmethod
+        def read_option(cls, token, read):
+            return ("end", token) if token == "last" and "end" not in read else None
+
+        @classmethod
+        def refusal(cls, name, who):
+            return f"only ends keeps a prompt's last positions, not {who}"
+
+        def head(self):
+            return super().head() + (":last" if self.row.option("end") == "last" else "")
+
+    caches.register(Ends)
+    try:
+        row = Row.parse("ends@64:last")
+        assert row.option("end") == "last" and row.options == (("end", "last"),)
+        assert row.label == "ends@64:last" and Row.parse(row.label) == row
+        assert row == Row("ends", "ends", 64, options={"end": "last"})
+        assert Row.parse("ends@64").option("end") == "first"
+        assert Row.parse("ends@64") == Row("ends", "ends", 64, options={"end": "first"})
+        # on another kind of the NAME@BUDGET form: refused by what it is, in the kind's words
+        for label, who in (("h2o@128:last", "h2o"), ("snapkv@128:last", "snapkv")):
+            with pytest.raises(ValueError, match=f"^only ends keeps .*, not {who}$"):
+                Row.parse(label)
+        # a token no kind reads: the refusal lists every kind's tokens, this one's after
+        with pytest.raises(ValueError, match="for snapkv's pooling, last for the prompt's last"):
+            Row.parse("ends@64:last:last")
+        with pytest.raises(ValueError, match=r"^ends has no recent window to set"):
+            Row.parse("ends@64:w8")  # a recent window is read as a policy's, then refused
+        Row.parse("h2o@128:w8")  # the other kinds' options stay theirs
+    finally:
+        caches.unregister("ends")
+    with pytest.raises(ValueError, match="cannot read option ':last'"):
+        Row.parse("h2o@128:last")
 
 
 def test_the_needle_grid_runs_a_toy_kind_and_the_app_shows_it(

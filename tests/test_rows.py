@@ -147,6 +147,81 @@ def test_bad_fields_are_refused() -> None:
         Row("policy", "h2o", 64, sinks=4)
 
 
+# -- options: each kind's -------------------------------------------------------------------------
+def test_a_row_keeps_its_kinds_options() -> None:
+    """A row holds the options its kind (or its quantization) reads, only those named; an
+    unset one reads as its kind declares it."""
+    row = Row.parse("h2o@256:w64+kivi4:r32:qprompt")
+    assert row.options == (("quantized_prompt", True), ("residual", 32), ("window", 64))
+    assert row.label == "h2o@256:w64+kivi4:r32:qprompt" and Row.parse(row.label) == row
+    assert row.family == "H2O, window 64 + KIVI-style 4-bit, residual 32, prompt read quantized"
+    assert row.kivi == KiviSpec(4, 0, residual=32)
+    assert Row.parse("h2o@128:w50%") == Row("policy", "h2o", 128, options={"window_pct": 50})
+    assert Row.parse("h2o@128:w50%") == Row("policy", "h2o", 128, options=[("window_pct", 50)])
+    # naming the value an option has unset, or one that runs the same, is the same row
+    assert Row("policy", "h2o", 128, options={"mode": "decode"}) == Row.parse("h2o@128")
+    assert Row.parse("snapkv@256:max5").options == () == Row.parse("kivi4:r128").options
+    plain = Row.parse("snapkv@256")
+    assert (plain.option("pooling"), plain.option("mode"), plain.option("residual")) == (
+        None,
+        "decode",
+        None,
+    )
+    with pytest.raises(ValueError, match="no kind of cache takes an option 'nosuch'"):
+        Row("full", options={"nosuch": 1})
+    with pytest.raises(ValueError, match="no kind of cache takes an option 'nosuch'"):
+        plain.option("nosuch")
+
+
+@pytest.mark.parametrize(
+    ("label", "message"),
+    [
+        # an option of another kind: refused in that kind's words
+        (
+            "snapkv@128:w8",
+            "snapkv has no recent window to set (:wN applies to the scored policies: h2o, "
+            "scissorhands, tova, random)",
+        ),
+        (
+            "snapkv@128:prefill",
+            "snapkv has no prefill mode (only h2o: the authors' generation code chooses its "
+            "heavy hitters from the prompt's attention)",
+        ),
+        ("h2o@128:max5", "only snapkv pools its scores, not h2o"),
+        ("full+sinks", "row 'full+sinks': cannot read '+sinks' here"),
+        # a token no kind of its form reads, or one named twice
+        (
+            "h2o@128:w64:w50%",
+            "row 'h2o@128:w64:w50%': cannot read option ':w50%' (wN or wN% for a recent "
+            "window, prefill for h2o's prefill mode, avgK/maxK for snapkv's pooling)",
+        ),
+        (
+            "snapkv@128:r32",
+            "row 'snapkv@128:r32': cannot read option ':r32' (wN or wN% for a recent "
+            "window, prefill for h2o's prefill mode, avgK/maxK for snapkv's pooling)",
+        ),
+        (
+            "h2o@128+kivi4:r32:r64",
+            "row 'h2o@128+kivi4:r32:r64': cannot read option ':r64' after kiviBITS (rN for "
+            "the full-precision residual, qprompt to read the prompt through the quantized "
+            "cache)",
+        ),
+        ("knorm@128:w8", "row 'knorm@128:w8': knorm takes no options"),
+        ("quest@128:w8", "row 'quest@128:w8': quest takes no allocation and no options"),
+        ("kivi16:qprompt", "a residual or qprompt applies to a quantized cache (kivi2/4/8)"),
+        ("kivi4:r48", "the residual must be a positive multiple of the group (32), got 48"),
+        # several faults: the row's own checks come before another kind's option
+        ("snapkv@0:w5", "budget must be a positive integer, got 0"),
+        ("h2o@128:max5+kivi16", "a combination needs 2, 4 or 8 bits (16 is the policy alone)"),
+        ("snapkv@128:w5+kivi4:r33", "snapkv has no recent window to set"),
+    ],
+)
+def test_option_refusals_word_for_word(label, message) -> None:
+    with pytest.raises(ValueError) as err:
+        Row.parse(label)
+    assert str(err.value).startswith(message)
+
+
 def test_parse_rows() -> None:
     rows = parse_rows("full, h2o@128,kivi4")
     assert [r.label for r in rows] == ["full", "h2o@128", "kivi4"]

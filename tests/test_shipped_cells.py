@@ -65,14 +65,14 @@ def reading(label: str) -> tuple:
     return (
         row.kind,
         row.group,  # an evicting kind with +kiviN is "both"
-        row.mode,
+        row.option("mode"),
         row.allocation,
-        row.quantized_prompt,
-        row.residual is not None,
+        row.option("quantized_prompt"),
+        row.option("residual") is not None,
         row.sinks > 0,
-        row.pooling,
-        row.window is not None,
-        row.window_pct is not None,
+        row.option("pooling"),
+        row.option("window") is not None,
+        row.option("window_pct") is not None,
     )
 
 

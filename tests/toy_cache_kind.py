@@ -4,30 +4,21 @@ token admitted after. ``first@64`` in the row grammar."""
 
 from __future__ import annotations
 
-import re
-from typing import Any
-
 import numpy as np
 
 from h2o.model.caches import Budgeted
 from h2o.model.caches.fixed_keep import FixedKeep
 from h2o.model.stack import cache_for
 
-_HEAD = re.compile(r"^first@(?P<budget>\d+)$")
-
 
 class FirstTokens(Budgeted):
     """Keep a prompt's first ``budget`` positions per KV head once it has been read."""
 
-    kind = "first"
+    kind = "first"  # its labels: first@BUDGET (Budgeted reads them)
+    takes = ("policy", "budget")  # the same positions in every head: no allocation
     quantizable = False
     closed_loop = False  # it chooses once, after a prompt
     colour, marker = "#8C564B", "x"  # its line on the memory frontier
-
-    @classmethod
-    def parse_head(cls, head: str, label: str) -> dict[str, Any] | None:
-        m = _HEAD.match(head)
-        return None if m is None else {"policy": "first", "budget": int(m["budget"])}
 
     def name(self) -> str:
         return "First tokens"

@@ -44,16 +44,24 @@ SnapKV's one-shot selection keep no per-slot state beyond the cache).
 Each kind of cache is one class (:mod:`h2o.model.caches`: :class:`~h2o.model.caches.FullCache`,
 :class:`~h2o.model.caches.EvictingCache`, :class:`~h2o.model.caches.SnapKVCache`,
 :class:`~h2o.model.caches.KiviCache`): its part of the grammar, its name, what it holds and how the
-model attends through it. A row asks its kind (:attr:`Row.cache`); what is shared — the
-quantization a ``+kiviN`` adds, the sinks, the bytes — lives here, and so does what must know
-both a row and what its kinds call: :func:`held_bytes`, the bytes a policy holds under an
-allocation (:mod:`h2o.model.allocation`) counted as its row's. The kinds never import this
-module at run time (only for type hints): it sits above them.
+model attends through it. The grammar here splits a label into its parts — a head
+(``NAME[@BUDGET[/ALLOCATION]][:opt...]``, :func:`~h2o.model.caches.base.split_head`), then
+``+kiviN...`` and ``+sinks`` — and hands the head to the kinds until one reads it, its options
+with it: a kind declares its options, reads, checks and writes them and refuses them on another
+kind in its own words, and a row keeps what every row has (kind, policy, budget, allocation,
+bits, sinks) and its options (:attr:`Row.options`, read with :meth:`Row.option`). A ``+kiviN``
+part, options included, is read and written by :class:`~h2o.model.caches.KiviCache` whatever the
+head. A row asks its kind (:attr:`Row.cache`); what is shared — the quantization a ``+kiviN``
+adds, the sinks, the bytes — lives here, and so does what must know both a row and what its kinds
+call: :func:`held_bytes`, the bytes a policy holds under an allocation
+(:mod:`h2o.model.allocation`) counted as its row's. The kinds never import this module at run
+time (only for type hints): it sits above them.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,11 +69,11 @@ import numpy as np
 
 from h2o.alloc import Allocation, slot_bytes
 from h2o.model.caches import BUILT_IN as BUILT_IN_KINDS
-from h2o.model.caches import CACHE_KINDS, CacheKind, parse_order
-from h2o.model.caches.base import ALLOCATIONS, MODES
-from h2o.model.caches.kivi_cache import parse_kivi
+from h2o.model.caches import CACHE_KINDS, CacheKind, KiviCache, parse_order
+from h2o.model.caches.base import ALLOCATIONS, split_head
+from h2o.model.caches.evicting_cache import MODES
 from h2o.model.caches.snapkv_cache import DEFAULT_POOLING
-from h2o.model.quant import BITS, GROUP, RESIDUAL, KiviSpec, kivi_bytes, kivi_bytes_kept
+from h2o.model.quant import BITS, RESIDUAL, KiviSpec, kivi_bytes, kivi_bytes_kept
 
 __all__ = [
     "ALLOCATIONS",
@@ -81,8 +89,6 @@ __all__ = [
 #: Sinks kept in fp16 by "+sinks" (KVQuant's observation; StreamingLLM's 4).
 DEFAULT_SINKS = 4
 _SINKS = re.compile(r"^sinks(?P<n>\d*)$")
-#: The fields only some kinds read, with their unset values (a kind lists those it reads).
-_OPTIONS = {"window": None, "window_pct": None, "mode": "decode", "pooling": None}
 
 
 def kinds() -> tuple[str, ...]:
@@ -95,6 +101,21 @@ def kinds() -> tuple[str, ...]:
 KINDS = tuple(k for k in kinds() if k in BUILT_IN_KINDS)
 
 
+def _owner(name: str) -> type[CacheKind]:
+    """The kind that declares the option ``name`` (the quantizer's are KIVI's); ``ValueError``
+    if none does."""
+    for kind in CACHE_KINDS.values():
+        if name in kind.options:
+            return kind
+    raise ValueError(f"no kind of cache takes an option {name!r}")
+
+
+def _runs_as_unset(name: str, value: Any) -> bool:
+    """Whether an option's value runs as naming none does (SnapKV's ``max5``)."""
+    defaults = _owner(name).defaults
+    return name in defaults and defaults[name] == value
+
+
 @dataclass(frozen=True)
 class Row:
     """What holds the KV cache during one run (see the module docstring for the labels)."""
@@ -105,24 +126,20 @@ class Row:
     allocation: str | None = None
     bits: int | None = None
     sinks: int = 0
-    #: a scored policy's recent window: ``window`` slots, or ``window_pct`` % of the budget
-    window: int | None = None
-    window_pct: int | None = None
-    mode: str = "decode"
-    #: SnapKV's pooling, e.g. ``"avg5"`` (None: :data:`DEFAULT_POOLING`, unnamed in the label)
-    pooling: str | None = None
-    #: a quantized cache's full-precision residual (None: KIVI's 128, unnamed in the label)
-    residual: int | None = None
-    #: whether the prompt is read through the quantized cache, as a token-by-token decoder
-    #: would (``:qprompt``), rather than attended at full precision and quantized when stored
-    #: (KIVI's prefill, the default)
-    quantized_prompt: bool = False
+    #: the options its kind (or its quantization) reads, as ``(name, value)`` pairs sorted by
+    #: name — only those set to something other than naming none; given as a mapping or pairs
+    #: (``Row("policy", "h2o", 128, options={"window_pct": 50})``), read with :meth:`option`
+    options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in CACHE_KINDS:
             raise ValueError(f"unknown row kind {self.kind!r}; choose from {', '.join(kinds())}")
         if self.allocation == "uniform":
             object.__setattr__(self, "allocation", None)
+        given = self.options
+        pairs = given.items() if isinstance(given, Mapping) else given
+        named = {n: v for n, v in pairs if v != _owner(n).options[n]}
+        object.__setattr__(self, "options", tuple(sorted(named.items())))
         cache = self.cache
         for name in ("policy", "budget", "allocation"):
             if name not in cache.takes and getattr(self, name) is not None:
@@ -133,19 +150,14 @@ class Row:
                 raise ValueError(f"a {self.kind} row takes no bits")
             if self.bits not in BITS:
                 raise ValueError(f"bits must be one of {', '.join(map(str, BITS))}")
-        self._refuse_options(cache)
-        if self.residual is not None or self.quantized_prompt:
-            if self.bits is None or self.bits == 16:
-                raise ValueError("a residual or qprompt applies to a quantized cache (kivi2/4/8)")
-            r = self.residual
-            if r is not None and (
-                isinstance(r, bool) or not isinstance(r, int) or r < GROUP or r % GROUP
-            ):
-                raise ValueError(
-                    f"the residual must be a positive multiple of the group ({GROUP}), got {r!r}"
-                )
-            if r == RESIDUAL:
-                object.__setattr__(self, "residual", None)  # one row, one label
+        # an option of another kind (h2o@128:avg5), refused in that kind's words: the first in
+        # the kinds' order, each kind's in its own
+        foreign = set(named) - {*cache.options, *KiviCache.options}
+        for owner in (CACHE_KINDS[k] for k in kinds()) if foreign else ():
+            for name in owner.options:
+                if name in foreign:
+                    raise ValueError(owner.refusal(name, self.policy or self.kind))
+        KiviCache.check_quantizer(self)
         s = self.sinks
         if isinstance(s, bool) or not isinstance(s, int | np.integer) or s < 0:
             raise ValueError(f"sinks must be an integer >= 0, got {s!r}")
@@ -153,24 +165,34 @@ class Row:
             raise ValueError("sinks apply to a quantized cache (kivi)")
         if s and self.bits == 16:
             raise ValueError("kivi16 is the full-precision cache: sinks change nothing")
+        # a value that runs as naming none is not named: one row, one label
+        kept = {n: v for n, v in named.items() if not _runs_as_unset(n, v)}
+        object.__setattr__(self, "options", tuple(sorted(kept.items())))
 
-    def _refuse_options(self, cache: CacheKind) -> None:
-        """An option set on a kind that does not read it, refused by what it is."""
-        who = self.policy or self.kind
-        for name, unset in _OPTIONS.items():
-            if getattr(self, name) == unset or name in cache.options:
-                continue
-            if name in ("window", "window_pct"):
-                raise ValueError(
-                    f"{who} has no recent window to set (:wN applies to the scored policies: "
-                    "h2o, scissorhands, tova, random)"
-                )
-            if name == "mode":
-                raise ValueError(
-                    f"{who} has no prefill mode (only h2o: the authors' generation code "
-                    "chooses its heavy hitters from the prompt's attention)"
-                )
-            raise ValueError(f"only snapkv pools its scores, not {who}")
+    def option(self, name: str) -> Any:
+        """The value of the option ``name`` (its kind's, or its quantization's): as set, or as
+        its kind declares it when unset (``ValueError`` for a name no kind declares)."""
+        for n, v in self.options:
+            if n == name:
+                return v
+        return _owner(name).options[name]
+
+    # three options by name, for the model (h2o/model/answer.py) and the lesson's chapter 7,
+    # which read them so; :meth:`option` reads any kind's
+    @property
+    def quantized_prompt(self) -> bool:
+        """Whether the prompt is read through the quantized cache (``:qprompt``)."""
+        return bool(self.option("quantized_prompt"))
+
+    @property
+    def window(self) -> int | None:
+        """The recent window the row sets in slots (``:wN``; None: unset)."""
+        return self.option("window")
+
+    @property
+    def window_pct(self) -> int | None:
+        """The recent window the row sets as a share of the budget (``:wN%``; None: unset)."""
+        return self.option("window_pct")
 
     @property
     def cache(self) -> CacheKind:
@@ -203,8 +225,8 @@ class Row:
         if not s:
             raise ValueError("empty row label")
         parts = s.split("+")
-        head, extras = parts[0], parts[1:]
-        for kind in parse_order():
+        head, extras = split_head(parts[0]), parts[1:]
+        for kind in parse_order() if head is not None else []:
             fields = kind.parse_head(head, s)
             if fields is not None:
                 break
@@ -215,9 +237,10 @@ class Row:
             )
         sinks = 0
         for ex in extras:
-            quant, ms = parse_kivi(ex, s), _SINKS.match(ex)
+            quant, ms = KiviCache.parse_quantizer(ex, s), _SINKS.match(ex)
             if quant is not None and "bits" not in fields:
-                fields.update(quant)
+                fields["bits"] = quant["bits"]
+                fields["options"] = {**fields.get("options", {}), **quant["options"]}
             elif ms and "bits" in fields and not sinks:
                 sinks = int(ms["n"]) if ms["n"] else DEFAULT_SINKS
                 if sinks == 0:
@@ -230,11 +253,7 @@ class Row:
     def label(self) -> str:
         out = self.cache.head()
         if self.bits is not None:
-            out += ("+" if out else "") + f"kivi{self.bits}"
-            if self.residual is not None:
-                out += f":r{self.residual}"
-            if self.quantized_prompt:
-                out += ":qprompt"
+            out += ("+" if out else "") + KiviCache.quantizer_label(self)
         if self.sinks:
             out += "+sinks" + ("" if self.sinks == DEFAULT_SINKS else str(self.sinks))
         return out
@@ -257,13 +276,7 @@ class Row:
             return "full cache"
         name = self.cache.name()
         if self.bits is not None:
-            q = f"KIVI-style {self.bits}-bit"
-            if self.sinks:
-                q += " + sinks"
-            if self.residual is not None:
-                q += f", residual {self.residual}"
-            if self.quantized_prompt:
-                q += ", prompt read quantized"
+            q = KiviCache.quantizer_name(self)
             name = f"{name} + {q}" if name else q
         return name
 
@@ -277,7 +290,7 @@ class Row:
         """The quantization spec, or None for a full-precision row (kivi16 included)."""
         if self.bits is None or self.bits == 16:
             return None
-        return KiviSpec(self.bits, self.sinks, residual=self.residual or RESIDUAL)
+        return KiviSpec(self.bits, self.sinks, residual=self.option("residual") or RESIDUAL)
 
     def bookkeeping_per_slot(self) -> int:
         """A policy's own bytes per slot (its class's ``nbytes_per_slot``; 0 if it keeps no

@@ -3,9 +3,12 @@
 The row grammar (:mod:`h2o.model.rows`) is shared; each kind of cache is one subclass of
 :class:`CacheKind` that says, for the rows of its kind,
 
-* its part of the grammar: :meth:`CacheKind.parse_head` reads the head of a label
-  (``full``, ``h2o@128:w64``, ``kivi4``), :meth:`CacheKind.head` writes it back, and
-  :meth:`CacheKind.check` refuses what the kind does not take;
+* its part of the grammar: the row splits a label's head into a name, a budget, an allocation
+  and ``:opt`` tokens (:func:`split_head`); :meth:`CacheKind.parse_head` says whether the head
+  is this kind's and reads it, its options included — the options it declares
+  (:attr:`CacheKind.options`), each read from its token (:meth:`CacheKind.read_option`) and
+  refused on another kind in its own words (:meth:`CacheKind.refusal`) — :meth:`CacheKind.head`
+  writes it back, and :meth:`CacheKind.check` refuses what the kind does not take;
 * what it is called and where it sits: :meth:`CacheKind.name` (the family on the memory
   frontier), :attr:`CacheKind.group` (the full cache, eviction or quantization);
 * what it holds: :meth:`CacheKind.slots` per (layer, KV head), its bookkeeping per slot;
@@ -14,7 +17,8 @@ The row grammar (:mod:`h2o.model.rows`) is shared; each kind of cache is one sub
   :meth:`CacheKind.read_prefix`, :meth:`CacheKind.read_prompt`).
 
 A row with ``+kiviN`` holds its slots as KIVI-style codes (:mod:`h2o.model.quant`): that is the
-same for every kind that allows it (:attr:`CacheKind.quantizable`) and lives in the row.
+same for every kind that allows it (:attr:`CacheKind.quantizable`); its part of the label, options
+included, is :class:`~h2o.model.caches.kivi_cache.KiviCache`'s.
 The model asks the row's kind (``row.cache``), once per question; a new kind is one file and
 one line in :data:`h2o.model.caches.CACHE_KINDS` (or :func:`h2o.model.caches.register`).
 
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -54,35 +58,34 @@ ALLOCATIONS = ("pyramid", "adaptive", "duo")
 #: reads a part of them each step (``"select"``).
 GROUPS = ("full", "evict", "compress", "both", "select")
 
-#: ``NAME@BUDGET[/ALLOCATION][:opt...]``: the head of every kind that keeps a budget of slots.
-BUDGETED = re.compile(
-    r"^(?P<name>[A-Za-z0-9_\-]+)@(?P<budget>\d+)(?:/(?P<alloc>[a-z]+))?(?P<opts>(?::[^:]+)*)$"
+#: A label's head (before any ``+``): ``NAME[@BUDGET[/ALLOCATION]][:opt...]`` — ``full``,
+#: ``kivi4:r32``, ``h2o@128/pyramid``, ``h2o@128:w50%:prefill``.
+HEAD = re.compile(
+    r"^(?P<name>[A-Za-z0-9_\-]+)(?:@(?P<budget>\d+)(?:/(?P<alloc>[a-z]+))?)?(?P<opts>(?::[^:]+)*)$"
 )
-_WINDOW = re.compile(r"^w(?P<n>\d+)(?P<pct>%?)$")
-POOL = re.compile(r"^(?P<mode>avg|max)(?P<kernel>\d+)$")
-#: H2O's two ways of reading a prompt: evicting while it reads (the card's decode-time rule at
-#: every prompt token) or the authors' prefill mode (:mod:`h2o.model.prefill`).
-MODES = ("decode", "prefill")
 
 
-def budgeted_options(label: str, text: str) -> dict[str, Any]:
-    """The ``:opt`` items after ``NAME@BUDGET[/ALLOCATION]`` as Row fields: ``wN``/``wN%``
-    (a recent window), ``prefill`` (a mode), ``avgK``/``maxK`` (a pooling)."""
-    out: dict[str, Any] = {}
-    for item in [t for t in text.split(":") if t] if text else []:
-        mw, mp = _WINDOW.match(item), POOL.match(item)
-        if mw and "window" not in out and "window_pct" not in out:
-            out["window_pct" if mw["pct"] else "window"] = int(mw["n"])
-        elif item in MODES and "mode" not in out:
-            out["mode"] = item
-        elif mp and "pooling" not in out:
-            out["pooling"] = item
-        else:
-            raise ValueError(
-                f"row {label!r}: cannot read option {':' + item!r} (wN or wN% for a recent "
-                "window, prefill for h2o's prefill mode, avgK/maxK for snapkv's pooling)"
-            )
-    return out
+@dataclass(frozen=True)
+class Head:
+    """A label's head as the row grammar splits it, for a kind to read
+    (:meth:`CacheKind.parse_head`): ``h2o@128/pyramid:w64`` is
+    ``Head("h2o", 128, "pyramid", ("w64",))``."""
+
+    name: str
+    budget: int | None = None
+    allocation: str | None = None
+    #: the ``:opt`` items after it, in the label's order
+    tokens: tuple[str, ...] = ()
+
+
+def split_head(text: str) -> Head | None:
+    """``text`` as a :class:`Head`, or None if it has not that shape."""
+    m = HEAD.match(text)
+    if not m:
+        return None
+    budget = None if m["budget"] is None else int(m["budget"])
+    tokens = tuple(t for t in m["opts"].split(":") if t)
+    return Head(m["name"], budget, m["alloc"], tokens)
 
 
 @dataclass
@@ -110,8 +113,15 @@ class CacheKind:
     quantizable: ClassVar[bool] = False
     #: whether it has a closed-loop perplexity over a text (False: it compresses a prompt once)
     closed_loop: ClassVar[bool] = True
-    #: the optional fields of :class:`~h2o.model.rows.Row` it reads (others must stay unset)
-    options: ClassVar[tuple[str, ...]] = ()
+    #: the options its labels take (``:w64``, ``:avg5``): name → its value when the label names
+    #: none (a row stores only the options set to something else; :meth:`Row.option
+    #: <h2o.model.rows.Row.option>` reads them)
+    options: ClassVar[Mapping[str, Any]] = {}
+    #: an option's value that runs as naming none does (SnapKV's ``max5``): dropped once the row
+    #: is checked, so that one row has one label
+    defaults: ClassVar[Mapping[str, Any]] = {}
+    #: what its options' tokens look like, for the refusal of a token no kind reads
+    option_hints: ClassVar[tuple[str, ...]] = ()
     #: tried after every other kind when a label is parsed (the grammar's catch-all)
     fallback: ClassVar[bool] = False
     #: a method of the family since H2O: what it answers of H2O's limits, as a clause the app
@@ -140,10 +150,54 @@ class CacheKind:
 
     # -- the grammar -------------------------------------------------------------------------
     @classmethod
-    def parse_head(cls, head: str, label: str) -> dict[str, Any] | None:
-        """The Row fields of a label's head (before any ``+``), or None if it is not this
-        kind's; ``ValueError`` if it is this kind's but malformed."""
+    def parse_head(cls, head: Head, label: str) -> dict[str, Any] | None:
+        """The Row fields of a label's head (before any ``+``; its options under
+        ``"options"``, :meth:`read_options`), or None if it is not this kind's; ``ValueError``
+        if it is this kind's but malformed."""
         return None
+
+    @classmethod
+    def read_option(cls, token: str, read: Mapping[str, Any]) -> tuple[str, Any] | None:
+        """``(name, value)`` of the option a label's ``:token`` names, given the options
+        ``read`` before it in the label; None if this kind reads no such token (or has one
+        already)."""
+        return None
+
+    @classmethod
+    def readers(cls) -> list[type[CacheKind]]:
+        """The kinds whose tokens a label of this kind may name: itself. A token another of
+        them reads is read as that kind's option, for the row to refuse it by what it is
+        (:meth:`refusal`)."""
+        return [cls]
+
+    @classmethod
+    def read_options(cls, tokens: Sequence[str], label: str) -> dict[str, Any]:
+        """The options a head's ``:opt`` tokens name (:meth:`read_option` of each of
+        :meth:`readers`, this kind first); ``ValueError`` for a token none of them reads."""
+        if tokens and not cls.options:
+            raise ValueError(f"row {label!r}: {cls.kind} takes no options")
+        readers, read = cls.readers(), {}
+        for token in tokens:
+            for kind in readers:
+                got = kind.read_option(token, read)
+                if got is not None:
+                    read[got[0]] = got[1]
+                    break
+            else:
+                hints = [h for k in sorted(readers, key=lambda c: c.rank) for h in k.option_hints]
+                raise ValueError(cls.unread(label, token, ", ".join(hints)))
+        return read
+
+    @classmethod
+    def unread(cls, label: str, token: str, hints: str) -> str:
+        """The refusal of a ``:token`` none of :meth:`readers` reads (``hints``: their
+        tokens)."""
+        return f"row {label!r}: cannot read option {':' + token!r} ({hints})"
+
+    @classmethod
+    def refusal(cls, name: str, who: str) -> str:
+        """Why ``who`` (a row's policy or kind) cannot take this kind's option ``name``."""
+        return f"{who} takes no option {name} (only a {cls.kind} row does)"
 
     def check(self) -> None:
         """Refuse, with ``ValueError``, a row of this kind with fields it does not take."""
@@ -285,6 +339,28 @@ class Budgeted(CacheKind):
     takes = ("policy", "budget", "allocation")
     quantizable = True
 
+    @classmethod
+    def parse_head(cls, head: Head, label: str) -> dict[str, Any] | None:
+        """``KIND@BUDGET[/ALLOCATION][:opt...]``, its name the kind's."""
+        if head.name != cls.kind or head.budget is None:
+            return None
+        return {
+            "policy": cls.kind,
+            "budget": head.budget,
+            "allocation": head.allocation,
+            "options": cls.read_options(head.tokens, label),
+        }
+
+    @classmethod
+    def readers(cls) -> list[type[CacheKind]]:
+        """Itself, then every other kind of the ``NAME@BUDGET`` form with options: each refuses
+        the others' (SnapKV a recent window, a policy the pooling) by what they are."""
+        others = sorted(
+            (c for c in CACHE_KINDS.values() if issubclass(c, Budgeted) and c.options),
+            key=lambda c: c.rank,
+        )
+        return [cls] + [c for c in others if c is not cls]
+
     def check(self) -> None:
         r = self.row
         b = r.budget
@@ -348,16 +424,6 @@ class ContextCompression(Budgeted):
     quantizable = False
     #: the prompt's last tokens, read after the compression (the question and the chat turn)
     window: ClassVar[int] = 32
-
-    @classmethod
-    def parse_head(cls, head: str, label: str) -> dict[str, Any] | None:
-        """``KIND@BUDGET``, no options."""
-        m = BUDGETED.match(head)
-        if not m or m["name"] != cls.kind:
-            return None
-        if m["opts"]:
-            raise ValueError(f"row {label!r}: {cls.kind} takes no options")
-        return {"policy": cls.kind, "budget": int(m["budget"]), "allocation": m["alloc"]}
 
     def check(self) -> None:
         super().check()

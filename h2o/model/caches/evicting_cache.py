@@ -16,23 +16,22 @@ in the middle of a prompt by *when* its attention is counted.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
 from h2o.model.allocation import allocated_factory
-from h2o.model.caches.base import (
-    BUDGETED,
-    CACHE_KINDS,
-    MODES,
-    Budgeted,
-    Reading,
-    budgeted_options,
-)
+from h2o.model.caches.base import CACHE_KINDS, Budgeted, Head, Reading
 from h2o.model.prefill import prefill_policies, prompt_attention
 from h2o.model.quality import make_banks, policy_factory
 from h2o.policies import POLICIES
+
+#: H2O's two ways of reading a prompt: evicting while it reads (the card's decode-time rule at
+#: every prompt token) or the authors' prefill mode (:mod:`h2o.model.prefill`).
+MODES = ("decode", "prefill")
+_WINDOW = re.compile(r"^w(?P<n>\d+)(?P<pct>%?)$")
 
 
 class EvictingCache(Budgeted):
@@ -40,24 +39,62 @@ class EvictingCache(Budgeted):
 
     kind = "policy"
     rank = 1
-    options = ("window", "window_pct", "mode")
+    #: a scored policy's recent window, ``:wN`` slots or ``:wN%`` of the budget (None: its
+    #: class's default), and H2O's way of reading a prompt (``:prefill``)
+    options: ClassVar[Mapping[str, Any]] = {"window": None, "window_pct": None, "mode": "decode"}
+    option_hints = ("wN or wN% for a recent window", "prefill for h2o's prefill mode")
     fallback = True  # NAME@BUDGET with any name: an unknown one is refused by name
 
     @classmethod
-    def parse_head(cls, head: str, label: str) -> dict[str, Any] | None:
-        m = BUDGETED.match(head)
-        if not m:
+    def parse_head(cls, head: Head, label: str) -> dict[str, Any] | None:
+        if head.budget is None:
             return None
         return {
-            "policy": m["name"],
-            "budget": int(m["budget"]),
-            "allocation": m["alloc"],
-            **budgeted_options(label, m["opts"]),
+            "policy": head.name,
+            "budget": head.budget,
+            "allocation": head.allocation,
+            "options": cls.read_options(head.tokens, label),
         }
+
+    @classmethod
+    def read_option(cls, token: str, read: Mapping[str, Any]) -> tuple[str, Any] | None:
+        """``wN`` / ``wN%`` (one recent window, in slots or as a share), ``prefill``."""
+        m = _WINDOW.match(token)
+        if m and "window" not in read and "window_pct" not in read:
+            return ("window_pct" if m["pct"] else "window"), int(m["n"])
+        if token in MODES and "mode" not in read:
+            return "mode", token
+        return None
+
+    @classmethod
+    def refusal(cls, name: str, who: str) -> str:
+        if name == "mode":
+            return (
+                f"{who} has no prefill mode (only h2o: the authors' generation code "
+                "chooses its heavy hitters from the prompt's attention)"
+            )
+        return (
+            f"{who} has no recent window to set (:wN applies to the scored policies: "
+            "h2o, scissorhands, tova, random)"
+        )
+
+    @property
+    def window(self) -> int | None:
+        """The recent window the row sets in slots (None: unset)."""
+        return self.row.option("window")
+
+    @property
+    def window_pct(self) -> int | None:
+        """The recent window the row sets as a share of the budget, in % (None: unset)."""
+        return self.row.option("window_pct")
+
+    @property
+    def mode(self) -> str:
+        return self.row.option("mode")
 
     @property
     def prefill(self) -> bool:
-        return self.row.mode == "prefill"
+        return self.mode == "prefill"
 
     @property
     def closed_loop(self) -> bool:  # type: ignore[override]
@@ -85,20 +122,17 @@ class EvictingCache(Budgeted):
                 )
             )
         super().check()
-        if r.window is not None or r.window_pct is not None:
+        w, pct = self.window, self.window_pct
+        if w is not None or pct is not None:
             if not self.windowed:
-                raise ValueError(
-                    f"{r.policy} has no recent window to set (:wN applies to the scored "
-                    "policies: h2o, scissorhands, tova, random)"
-                )
-            if r.window is not None and r.window_pct is not None:
+                raise ValueError(self.refusal("window", str(r.policy)))
+            if w is not None and pct is not None:
                 raise ValueError("give the recent window in slots or as a share, not both")
             if r.allocation is not None:
                 raise ValueError(
                     "a recent window with an allocation is not offered: each head's budget "
                     "differs there (use the uniform budget)"
                 )
-            w, pct = r.window, r.window_pct
             if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 0):
                 raise ValueError(f"the recent window must be an integer >= 0, got {w!r}")
             if pct is not None and (
@@ -110,14 +144,11 @@ class EvictingCache(Budgeted):
                     f"recent window {self.recent_window} must be smaller than the budget "
                     f"{r.budget}: it would leave the score nothing to choose between"
                 )
-        if r.mode not in MODES:
-            raise ValueError(f"unknown mode {r.mode!r}; choose from {', '.join(MODES)}")
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; choose from {', '.join(MODES)}")
         if self.prefill:
             if not getattr(POLICIES[r.policy], "prefill_selection", False):
-                raise ValueError(
-                    f"{r.policy} has no prefill mode (only h2o: the authors' generation code "
-                    "chooses its heavy hitters from the prompt's attention)"
-                )
+                raise ValueError(self.refusal("mode", str(r.policy)))
             if r.allocation is not None or r.bits is not None:
                 raise ValueError(
                     "h2o's prefill mode runs at a uniform budget in full precision (no "
@@ -131,25 +162,24 @@ class EvictingCache(Budgeted):
         r = self.row
         if not self.windowed:
             return None
-        if r.window is not None:
-            return r.window
-        if r.window_pct is not None:
-            return int(r.budget) * r.window_pct // 100  # type: ignore[arg-type]
+        if self.window is not None:
+            return self.window
+        if self.window_pct is not None:
+            return int(r.budget) * self.window_pct // 100  # type: ignore[arg-type]
         return int(POLICIES[r.policy].default_recent_window)
 
     def policy_params(self) -> dict[str, int]:
         """The parameters the row sets on its policy's constructor (the recent window)."""
-        if self.row.window is None and self.row.window_pct is None:
+        if self.window is None and self.window_pct is None:
             return {}
         return {"recent_window": int(self.recent_window)}  # type: ignore[arg-type]
 
     def head(self) -> str:
-        r = self.row
         out = super().head()
-        if r.window is not None:
-            out += f":w{r.window}"
-        if r.window_pct is not None:
-            out += f":w{r.window_pct}%"
+        if self.window is not None:
+            out += f":w{self.window}"
+        if self.window_pct is not None:
+            out += f":w{self.window_pct}%"
         if self.prefill:
             out += ":prefill"
         return out
@@ -170,10 +200,10 @@ class EvictingCache(Budgeted):
         whose window is part of its rule (TOVA: its class's ``own_window``) unless the row sets
         another."""
         r = self.row
-        if r.window is not None:
-            return f", window {r.window}"
-        if r.window_pct is not None:
-            return f", window {r.window_pct}% of the budget"
+        if self.window is not None:
+            return f", window {self.window}"
+        if self.window_pct is not None:
+            return f", window {self.window_pct}% of the budget"
         if not self.windowed or getattr(POLICIES[r.policy], "own_window", False):
             return ""
         return f", window {self.recent_window}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from h2o.model.caches.base import CacheKind
+from h2o.model.caches.base import CacheKind, Head
 
 
 class FullCache(CacheKind):
@@ -16,8 +16,8 @@ class FullCache(CacheKind):
     group = "full"
 
     @classmethod
-    def parse_head(cls, head: str, label: str) -> dict[str, Any] | None:
-        return {} if head == "full" else None
+    def parse_head(cls, head: Head, label: str) -> dict[str, Any] | None:
+        return {} if head == Head("full") else None
 
     def check(self) -> None:
         if self.row.bits is not None:

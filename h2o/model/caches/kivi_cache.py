@@ -7,54 +7,110 @@ row with ``+kiviN`` after an evicting head holds that kind's kept slots the same
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from h2o.model.caches.base import CacheKind
+from h2o.model.caches.base import CacheKind, Head, split_head
+from h2o.model.quant import GROUP, RESIDUAL
 
-KIVI = re.compile(r"^kivi(?P<bits>\d+)(?P<opts>(?::[^:]+)*)$")
+if TYPE_CHECKING:
+    from h2o.model.rows import Row
+
+_BITS = re.compile(r"^kivi(?P<bits>\d+)$")
 _RESIDUAL = re.compile(r"^r(?P<n>\d+)$")
 
 
-def kivi_options(label: str, text: str) -> dict[str, Any]:
-    """The ``:opt`` items after ``kiviBITS``: ``rN`` (the residual), ``qprompt``."""
-    out: dict[str, Any] = {}
-    for item in [t for t in text.split(":") if t] if text else []:
-        mr = _RESIDUAL.match(item)
-        if mr and "residual" not in out:
-            out["residual"] = int(mr["n"])
-        elif item == "qprompt" and "quantized_prompt" not in out:
-            out["quantized_prompt"] = True
-        else:
-            raise ValueError(
-                f"row {label!r}: cannot read option {':' + item!r} after kiviBITS (rN for the "
-                "full-precision residual, qprompt to read the prompt through the quantized "
-                "cache)"
-            )
-    return out
-
-
-def parse_kivi(text: str, label: str) -> dict[str, Any] | None:
-    """``bits`` and the quantizer's options of ``kiviBITS[:rN][:qprompt]``, or None."""
-    m = KIVI.match(text)
-    if not m:
-        return None
-    return {"bits": int(m["bits"]), **kivi_options(label, m["opts"])}
-
-
 class KiviCache(CacheKind):
-    """Every token kept, at ``bits`` bits (the quantizer lives in the row: :attr:`Row.kivi`)."""
+    """Every token kept, at ``bits`` bits (the quantizer's spec is the row's: :attr:`Row.kivi`).
+
+    Its part of a label, ``kiviBITS[:rN][:qprompt]``, is the same whether it is the whole head
+    (``kivi4:r32``) or follows an evicting one (``h2o@256+kivi4:r32``): this class reads it
+    (:meth:`parse_quantizer`), checks it (:meth:`check_quantizer`) and writes it
+    (:meth:`quantizer_label`) for every row with bits."""
 
     kind = "kivi"
     rank = 7
     quantizable = True
+    #: the full-precision residual, ``:rN`` (None: KIVI's 128, unnamed in the label), and
+    #: whether the prompt is read through the quantized cache, as a token-by-token decoder
+    #: would (``:qprompt``), rather than attended at full precision and quantized when stored
+    #: (KIVI's prefill)
+    options: ClassVar[Mapping[str, Any]] = {"residual": None, "quantized_prompt": False}
+    defaults: ClassVar[Mapping[str, Any]] = {"residual": RESIDUAL}
+    option_hints = (
+        "rN for the full-precision residual",
+        "qprompt to read the prompt through the quantized cache",
+    )
 
     @property
     def group(self) -> str:  # type: ignore[override]
         return "full" if self.row.bits == 16 else "compress"
 
     @classmethod
-    def parse_head(cls, head: str, label: str) -> dict[str, Any] | None:
-        return parse_kivi(head, label)
+    def parse_head(cls, head: Head, label: str) -> dict[str, Any] | None:
+        m = _BITS.match(head.name)
+        if not m or head.budget is not None:
+            return None
+        return {"bits": int(m["bits"]), "options": cls.read_options(head.tokens, label)}
+
+    @classmethod
+    def parse_quantizer(cls, text: str, label: str) -> dict[str, Any] | None:
+        """``bits`` and the options of a ``+kiviBITS[:rN][:qprompt]`` part, or None."""
+        head = split_head(text)
+        return None if head is None else cls.parse_head(head, label)
+
+    @classmethod
+    def read_option(cls, token: str, read: Mapping[str, Any]) -> tuple[str, Any] | None:
+        """``rN`` (the residual), ``qprompt``, each once."""
+        m = _RESIDUAL.match(token)
+        if m and "residual" not in read:
+            return "residual", int(m["n"])
+        if token == "qprompt" and "quantized_prompt" not in read:
+            return "quantized_prompt", True
+        return None
+
+    @classmethod
+    def unread(cls, label: str, token: str, hints: str) -> str:
+        return f"row {label!r}: cannot read option {':' + token!r} after kiviBITS ({hints})"
+
+    @staticmethod
+    def check_quantizer(row: Row) -> None:
+        """Refuse a residual or ``qprompt`` on a row not quantized, and a residual that is not
+        a positive multiple of the group."""
+        residual = row.option("residual")
+        if residual is not None or row.option("quantized_prompt"):
+            if row.bits is None or row.bits == 16:
+                raise ValueError("a residual or qprompt applies to a quantized cache (kivi2/4/8)")
+            r = residual
+            if r is not None and (
+                isinstance(r, bool) or not isinstance(r, int) or r < GROUP or r % GROUP
+            ):
+                raise ValueError(
+                    f"the residual must be a positive multiple of the group ({GROUP}), got {r!r}"
+                )
+
+    @staticmethod
+    def quantizer_label(row: Row) -> str:
+        """The label's ``kiviBITS[:rN][:qprompt]`` of a row with bits."""
+        out = f"kivi{row.bits}"
+        if row.option("residual") is not None:
+            out += f":r{row.option('residual')}"
+        if row.option("quantized_prompt"):
+            out += ":qprompt"
+        return out
+
+    @staticmethod
+    def quantizer_name(row: Row) -> str:
+        """The family's words for a row's quantization: "KIVI-style 4-bit + sinks, residual
+        32, prompt read quantized"."""
+        q = f"KIVI-style {row.bits}-bit"
+        if row.sinks:
+            q += " + sinks"
+        if row.option("residual") is not None:
+            q += f", residual {row.option('residual')}"
+        if row.option("quantized_prompt"):
+            q += ", prompt read quantized"
+        return q
 
     def check(self) -> None:
         if self.row.bits is None:

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from h2o.alloc import slot_bytes
-from h2o.model.caches.base import BUDGETED, CacheKind
+from h2o.model.caches.base import CacheKind, Head
 from h2o.model.stack import cache_for
 from h2o.policies.quest import DENSE_LAYERS, MIN_PAGES, PAGE, n_pages_read
 
@@ -175,14 +175,13 @@ class QuestCache(CacheKind):
     )
 
     @classmethod
-    def parse_head(cls, head: str, label: str) -> dict[str, Any] | None:
+    def parse_head(cls, head: Head, label: str) -> dict[str, Any] | None:
         """``quest@BUDGET``, no options."""
-        m = BUDGETED.match(head)
-        if not m or m["name"] != cls.kind:
+        if head.name != cls.kind or head.budget is None:
             return None
-        if m["opts"] or m["alloc"]:
+        if head.tokens or head.allocation:
             raise ValueError(f"row {label!r}: quest takes no allocation and no options")
-        return {"budget": int(m["budget"])}
+        return {"budget": head.budget}
 
     def check(self) -> None:
         b = self.row.budget

@@ -7,15 +7,18 @@ released default, ``:max7``, its LongBench configs; plain ``snapkv@B`` is max po
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from h2o.model.caches.base import BUDGETED, POOL, Budgeted, budgeted_options
+from h2o.model.caches.base import Budgeted
 from h2o.model.caches.fixed_keep import FixedKeep
 from h2o.model.snapkv import check_snapkv, snapkv_kept, snapkv_window_attention
 from h2o.policies.snapkv import DEFAULT_WINDOW, SNAPKV
 
 #: SnapKV's pooling when a row names none (``snapkv@256``): max pooling, kernel 5.
 DEFAULT_POOLING = "max5"
+POOL = re.compile(r"^(?P<mode>avg|max)(?P<kernel>\d+)$")
 
 
 class SnapKVCache(Budgeted):
@@ -25,20 +28,20 @@ class SnapKVCache(Budgeted):
     rank = 2
     colour = "#4E79A7"
     marker = "circle"
-    options = ("pooling",)
+    #: its pooling, ``:avgK`` or ``:maxK`` (None: :data:`DEFAULT_POOLING`, unnamed in the label)
+    options: ClassVar[Mapping[str, Any]] = {"pooling": None}
+    defaults: ClassVar[Mapping[str, Any]] = {"pooling": DEFAULT_POOLING}
+    option_hints = ("avgK/maxK for snapkv's pooling",)
     closed_loop = False  # it compresses a prompt once: no perplexity over a text
 
     @classmethod
-    def parse_head(cls, head: str, label: str) -> dict[str, Any] | None:
-        m = BUDGETED.match(head)
-        if not m or m["name"] != SNAPKV:
-            return None
-        return {
-            "policy": SNAPKV,
-            "budget": int(m["budget"]),
-            "allocation": m["alloc"],
-            **budgeted_options(label, m["opts"]),
-        }
+    def read_option(cls, token: str, read: Mapping[str, Any]) -> tuple[str, Any] | None:
+        """``avgK`` / ``maxK``, once (the kernel is checked with the row)."""
+        return ("pooling", token) if POOL.match(token) and "pooling" not in read else None
+
+    @classmethod
+    def refusal(cls, name: str, who: str) -> str:
+        return f"only snapkv pools its scores, not {who}"
 
     def check(self) -> None:
         r = self.row
@@ -46,31 +49,31 @@ class SnapKVCache(Budgeted):
             raise ValueError(f"a snapkv row has no policy other than snapkv: {r.policy!r}")
         object.__setattr__(r, "policy", SNAPKV)
         super().check()
-        if r.pooling is not None:
-            m = POOL.match(str(r.pooling))
+        named = r.option("pooling")
+        if named is not None:
+            m = POOL.match(str(named))
             if not m or int(m["kernel"]) % 2 == 0 or int(m["kernel"]) < 1:
                 raise ValueError(
-                    f"snapkv pooling must be avgK or maxK with an odd kernel K, got {r.pooling!r}"
+                    f"snapkv pooling must be avgK or maxK with an odd kernel K, got {named!r}"
                 )
-            if r.pooling == DEFAULT_POOLING:
-                object.__setattr__(r, "pooling", None)  # one row, one label
 
     @property
     def pooling(self) -> tuple[str, int]:
         """``(mode, kernel)``: ``("max", 5)`` unless the row names another."""
-        m = POOL.match(self.row.pooling or DEFAULT_POOLING)
+        m = POOL.match(self.row.option("pooling") or DEFAULT_POOLING)
         assert m is not None
         return m["mode"], int(m["kernel"])
 
     def head(self) -> str:
-        return super().head() + (f":{self.row.pooling}" if self.row.pooling else "")
+        named = self.row.option("pooling")
+        return super().head() + (f":{named}" if named else "")
 
     def name(self) -> str:
-        r = self.row
+        r, named = self.row, self.row.option("pooling")
         return (
             "SnapKV"
             + (f" ({r.allocation})" if r.allocation else "")
-            + (f" ({r.pooling})" if r.pooling else "")
+            + (f" ({named})" if named else "")
         )
 
     def read_prompt(self, model, prompt, cache, quant, reading, calibration_ids=None):
