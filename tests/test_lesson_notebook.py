@@ -6,9 +6,11 @@ has no outputs, and states no number in its text (every number comes from a code
 top to bottom in a fresh python3 kernel (nbclient) with no error and no warning; the cells this
 test appends check that the last chapter's policy, defined in a cell, is in its player, and that
 a broken one is a clear error. With the real model, the chapter 7 cell that captures a trace runs
-too. The needle cells (chapter 7's grid, chapter 8) compute from whatever the result files hold
-when they run: a partial file, a cut-off line, no file at all. marimo's ``mo.ui.anywidget``
-takes the player: a marimo notebook holding it runs and exports.
+too. Each chapter's cell is ``show(n)``: the app's chapter, drawn by its own code; its controls
+take their defaults or the values given, its question folds its answer, and its button to the
+Step-through page is the player. The needle chapters (7 and 8) compute from whatever the result
+files hold when they run: a partial file, a cut-off line, no file at all. marimo's
+``mo.ui.anywidget`` takes the player: a marimo notebook holding it runs and exports.
 """
 
 from __future__ import annotations
@@ -47,18 +49,20 @@ def test_the_committed_notebook_is_what_the_build_makes_from_the_apps_lesson():
     assert done.returncode == 0, done.stderr
 
 
-def test_the_notebook_has_no_outputs_and_every_chapter():
+def test_the_notebook_has_no_outputs_and_each_chapter_is_the_apps_own():
     nb = load()
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None
-    headings = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "markdown"]
-    chapters = [h for h in headings if h.startswith("## ")]
     titles = build_lesson.chapter_titles()
     assert len(titles) >= 10  # the app's lesson: ten chapters, "Evict or compress?" the 8th
-    said = [(int(n), t) for n, t in (h[3:].split(" · ", 1) for h in chapters)]
-    assert said == sorted(titles.values())  # every chapter, in order, as the app names it
-    assert (8, "Evict or compress?") in said
+    assert titles[8] == "Evict or compress?"
+    heads = [i for i, c in enumerate(nb.cells) if c.source.startswith("## ")]
+    said = [(int(n), t) for n, t in (nb.cells[i].source[3:].split(" · ", 1) for i in heads)]
+    assert said == list(titles.items())  # every chapter, in order, as the app names it
+    for i, (number, _) in zip(heads, said, strict=True):
+        # one cell draws it, with the app's own code: the notebook restates none of it
+        assert nb.cells[i + 1].source == f"show({number})"
 
 
 def test_no_markdown_cell_states_a_number():
@@ -72,13 +76,94 @@ def test_no_markdown_cell_states_a_number():
         build_lesson.check_no_numbers(name)
 
 
-def test_a_paragraph_the_app_no_longer_writes_stops_the_build():
-    text = build_lesson.literal("chapters_4_6", "window", "So the window is needed.")
-    assert text.startswith("So the window is needed.")
-    with pytest.raises(SystemExit, match="no longer writes a paragraph with"):
-        build_lesson.literal("chapters_4_6", "window", "A sentence the app never wrote")
-    with pytest.raises(SystemExit, match="no longer writes"):
-        build_lesson.literal("chapters_4_6", "no_such_chapter", "So the window")
+# -- show(n): a chapter drawn by the app's code, in the notebook -----------------------------------
+@pytest.fixture
+def shown(monkeypatch):
+    """What :func:`app.lesson.notebook.show` displays, in order (and its printed settings)."""
+    pytest.importorskip("IPython")
+    from app.lesson import notebook
+
+    out: list = []
+    monkeypatch.setattr(notebook, "display", out.append)
+    return notebook, out
+
+
+def markdown_of(out: list) -> str:
+    return "\n\n".join(o.data for o in out if type(o).__name__ == "Markdown")
+
+
+def test_a_chapters_settings_are_its_controls_defaults_or_the_values_given(shown, capsys):
+    from app.lesson import chapters_1_3
+    from h2o import explain
+
+    notebook, out = shown
+    notebook.show(1)
+    default = markdown_of(out)
+    assert chapters_1_3.memory_sentence(explain.LLAMA2_7B, 32_768, 1024, 1) in default
+    printed = capsys.readouterr().out
+    assert "Settings: context=32768, budget=1024, batch=1" in printed
+    assert "budget: 256, 512, 1024, 2048, 4096" in printed  # the values a student may give
+    out.clear()
+    notebook.show(1, context=8_192, batch=8)
+    given = markdown_of(out)
+    assert chapters_1_3.memory_sentence(explain.LLAMA2_7B, 8_192, 1024, 8) in given
+    assert chapters_1_3.memory_sentence(explain.LLAMA2_7B, 32_768, 1024, 1) not in given
+    assert sum(type(o).__name__ == "Figure" for o in out) == 1
+    with pytest.raises(
+        ValueError,
+        match=r"chapter 1 has no setting 'window' \(its settings: context, budget, batch\)",
+    ):
+        notebook.show(1, window=64)
+    with pytest.raises(ValueError, match="context=1000 is not a value of chapter 1's"):
+        notebook.show(1, context=1000)
+    with pytest.raises(ValueError, match="the lesson has no chapter 11"):
+        notebook.show(11)
+
+
+def test_a_question_shows_its_options_and_folds_its_answer(shown):
+    import h2o
+    from h2o import analysis, explain
+
+    notebook, out = shown
+    notebook.show(3)
+    toy = h2o.toy_trace()
+    fit = analysis.suggested(toy)
+    policy = h2o.H2O(fit["budget"], recent_window=fit["recent_window"])
+    rep = h2o.replay(policy, toy, fit["top_k"], record=True)
+    f = explain.heavy_facts(toy, rep)
+    (question,) = [o.data for o in out if "**Predict:**" in getattr(o, "data", "")]
+    assert question.startswith(f"**Predict:** which position does H2O evict at step {f.t}?")
+    assert " · ".join(f"`{p}`" for p in f.evictable) in question
+    folded = question[question.index("<details>") :]
+    assert f"The answer: **{f.victim}**" in folded and folded.endswith("</details>")
+
+
+def test_a_button_to_the_step_through_page_is_the_player_at_its_step(shown):
+    import h2o
+    from h2o import explain
+    from h2o.player import playback
+
+    notebook, out = shown
+    notebook.show(2)
+    (player,) = [o for o in out if type(o).__name__ == "Player"]
+    trace = h2o.canonical_trace()
+    rep = h2o.replay(h2o.StreamingLLM(256, sinks=4), trace, 32, record=True)
+    lost = explain.lost_heavy_hitter(rep, trace, 256)
+    header, _ = playback.decode(player.payload)
+    assert [p["label"] for p in header["panels"]] == ["StreamingLLM", "H2O"]
+    assert header["trace"] == "canonical" and header["budget"] == 256
+    assert header["start"]["step"] == lost.evicted_at
+    out.clear()
+    notebook.show(6)  # its button opens All policies: no player
+    assert not [o for o in out if type(o).__name__ == "Player"]
+
+
+def test_a_link_to_another_chapter_shows_its_words(shown):
+    notebook, out = shown
+    notebook.show(9)  # the app links each of the card's points to the chapter that showed it
+    text = markdown_of(out)
+    assert "](#" not in text  # the app's anchors are not the notebook's
+    assert "chapter 4, The window is load-bearing" in text
 
 
 # -- the notebook, run -----------------------------------------------------------------------------
@@ -156,25 +241,37 @@ def test_a_broken_policy_in_a_cell_is_a_clear_error(ran):
     assert not [o for o in ran.cells[-1].outputs if "data" in o]  # no widget, blank or not
 
 
-# -- the needle cells, on partial and missing result files ---------------------------------------
+# -- the needle chapters, on partial and missing result files -------------------------------------
+NEEDLE_GRID_TITLE = "Needle answered right, per prompt length and depth"
+
+
 def needle_notebook(results: Path) -> nbformat.NotebookNode:
-    """The setup cells, then chapter 7's needle-grid cell and chapter 8's cells, reading the
-    result files from ``results``."""
+    """The setup cell, then chapters 7 and 8 (the needle grid, the frontier), reading the result
+    files from ``results``."""
     nb = load()
     setup = [c for c in nb.cells[:3] if c.cell_type == "code"]
-    (grid_cell,) = [c for c in nb.cells if "read_grid(" in c.source]
-    start = next(i for i, c in enumerate(nb.cells) if c.source.startswith("## 8 · "))
-    point = nbformat.v4.new_code_cell(f"needle_data.RESULTS_DIR = Path({str(results)!r})")
-    nb.cells = [*setup, point, grid_cell, *nb.cells[start + 1 : start + 2]]
-    assert "read_frontier(" in nb.cells[-1].source
+    point = nbformat.v4.new_code_cell(
+        f"from app.needle import data\n\ndata.RESULTS_DIR = Path({str(results)!r})"
+    )
+    nb.cells = [*setup, point, *(nbformat.v4.new_code_cell(f"show({n})") for n in (7, 8))]
     return nb
 
 
-def shown_markdown(cell) -> list[str]:
-    return [o.data["text/markdown"] for o in cell.outputs if "text/markdown" in o.get("data", {})]
+def shown_markdown(cell) -> str:
+    return "\n\n".join(
+        o.data["text/markdown"] for o in cell.outputs if "text/markdown" in o.get("data", {})
+    )
 
 
-def test_the_needle_cells_compute_from_a_partial_file_and_say_what_is_missing(tmp_path):
+def plot_titles(cell) -> list[str]:
+    return [
+        o.data["application/vnd.plotly.v1+json"]["layout"]["title"]["text"]
+        for o in cell.outputs
+        if "application/vnd.plotly.v1+json" in o.get("data", {})
+    ]
+
+
+def test_the_needle_chapters_compute_from_a_partial_file_and_say_what_is_missing(tmp_path):
     from app.lesson import needle
     from app.needle import claims, data, family, frontier, grid
     from h2o.needle import findings
@@ -197,13 +294,12 @@ def test_the_needle_cells_compute_from_a_partial_file_and_say_what_is_missing(tm
         for cell in nb.cells:
             assert outputs(cell, "error") == [], cell.source[:80]
             assert [o.text for o in outputs(cell, "stream") if o.name == "stderr"] == []
-    # Nothing to read: each cell says which file is not there, and draws nothing.
+    # Nothing to read: each chapter says which file is not there, and draws nothing from it.
     *_, grid_cell, frontier_cell = ran_empty.cells
     for cell, name in ((grid_cell, data.GRID_FILE), (frontier_cell, data.FRONTIER_FILE)):
-        assert f"{name} is not in this copy" in outputs(cell, "stream")[0].text
-        assert not [
-            o for o in cell.outputs if "application/vnd.plotly.v1+json" in o.get("data", {})
-        ]
+        assert f"{name}` is not in this copy" in shown_markdown(cell)
+    assert NEEDLE_GRID_TITLE not in plot_titles(grid_cell)
+    assert plot_titles(frontier_cell) == []
 
     # The partial files: the sentences are the app's own, on what the files hold now.
     cells = data.read_grid(partial / data.GRID_FILE).records
@@ -213,34 +309,29 @@ def test_the_needle_cells_compute_from_a_partial_file_and_say_what_is_missing(tm
     acc = frontier.accuracy_points(cells, needle.LESSON_LENGTH)
     *_, grid_cell, frontier_cell = ran_partial.cells
     cells7 = [c for c in cells if c.length <= needle.LESSON_MAX_LENGTH]  # the chapter's lengths
-    said = shown_markdown(grid_cell)[1:]
-    since = family.family_sentences(cells7, needle.LESSON_BUDGET)
-    assert len(said) == (2 if since else 1)
-    if since:  # the family since H2O, the app's own sentences too
-        assert said[1] == "\n\n".join(since)
-    assert said[0].startswith(
+    said = shown_markdown(grid_cell)
+    assert NEEDLE_GRID_TITLE in plot_titles(grid_cell)
+    assert (
         f"{claims.full_note(cells7)}\n\n"
         f"{claims.scores_sentence(grid.scores(cells7, shown), cells7)}\n\n"
         + claims.modes_sentence(cells7, "h2o@256:w50%", "h2o@256:w50%:prefill")
-        + "\n\n"
-        + claims.window_sweep_sentence(cells7, findings.sweep_rows(), findings.SWEEP_LENGTH)
-        + "\n\nH2O runs here as its authors split the budget"
+    ) in said
+    assert (
+        claims.window_sweep_sentence(cells7, findings.sweep_rows(), findings.SWEEP_LENGTH) in said
     )
-    printed = "".join(o.text for o in outputs(grid_cell, "stream"))
-    assert "1 line(s) skipped" in printed
-    assert claims.shown_sentence(shown, rows, cells7) in printed
+    since = family.family_sentences(cells7, needle.LESSON_BUDGET)
+    assert "\n\n".join(since) in said  # the family since H2O, the app's own sentences too
+    assert "1 line(s) skipped" in said
+    assert claims.shown_sentence(shown, rows, cells7) in said
     verdicts = shown_markdown(frontier_cell)
     memory = frontier.default_memory(ppl)
-    assert memory is not None and verdicts
-    assert verdicts[0].startswith(claims.verdict(ppl, memory, claims.PERPLEXITY))
+    assert memory is not None
+    assert claims.verdict(ppl, memory, claims.PERPLEXITY) in verdicts
     acc_memory = frontier.default_memory(acc)
     if acc_memory is not None:
         said = claims.verdict(acc, acc_memory, claims.ACCURACY)
-        assert verdicts[0].endswith(f"{said[0].lower()}{said[1:]}")
-    assert (
-        sum("application/vnd.plotly.v1+json" in o.get("data", {}) for o in frontier_cell.outputs)
-        == 1
-    )
+        assert f"{said[0].lower()}{said[1:]}" in verdicts
+    assert len(plot_titles(frontier_cell)) == 1
 
 
 @needs_model

@@ -33,6 +33,9 @@ from app import state
 
 T = TypeVar("T")
 ANSWERS, REVEALED = "_lesson_answers", "_lesson_revealed"
+#: Where :func:`open_in` notes each button's page and settings, when the session holds it (the
+#: notebook's host does: it shows a player in place of the page, :mod:`app.lesson.notebook`).
+OPENS = "_lesson_opens"
 #: The "predict, then reveal" questions (chapters 3, 4 and 5).
 QUESTIONS = 3
 
@@ -186,6 +189,9 @@ def open_in(label: str, page: str, values: dict[str, Any], key: str) -> None:
                 state.set_value(name, value)
         ss["_lesson_goto"] = page
 
+    opens = st.session_state.get(OPENS)
+    if opens is not None:
+        opens[key] = (page, dict(values))
     p = _PRESENTING.get()
     where = st if p is None else p.opens  # presenter mode: beside Previous and Next
     where.button(label, key=key, on_click=go, icon=":material/open_in_new:")
