@@ -76,7 +76,10 @@ def model(tiny_smollm):
     return tiny_smollm
 
 
-def test_on_the_model_the_context_is_compressed_then_the_question_read(model) -> None:
+@pytest.mark.parametrize("question", [None, 30, 34])
+def test_on_the_model_the_context_is_compressed_then_the_question_read(model, question) -> None:
+    """The prompt's last ``question`` tokens (32 when none is named) are the question, read
+    after the context is compressed to the budget less them, as kvpress separates the two."""
     from tiny_model import token_ids
 
     from h2o.model import KVCache
@@ -84,21 +87,22 @@ def test_on_the_model_the_context_is_compressed_then_the_question_read(model) ->
 
     ids = token_ids(150, seed=4)
     prompt, answer = ids[:140], ids[140:145]
-    T, C = len(prompt), len(prompt) - 32
+    q = 32 if question is None else question
+    T, C = len(prompt), len(prompt) - q
     row = Row.parse("knorm@60")
     cache = KVCache(model.config, T)
-    hidden, policies = read_prompt(model, prompt, row, cache, None)
+    hidden, policies = read_prompt(model, prompt, row, cache, None, question=question)
     kept = kept_sets(policies)
     full = KVCache(model.config, T)
     model.read(prompt[:C], full)  # the context under full attention, as kvpress prefills it
     for li in range(model.config.n_layers):
         for g in range(model.config.n_kv_heads):
             keys = full.k[li, g, :C].astype(np.float64).tolist()
-            assert kept[li][g].tolist() == literal_knorm(keys, 60 - 32) + list(range(C, T))
+            assert kept[li][g].tolist() == literal_knorm(keys, 60 - q) + list(range(C, T))
     # the question was read through the compressed cache: its states differ from full attention
     model.read(prompt, full)
     assert not np.allclose(full.k[:, :, C:T], cache.k[:, :, C:T])
-    assert hidden.shape[0] == 32
+    assert hidden.shape[0] == q
     # a budget the prompt fits in is the full cache, to the last digit
     whole = score_answer(model, prompt, answer, Row.parse("knorm@200"), max_new=2)
     ref = score_answer(model, prompt, answer, Row("full"), max_new=2)
@@ -115,3 +119,32 @@ def test_what_a_fused_kernel_rules_out_is_h2os_sum_only():
     assert "H2O" in cannot
     assert "SnapKV" not in cannot.split("(")[0] and "TOVA" not in cannot.split("(")[0]
     assert "SnapKV and TOVA recompute" in said
+
+
+@pytest.mark.parametrize("needle_id", ["red-safe", "black-box"])
+def test_the_grid_hands_each_prompt_its_own_question(tiny_path, monkeypatch, needle_id) -> None:
+    """A needle cell's question is its prompt's tail (the question and the assistant's first
+    words), whatever its length in tokens: the grid names it, and the compressed-context row
+    compresses exactly the tokens before it."""
+    from h2o.model import SmolLM
+    from h2o.model.caches.base import ContextCompression
+    from h2o.needle.cells import run_cells
+    from h2o.needle.haystack import build_prompt, tail
+    from h2o.needle.needles import needle
+
+    model = SmolLM.load(tiny_path)
+    nd = needle(needle_id)
+    p = build_prompt(model.encode, nd, 512, 50)
+    assert p.question_tokens == len(model.encode(tail(nd)))
+    assert model.decode(p.ids[-p.question_tokens :]) == tail(nd)
+    seen: list[int | None] = []
+    real = ContextCompression.read_prompt
+
+    def spy(self, model, prompt, cache, quant, reading, calibration_ids=None):
+        seen.append(reading.question)
+        return real(self, model, prompt, cache, quant, reading, calibration_ids)
+
+    monkeypatch.setattr(ContextCompression, "read_prompt", spy)
+    spec = {"row": "knorm@128", "length": 512, "depth": 50, "needle": needle_id, "max_new": 2}
+    run_cells([spec], load=lambda: model)
+    assert seen == [p.question_tokens]

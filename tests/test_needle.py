@@ -126,6 +126,8 @@ def _check_prompt(model: SmolLM, nd, length: int, depth: int) -> tuple[int, int]
     assert model.encode(text + nd.value) == p.ids + p.answer_ids
     assert model.decode(p.answer_ids) == nd.value
     assert text.startswith(HEAD) and text.endswith(tail(nd))
+    # the question a compressed context reads after the compression: the tail's own tokens
+    assert p.ids[len(p.ids) - p.question_tokens :] == model.encode(tail(nd))
     assert text.endswith(f"{nd.question}<|im_end|>\n<|im_start|>assistant\n{nd.sentence[:-5]}")
     # Sentence boundary: the needle follows a sentence end (or opens the text) and is followed
     # by whitespace, so no sentence of the haystack is cut.

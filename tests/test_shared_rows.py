@@ -25,6 +25,7 @@ from h2o.model.answer import (
     PromptState,
     prefix_states,
     reads_prompt_as_full,
+    score_answer,
     score_cells,
     score_rows,
     shared_stop,
@@ -67,7 +68,9 @@ def test_which_rows_read_a_prompt_as_the_full_cache(tiny_smollm):
     for label in QUALIFY + OTHERS + ["h2o@48/duo", "snapkv@48/duo"]:
         row = Row.parse(label)
         reading = row.cache.begin(tiny_smollm, token_ids(200), 300)
-        plain = reading.policies is None and reading.acc is None and not row.quantized_prompt
+        plain = (
+            reading.policies is None and reading.acc is None and not row.option("quantized_prompt")
+        )
         assert reads_prompt_as_full(row) is plain, label
         assert plain is (label in QUALIFY or label == "snapkv@48/duo"), label
 
@@ -85,6 +88,28 @@ def test_rows_scored_together_score_as_each_row_alone(tiny_smollm):
             same(a, b)
             assert a.read_bytes == b.read_bytes and a.produced == b.produced
             assert a.seconds > 0
+
+
+def test_a_named_question_is_read_after_the_compression_shared_or_alone(tiny_smollm):
+    """Cells that name their question (how many of the prompt's last tokens it is): each row
+    scores them as :func:`score_answer` of that cell alone with that question, and for a
+    compressed context the question named moves what is kept."""
+    model = tiny_smollm
+    questions = (12, 30, 40, 12, 30, 40, 12)  # one a cell
+    cells = [(*c, q) for c, q in zip(prompts(model.tok_embd.shape[0]), questions, strict=True)]
+    rows = [Row.parse(x) for x in ("full", "knorm@48", "kvzip@48", "snapkv@48")]
+    together = score_rows(model, cells, rows, max_new=2, stop_at_eos=False)
+    for row in rows:
+        for (ids, answer, span, q), sc in zip(cells, together[row.label], strict=True):
+            alone = score_answer(
+                model, ids, answer, row, needle_span=span, question=q, max_new=2, stop_at_eos=False
+            )
+            same(sc, alone)
+    ids, answer, span, q = cells[2]
+    knorm = Row.parse("knorm@48")
+    named = score_answer(model, ids, answer, knorm, needle_span=span, question=q, max_new=0)
+    default = score_answer(model, ids, answer, knorm, needle_span=span, max_new=0)
+    assert named.token_logprobs != default.token_logprobs
 
 
 def test_each_row_scores_the_cells_it_asks_in_its_order(tiny_smollm):

@@ -305,11 +305,11 @@ FACT_ROWS = (f"h2o@{needle_chapters.LESSON_BUDGET}", f"h2o@{needle_chapters.LESS
 def window_words(row: Row) -> str:
     """A row's recent window in words: "its default recent window of 32 slots", "half the
     budget (128 slots) as its recent window", "a recent window of 64 slots"."""
-    w = row.recent_window
-    if row.window_pct is not None:
-        pct = "half" if row.window_pct == 50 else f"{row.window_pct}% of"
+    w, share = row.recent_window, row.option("window_pct")
+    if share is not None:
+        pct = "half" if share == 50 else f"{share}% of"
         return f"{pct} the budget ({w} slots) as its recent window"
-    if row.window is None:
+    if row.option("window") is None:
         return f"its default recent window of {w} slots"
     return f"a recent window of {w} slots"
 

@@ -129,7 +129,7 @@ def begin(
     cache.k[:, :, : start.length] = start.k
     cache.v[:, :, : start.length] = start.v
     cache.length = start.length
-    quant = copy.deepcopy(start.quant) if row.quantized_prompt else row_quant(row)
+    quant = copy.deepcopy(start.quant) if row.option("quantized_prompt") else row_quant(row)
     return cache, quant
 
 
@@ -141,6 +141,7 @@ def read_prompt(
     quant: QuantState | None,
     calibration_ids: Sequence[int] | None = None,
     start: PromptState | None = None,
+    question: int | None = None,
 ) -> tuple[np.ndarray, list | None]:
     """Read ``prompt`` into ``cache`` under ``row``, as the row's method reads a prompt: the
     final hidden states of the tokens read and ``policies[layer][kv_head]`` holding what each
@@ -150,12 +151,16 @@ def read_prompt(
 
     ``start``: the cache and ``quant`` hold the state a reading of the prompt's first
     ``start.length`` tokens left (:func:`begin`); the reading goes on from there, and the
-    result is the same, bit for bit, as reading the whole prompt (:meth:`SmolLM.read`)."""
-    pq = quant if row.quantized_prompt else None
+    result is the same, bit for bit, as reading the whole prompt (:meth:`SmolLM.read`).
+
+    ``question``: how many of the prompt's last tokens are its question (a row that compresses
+    the context reads them after the compression; None: the kind's default)."""
+    pq = quant if row.option("quantized_prompt") else None
     if start is not None and cache.length != start.length:
         raise ValueError(f"the cache holds {cache.length} tokens, the start {start.length}")
     kind = row.cache
     reading = kind.begin(model, calibration_ids, len(prompt), start)
+    reading.question = question
     return kind.read_prompt(model, prompt, cache, pq, reading, calibration_ids)
 
 
@@ -183,7 +188,7 @@ def prefix_states(
     if start is not None and start.length >= stops[0]:
         raise ValueError(f"a start of {start.length} tokens for stops from {stops[0]}")
     cache, quant = begin(model, row, stops[-1], start)
-    pq = quant if row.quantized_prompt else None
+    pq = quant if row.option("quantized_prompt") else None
     kind = row.cache
     reading = kind.begin(model, calibration_ids, stops[-1], start)
     for stop in stops:
@@ -199,15 +204,18 @@ def prefix_states(
         )
 
 
-def shared_stop(ids: Sequence[int], other: Sequence[int], row: Row) -> int:
+def shared_stop(
+    ids: Sequence[int], other: Sequence[int], row: Row, question: int | None = None
+) -> int:
     """Where a reading of ``other`` can hand its state to ``ids``: the last block's end within
     their common prefix, leaving a token of ``ids`` to read (and, for SnapKV, before its
-    window); 0 if none."""
+    window; for a compressed context, before the question, ``ids``' last ``question`` tokens);
+    0 if none."""
     a = np.asarray(ids[: len(other)], dtype=np.int64)
     b = np.asarray(other[: len(a)], dtype=np.int64)
     diff = np.flatnonzero(a != b)
     common = int(diff[0]) if diff.size else len(a)
-    limit = min(common, len(ids) - 1, row.cache.prompt_limit(len(ids)))
+    limit = min(common, len(ids) - 1, row.cache.prompt_limit(len(ids), question))
     return max(0, limit) // PROMPT_BLOCK * PROMPT_BLOCK
 
 
@@ -222,6 +230,7 @@ def score_answer(
     calibration_ids: Sequence[int] | None = None,
     stop_at_eos: bool = True,
     start: PromptState | None = None,
+    question: int | None = None,
 ) -> AnswerScore:
     """The answer's teacher-forced log-probability and a greedy continuation under ``row``.
 
@@ -240,6 +249,7 @@ def score_answer(
 
     ``start``: the state a reading of the prompt's first tokens under the same row left
     (:func:`prefix_states`); the result is the same as without it (:func:`score_cells`).
+    ``question``: how many of the prompt's last tokens are its question (:func:`read_prompt`).
     """
     t_start = time.perf_counter()
     prompt = [int(i) for i in prompt_ids]
@@ -259,7 +269,9 @@ def score_answer(
         raise ValueError(f"a start of {start.length} tokens for a prompt of {T}")
     cache, quant = begin(model, row, T + max(len(answer), max_new), start)
 
-    hidden, policies = read_prompt(model, prompt, row, cache, quant, calibration_ids, start)
+    hidden, policies = read_prompt(
+        model, prompt, row, cache, quant, calibration_ids, start, question
+    )
 
     held = None
     if policies is not None:
@@ -304,63 +316,34 @@ def score_answer(
     )
 
 
+#: ``(prompt_ids, answer_ids, needle_span)``, or with a fourth item: how many of the prompt's
+#: last tokens are its question (:func:`read_prompt`)
+Cell = (
+    tuple[Sequence[int], Sequence[int], tuple[int, int] | None]
+    | tuple[Sequence[int], Sequence[int], tuple[int, int] | None, int | None]
+)
+
+
 def score_cells(
     model: SmolLM,
-    cells: Sequence[tuple[Sequence[int], Sequence[int], tuple[int, int] | None]],
+    cells: Sequence[Cell],
     row: Row,
     *,
     max_new: int = 8,
     calibration_ids: Sequence[int] | None = None,
     stop_at_eos: bool = True,
 ) -> list[AnswerScore]:
-    """:func:`score_answer` of every ``(prompt_ids, answer_ids, needle_span)`` under ``row``,
-    the same scores, reading what the prompts share once.
+    """:func:`score_answer` of every cell (``(prompt_ids, answer_ids, needle_span[,
+    question])``) under ``row``, the same scores, reading what the prompts share once.
 
     The needle grid's prompts of one length are one haystack up to their needles. One prompt
-    (the one that shares the most blocks with the others) is read once, and each prompt starts
-    from the state at the last block its beginning shares with it (:func:`shared_stop`). Each
-    score's ``seconds`` is its own time plus its share of that reading: a stretch read once
-    for ``n`` prompts counts ``1/n`` to each."""
-    if not cells:
-        return []
-    ids = [[int(i) for i in c[0]] for c in cells]
-    chain = max(
-        range(len(ids)),
-        key=lambda i: (sum(shared_stop(x, ids[i], row) for j, x in enumerate(ids) if j != i), -i),
-    )
-    stop_of = [shared_stop(x, ids[chain], row) for x in ids]
-    out: list[AnswerScore | None] = [None] * len(cells)
-
-    def score(i: int, start: PromptState | None, extra: float) -> None:
-        prompt, answer, span = cells[i]
-        sc = score_answer(
-            model,
-            prompt,
-            answer,
-            row,
-            needle_span=span,
-            max_new=max_new,
-            calibration_ids=calibration_ids,
-            stop_at_eos=stop_at_eos,
-            start=start,
-        )
-        sc.seconds += extra
-        out[i] = sc
-
-    for i in range(len(cells)):
-        if stop_of[i] == 0:
-            score(i, None, 0.0)
-    stops = sorted({x for x in stop_of if x})
-    share = 0.0
-    t = time.perf_counter()
-    for state in prefix_states(model, ids[chain], row, stops, calibration_ids):
-        users = [i for i in range(len(cells)) if stop_of[i] >= state.length]
-        share += (time.perf_counter() - t) / len(users)
-        for i in users:
-            if stop_of[i] == state.length:
-                score(i, state, share)
-        t = time.perf_counter()
-    return out  # type: ignore[return-value]
+    (the one that shares the most blocks with the others) is read once under the row, and each
+    prompt starts from the state at the last block its beginning shares with it
+    (:func:`shared_stop`). Each score's ``seconds`` is its own time plus its share of that
+    reading: a stretch read once for ``n`` prompts counts ``1/n`` to each."""
+    kw = {"max_new": max_new, "calibration_ids": calibration_ids, "stop_at_eos": stop_at_eos}
+    scored = _score_shared(model, cells, [(row, i) for i in range(len(cells))], row, kw)
+    return [scored[(row.label, i)] for i in range(len(cells))]
 
 
 def reads_prompt_as_full(row: Row) -> bool:
@@ -374,13 +357,10 @@ def reads_prompt_as_full(row: Row) -> bool:
     reads, H2O's prefill mode and a ``:qprompt`` row do not. A state the full cache left at a
     block then starts such a row's prompt as its own reading would (:func:`score_rows`)."""
     kind = type(row.cache)
-    return not row.quantized_prompt and all(
+    return not row.option("quantized_prompt") and all(
         getattr(kind, name) is getattr(CacheKind, name)
         for name in ("begin", "decode_policies", "read_prefix")
     )
-
-
-Cell = tuple[Sequence[int], Sequence[int], tuple[int, int] | None]
 
 
 def score_rows(
@@ -429,55 +409,73 @@ def score_rows(
             out[r.label] = score_cells(model, [cells[i] for i in asked[r.label]], r, **kw)
     pairs = [(r, i) for r in shared for i in asked[r.label]]
     if pairs:
-        scored = _score_from_full(model, cells, pairs, kw)
+        scored = _score_shared(model, cells, pairs, Row.parse("full"), kw)
         for r in shared:
             out[r.label] = [scored[(r.label, i)] for i in asked[r.label]]
     return {label: out[label] for label in labels}
 
 
-def _score_from_full(
-    model: SmolLM, cells: Sequence[Cell], pairs: list[tuple[Row, int]], kw: dict
+def _score_shared(
+    model: SmolLM, cells: Sequence[Cell], pairs: list[tuple[Row, int]], reader: Row, kw: dict
 ) -> dict[tuple[str, int], AnswerScore]:
-    """:func:`score_rows` of the (row, cell) ``pairs`` whose rows read a prompt as the full
-    cache does, every prompt from one full-cache reading."""
-    full = Row.parse("full")
+    """:func:`score_answer` of the (row, cell) ``pairs``, every prompt from one reading under
+    ``reader``: each pair's own row, or the full cache for rows that read a prompt as it does
+    (:func:`reads_prompt_as_full`)."""
     ids = [[int(t) for t in c[0]] for c in cells]
     used = sorted({i for _, i in pairs})
+    if not used:
+        return {}
+
+    asks = [c[3] if len(c) > 3 else None for c in cells]  # type: ignore[misc]
 
     def common(i: int, j: int) -> int:  # the last block both prompts may be read to, shared
-        return min(shared_stop(ids[i], ids[j], full), shared_stop(ids[j], ids[i], full))
+        return min(
+            shared_stop(ids[i], ids[j], reader, asks[i]),
+            shared_stop(ids[j], ids[i], reader, asks[j]),
+        )
 
     chain = max(used, key=lambda c: (sum(common(i, c) for i in used if i != c), -c))
     branch = {i: common(i, chain) for i in used}  # where prompt i leaves the chain
-    own = {(r.label, i): shared_stop(ids[i], ids[i], r) for r, i in pairs}
+    own = {(r.label, i): shared_stop(ids[i], ids[i], r, asks[i]) for r, i in pairs}
     row_of = {r.label: r for r, _ in pairs}
     out: dict[tuple[str, int], AnswerScore] = {}
 
     def score(p: tuple[str, int], start: PromptState | None, extra: float) -> None:
-        prompt, answer, span = cells[p[1]]
-        sc = score_answer(model, prompt, answer, row_of[p[0]], needle_span=span, start=start, **kw)
+        prompt, answer, span = cells[p[1]][:3]
+        sc = score_answer(
+            model,
+            prompt,
+            answer,
+            row_of[p[0]],
+            needle_span=span,
+            start=start,
+            question=asks[p[1]],
+            **kw,
+        )
         sc.seconds += extra
         out[p] = sc
 
     def walk(
         seq: list[int], start: PromptState | None, base: float, ends: dict[tuple[str, int], int]
     ) -> None:
-        """Read ``seq`` under the full cache from ``start`` to every pair's end on it: a pair
-        whose own start is its end starts its prompt there, the others go on along their own
-        prompt from there."""
+        """Read ``seq`` under ``reader`` from ``start`` to every pair's end on it: a pair
+        whose own start is its end, or the one pair leaving there along its prompt, starts its
+        prompt there; several pairs leaving along one prompt go on reading it together."""
         share = base
         t = time.perf_counter()
         stops = sorted(set(ends.values()))
-        for state in prefix_states(model, seq, full, stops, kw["calibration_ids"], start=start):
+        for state in prefix_states(model, seq, reader, stops, kw["calibration_ids"], start=start):
             n_users = sum(end >= state.length for end in ends.values())
             share += (time.perf_counter() - t) / n_users
             here = [p for p, end in ends.items() if end == state.length]
-            for p in here:
-                if own[p] == state.length:
-                    score(p, state, share)
-            for i in sorted({p[1] for p in here if own[p] > state.length}):
-                on = {p: own[p] for p in here if p[1] == i and own[p] > state.length}
-                walk(ids[i], state, share, on)
+            for i in sorted({p[1] for p in here}):
+                on = {p: own[p] for p in here if p[1] == i}
+                going = {p: s for p, s in on.items() if s > state.length}
+                for p in on:
+                    if p not in going or len(going) == 1:
+                        score(p, state, share)
+                if len(going) > 1:
+                    walk(ids[i], state, share, going)
             t = time.perf_counter()
 
     for p, stop in own.items():
@@ -491,7 +489,9 @@ def _score_from_full(
     )
     for i in used:  # prompts that share no block with the chain: read from their start
         alone = {p: s for p, s in own.items() if p[1] == i and s and not branch[i]}
-        if alone:
+        if len(alone) == 1:
+            score(next(iter(alone)), None, 0.0)
+        elif alone:
             walk(ids[i], None, 0.0, alone)
     return out
 

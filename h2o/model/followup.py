@@ -67,12 +67,14 @@ def score_followup(
     row: Row,
     *,
     second_span: tuple[int, int] | None = None,
+    question: int | None = None,
     max_new: int = 8,
     calibration_ids: Sequence[int] | None = None,
 ) -> FollowUpScore:
     """The first and the second answer under ``row`` (module docstring); ``held``: per layer,
     the share of KV heads that still hold every token of ``second_span`` when the second
-    question has been read (rows that evict)."""
+    question has been read (rows that evict). ``question``: how many of the prompt's last
+    tokens are the first question (:func:`~h2o.model.answer.read_prompt`)."""
     t0 = time.perf_counter()
     prompt, a1, turn, a2 = (
         [int(i) for i in x] for x in (prompt_ids, answer_ids, turn_ids, second_answer_ids)
@@ -87,7 +89,7 @@ def score_followup(
     n_conv = T + len(a1) + len(turn) + len(a2)
     cache = KVCache(model.config, max(n_conv, T + len(a1) + len(turn) + max_new))
     quant = row_quant(row)
-    hidden, pols = read_prompt(model, prompt, row, cache, quant, calibration_ids)
+    hidden, pols = read_prompt(model, prompt, row, cache, quant, calibration_ids, question=question)
     kept = None if pols is None else kept_sets(pols)  # what the prompt left
     kv_bytes = row.kv_bytes(model.config, T, kept=kept)
     after_prompt = copy.deepcopy(pols)

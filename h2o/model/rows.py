@@ -177,23 +177,6 @@ class Row:
                 return v
         return _owner(name).options[name]
 
-    # three options by name, for the model (h2o/model/answer.py) and the lesson's chapter 7,
-    # which read them so; :meth:`option` reads any kind's
-    @property
-    def quantized_prompt(self) -> bool:
-        """Whether the prompt is read through the quantized cache (``:qprompt``)."""
-        return bool(self.option("quantized_prompt"))
-
-    @property
-    def window(self) -> int | None:
-        """The recent window the row sets in slots (``:wN``; None: unset)."""
-        return self.option("window")
-
-    @property
-    def window_pct(self) -> int | None:
-        """The recent window the row sets as a share of the budget (``:wN%``; None: unset)."""
-        return self.option("window_pct")
-
     @property
     def cache(self) -> CacheKind:
         """The row's kind of cache (:mod:`h2o.model.caches`), asked about this row."""

@@ -148,7 +148,7 @@ def run_cells(specs: list[dict], load: Callable[[], Any] | None = None) -> list[
         asked[label].append(c)
     scores = score_rows(
         model,
-        [(p.ids, p.answer_ids, p.needle_span) for p in prompts],
+        [(p.ids, p.answer_ids, p.needle_span, p.question_tokens) for p in prompts],
         list(rows.values()),
         cells_of=asked,
         max_new=int(first.get("max_new", MAX_NEW)),
@@ -221,6 +221,7 @@ def run_followup(spec: dict, load: Callable[[], Any] | None = None) -> dict:
         f.second_answer_ids,
         row,
         second_span=f.spans[1],
+        question=f.question_tokens,
         max_new=int(spec.get("max_new", MAX_NEW)),
         calibration_ids=cal,
     )

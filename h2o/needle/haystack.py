@@ -79,6 +79,7 @@ class Prompt:
     length: int  # the cell's nominal length; len(ids) <= length
     depth: int
     needle: Needle
+    question_tokens: int  # the prompt's last tokens that are its question (:func:`tail`)
 
     @property
     def depth_tokens(self) -> float:
@@ -154,6 +155,7 @@ def build_prompt(
         length=length,
         depth=depth,
         needle=needle,
+        question_tokens=len(end),
     )
 
 
@@ -184,6 +186,7 @@ class FollowUp:
     length: int
     depths: tuple[int, int]
     needles: tuple[Needle, Needle]
+    question_tokens: int  # the prompt's last tokens that are the first question (:func:`tail`)
 
 
 def build_followup(
@@ -246,4 +249,5 @@ def build_followup(
         length=length,
         depths=(depth_first, depth_second),
         needles=(first, second),
+        question_tokens=len(end),
     )

@@ -95,6 +95,9 @@ class Reading:
 
     policies: list | None = None
     acc: np.ndarray | None = None
+    #: how many of the prompt's last tokens are its question, where the caller knows (a needle
+    #: prompt's tail): a row that compresses the context reads them after the compression
+    question: int | None = None
 
 
 class CacheKind:
@@ -295,9 +298,10 @@ class CacheKind:
         [kv_head]`` holding what each head kept (None: it evicts nothing)."""
         return self.read_prefix(model, prompt, cache, quant, reading), reading.policies
 
-    def prompt_limit(self, n_tokens: int) -> int:
-        """How much of a prompt of ``n_tokens`` may be read before it is handed on to another
-        prompt that shares it (SnapKV: not its observation window)."""
+    def prompt_limit(self, n_tokens: int, question: int | None = None) -> int:
+        """How much of a prompt of ``n_tokens`` (its last ``question`` its question, where the
+        caller knows) may be read before it is handed on to another prompt that shares it
+        (SnapKV: not its observation window; a compressed context: not its question)."""
         return n_tokens
 
 
@@ -405,11 +409,13 @@ class ContextCompression(Budgeted):
     """Compress the context once, then read the question through the compressed cache — the
     pipeline kvpress runs its presses in (``pipe(context, question=question, press=press)``).
 
-    The needle prompts end with their question: a prompt's last :attr:`window` tokens are read
-    after the compression (each admitted, as every later token), the tokens before them are the
-    context. A subclass says which context positions each head keeps (:meth:`choose`), at most
-    ``budget - window`` a head on average, so that a row holds ``budget`` slots a head once the
-    question is read. A prompt that fits the budget is read whole, nothing compressed.
+    The needle prompts end with their question, and the caller says how many tokens it is
+    (:attr:`Reading.question`; a prompt with no question named ends with :attr:`window` tokens
+    read as one): they are read after the compression (each admitted, as every later token),
+    the tokens before them are the context, as kvpress separates them. A subclass says which
+    context positions each head keeps (:meth:`choose`), at most ``budget - question`` a head on
+    average (:meth:`n_keep`), so that a row holds ``budget`` slots a head once the question is
+    read. A prompt that fits the budget is read whole, nothing compressed.
 
     A text read one token at a time has no context to compress once. A kind whose method also
     runs as the model decodes (:attr:`~CacheKind.decode_policy`: K-norm, Expected Attention,
@@ -422,7 +428,8 @@ class ContextCompression(Budgeted):
 
     closed_loop = False  # it compresses a prompt once: no perplexity over a text (by default)
     quantizable = False
-    #: the prompt's last tokens, read after the compression (the question and the chat turn)
+    #: the prompt's last tokens read after the compression when the caller names no question
+    #: (and the recent window of the policy stepped over a text)
     window: ClassVar[int] = 32
 
     def check(self) -> None:
@@ -443,9 +450,15 @@ class ContextCompression(Budgeted):
     def choose(
         self, model: SmolLM, prompt: list[int], cache: KVCache, context: int, seen: Any = None
     ) -> list:
-        """``kept[layer][kv_head]``: the context positions (``< context``) each head keeps;
-        ``seen`` is what :meth:`read_context` returned (None if the context was read before)."""
+        """``kept[layer][kv_head]``: the context positions (``< context``) each head keeps,
+        :meth:`n_keep` a head on average; ``seen`` is what :meth:`read_context` returned (None
+        if the context was read before)."""
         raise NotImplementedError
+
+    def n_keep(self, prompt: list[int], context: int) -> int:
+        """The context slots a head keeps: the budget less the question's tokens (the prompt's
+        after ``context``), so that the row holds its budget once the question is read."""
+        return int(self.row.budget) - (len(prompt) - context)  # type: ignore[arg-type]
 
     def read_context(
         self, model: SmolLM, part: list[int], cache: KVCache, quant: QuantState | None
@@ -464,7 +477,18 @@ class ContextCompression(Budgeted):
                 [FixedKeep(every, T - 1) for _ in range(cfg.n_kv_heads)]
                 for _ in range(cfg.n_layers)
             ]
-        context = T - self.window
+        question = self.window if reading.question is None else int(reading.question)
+        if not 0 < question < budget:
+            raise ValueError(
+                f"{self.row.label}: a question of {question} tokens does not fit the budget of "
+                f"{budget} (it is read after the compression)"
+            )
+        context = T - question
+        if cache.length > context:
+            raise ValueError(
+                f"{self.row.label}: the reading was handed {cache.length} tokens, past the "
+                f"context's {context} (the question is read after the compression)"
+            )
         seen = None
         if cache.length < context:
             seen = self.read_context(model, prompt[:context], cache, quant)
@@ -474,8 +498,9 @@ class ContextCompression(Budgeted):
         through = cache_for(model.config, cache, policies=policies, quant=quant)
         return model.read(prompt, through), policies
 
-    def prompt_limit(self, n_tokens: int) -> int:
-        return n_tokens - self.window  # a shared beginning ends inside the context
+    def prompt_limit(self, n_tokens: int, question: int | None = None) -> int:
+        # a shared beginning ends inside the context
+        return n_tokens - (self.window if question is None else question)
 
     # -- over a text (the closed loop) -------------------------------------------------------
     def text_policies(self, model, ids, calibration_ids=None):

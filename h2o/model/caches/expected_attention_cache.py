@@ -17,12 +17,13 @@ form::
                 for q ~ N(mu, Sigma); k_j as cached, after RoPE)
     score[j]  = softmax_j(z) averaged over the KV head's query heads, times ||v_j||
     the first n_sink = 4 positions score max + 1 (always kept)
-    keep     = the top (budget - w) scores of each head
+    keep     = the top (budget - q) scores of each head, q the question's tokens
 
 Every default is kvpress's (``n_future_positions=512``, ``n_sink=4``, covariance and value norm
 on, ``epsilon=0``). As kvpress runs it, the context is compressed once it has been prefilled
 and the question is read after, through the compressed cache
-(:class:`~h2o.model.caches.base.ContextCompression`: the prompt's last ``w = 32`` tokens, ours).
+(:class:`~h2o.model.caches.base.ContextCompression`: the needle prompt's question, its own
+tokens, as kvpress separates them).
 The queries' statistics are gathered while the context is read, so a prompt is read from its
 start (it shares no prefix with another). Equal scores keep the higher position.
 """
@@ -108,8 +109,8 @@ class QueryStats:
 
 
 class ExpectedAttentionCache(ContextCompression):
-    """The context compressed once to ``budget - 32`` slots a head by the attention the next
-    queries are expected to pay each key."""
+    """The context compressed once, to the budget less the question's tokens a head, by the
+    attention the next queries are expected to pay each key."""
 
     kind = "expected-attention"
     decode_policy = "expected-attention"  # h2o/policies/expected_attention.py, every token
@@ -134,7 +135,7 @@ class ExpectedAttentionCache(ContextCompression):
 
     def choose(self, model, prompt, cache, context, seen=None):
         cfg, stats = model.config, seen
-        n_keep = int(self.row.budget) - self.window  # type: ignore[arg-type]
+        n_keep = self.n_keep(prompt, context)
         if n_keep >= context:  # too short a context to score: every position is kept
             return [[np.arange(context)] * cfg.n_kv_heads for _ in range(cfg.n_layers)]
         kept = []
@@ -157,5 +158,5 @@ class ExpectedAttentionCache(ContextCompression):
             )
         return kept
 
-    def prompt_limit(self, n_tokens: int) -> int:
+    def prompt_limit(self, n_tokens: int, question: int | None = None) -> int:
         return 0  # the queries' statistics are gathered from the context's first token

@@ -12,12 +12,13 @@ recompute the few queries' weights they read (kvpress's ``compute_window_attenti
     score[j] = -||k_j||_2          for every context position j, per KV head (kvpress:
                                    ``-keys.norm(dim=-1)``, keys as cached, after RoPE: a
                                    rotation keeps the norm)
-    keep     = the top (budget - w) scores of each head
+    keep     = the top (budget - q) scores of each head, q the question's tokens
     then read the question and decode, admitting every new token (no further eviction)
 
 As kvpress runs it, the context is compressed once it has been prefilled and the question is
-read after, through the compressed cache (:class:`~h2o.model.caches.base.ContextCompression`:
-the prompt's last ``w = 32`` tokens, ours). Every head keeps the same number (kvpress's press
+read after, through the compressed cache
+(:class:`~h2o.model.caches.base.ContextCompression`: the needle prompt's question, its own
+tokens, as kvpress separates them). Every head keeps the same number (kvpress's press
 compresses each head to the same ratio). Equal scores keep the higher position (the card's tie
 rule; ``torch.topk`` leaves ties unspecified).
 """
@@ -44,7 +45,8 @@ def knorm_keep(keys: np.ndarray, n_keep: int) -> np.ndarray:
 
 
 class KnormCache(ContextCompression):
-    """The context compressed once to ``budget - 32`` slots a head by its keys' norms."""
+    """The context compressed once, to the budget less the question's tokens a head, by its
+    keys' norms."""
 
     kind = "knorm"
     rank = 3
@@ -62,7 +64,7 @@ class KnormCache(ContextCompression):
         return "K-norm"
 
     def choose(self, model, prompt, cache, context, seen=None):
-        n_keep = int(self.row.budget) - self.window  # type: ignore[arg-type]
+        n_keep = self.n_keep(prompt, context)
         return [
             [knorm_keep(heads[g, :context], n_keep) for g in range(heads.shape[0])]
             for heads in cache.k

@@ -21,7 +21,8 @@ model to *repeat the context* and keeps what that reconstruction reads::
 The second pass costs more than the prefill (the paper: "2–3 times the initial
 prefilling"); ``benchmarks/model.py`` states it separately. As kvpress runs it, the question is
 read after the compression, through the compressed cache
-(:class:`~h2o.model.caches.base.ContextCompression`: the prompt's last ``w = 32`` tokens, ours).
+(:class:`~h2o.model.caches.base.ContextCompression`: the needle prompt's question, its own
+tokens, as kvpress separates them).
 The whole prompt before them is the context (kvpress leaves the chat template's opening out of
 it and scores it 0 but for its 4 sinks: ours scores it like the rest). A row's budget is the
 total it holds: ``kvzip@256`` holds as many slots as 256 a head once the question is read.
@@ -98,7 +99,7 @@ def kvzip_keep(score: np.ndarray, n_keep: int) -> list:
 
 class KvzipCache(ContextCompression):
     """The context compressed once, by what a reconstruction of it reads, to as many slots in
-    all as ``budget - 32`` a head."""
+    all as the budget less the question's tokens a head."""
 
     kind = "kvzip"
     decode_policy = "kvzip"  # h2o/policies/kvzip.py: the same score, stepped (with hindsight)
@@ -123,4 +124,4 @@ class KvzipCache(ContextCompression):
 
     def choose(self, model, prompt, cache, context, seen=None):
         score = reconstruction_scores(model, prompt, cache, context)
-        return kvzip_keep(score, int(self.row.budget) - self.window)  # type: ignore[arg-type]
+        return kvzip_keep(score, self.n_keep(prompt, context))

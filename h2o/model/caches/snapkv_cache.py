@@ -85,5 +85,5 @@ class SnapKVCache(Budgeted):
         kept = snapkv_kept(acc, alloc, DEFAULT_WINDOW, kernel, mode)
         return hidden, [[FixedKeep(k, T - 1) for k in heads] for heads in kept]
 
-    def prompt_limit(self, n_tokens: int) -> int:
+    def prompt_limit(self, n_tokens: int, question: int | None = None) -> int:
         return n_tokens - DEFAULT_WINDOW  # its window is read by its own pass
