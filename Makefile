@@ -57,12 +57,14 @@ docs: setup-docs
 	$(VENV)/bin/mkdocs serve
 
 # Every test, a test file to a worker on each core (pytest-xdist; a file's tests share one app
-# server). `make test-fast` leaves out the Chromium and real-model tests.
+# server), the files with the browser and real-model tests handed out first (tests/conftest.py
+# orders them). `make test-fast` leaves out the Chromium and real-model tests.
+XDIST := -n auto --dist loadfile --no-loadscope-reorder
 test: setup-test
-	$(PY) -m pytest -n auto --dist loadfile
+	$(PY) -m pytest $(XDIST)
 
 test-fast: setup-test
-	$(PY) -m pytest -n auto --dist loadfile -m "not browser and not model"
+	$(PY) -m pytest $(XDIST) -m "not browser and not model"
 
 lint: setup-test
 	$(VENV)/bin/ruff format --check . && $(VENV)/bin/ruff check .

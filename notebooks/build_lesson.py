@@ -76,7 +76,7 @@ SETUP = code(
     # Each chapter is drawn by the app's own code, with no server (app/lesson/notebook.py).
     ROOT = Path(h2o.__file__).resolve().parents[1]
     sys.path.insert(0, str(ROOT))
-    from app.lesson.notebook import show
+    from app.lesson.notebook import show  # noqa: E402  (found through the path just set)
     """
 )
 #: What the notebook adds after a chapter (a kernel can run what the app's server runs for it).

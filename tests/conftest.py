@@ -12,8 +12,24 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
+from collections import Counter  # noqa: E402
+
 import pytest  # noqa: E402
 from streamlit_server import launch, serve  # noqa: E402
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files with the most Chromium and real-model tests first, then by number of tests
+    (each file's tests keep their order). ``make test`` hands the files to its workers in this
+    order (xdist's ``--no-loadscope-reorder``): a long browser file handed out last would run
+    alone at the end while the other core sits idle."""
+    heavy: Counter = Counter()
+    count: Counter = Counter()
+    for item in items:
+        count[item.path] += 1
+        if item.get_closest_marker("browser") or item.get_closest_marker("model"):
+            heavy[item.path] += 1
+    items.sort(key=lambda item: (-heavy[item.path], -count[item.path]))
 
 
 @pytest.fixture(autouse=True)

@@ -68,7 +68,7 @@ from pathlib import Path
 import pytest
 from streamlit_server import PLAYER, needs_chromium, wait_player
 from streamlit_server import settle as shared_settle
-from test_browser import new_page
+from test_browser import check_renders, new_page
 
 from app import pages
 
@@ -383,11 +383,16 @@ def test_a_charts_name_is_its_title_in_plain_text():
 @needs_chromium
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("path", PATHS)
-def test_every_page(server, browser, path, scheme):
+def test_every_page(server, browser, tmp_path, path, scheme):
+    """Each page also renders (its heading, its charts, no exception or script error:
+    ``test_browser.check_renders``) before axe and the accessibility tree check it."""
     ctx, page = new_page(browser, scheme)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
     try:
         page.goto(f"{server}/{path}")
         settle(page)
+        check_renders(page, path, tmp_path / f"{path or 'lesson'}-{scheme}.png", errors)
         audit(page, name(path, scheme))
         charts_say_what_they_show(page, name(path, scheme))
     finally:

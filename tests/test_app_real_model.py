@@ -198,16 +198,18 @@ def test_tiny_perplexity_run_makes_a_figure_and_a_table():
     assert "rm_ppl_go" not in {b.key for b in at.button}
     print("perplexity figure payloads (bytes):", sizes(at))
     assert max(sizes(at)) <= MAX_FIGURE_BYTES
-    # A new session with the same settings: one click, every run a cache hit.
+    # A new session with the same settings: one click, every run a cache hit (the model is
+    # never asked for: the runs come from the server's cache).
     again = open_page(
         rm_ppl_tokens=128,
         rm_ppl_budgets=[16, 32],
         rm_ppl_policies=["h2o", "streaming-llm"],
         rm_recent_window=8,
     )
-    t0 = time.perf_counter()
-    click(again, "rm_ppl_go")
-    assert time.perf_counter() - t0 < 3
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("model", "text_ids", "captured_layers"):
+            mp.setattr(model_runs, name, _never)
+        click(again, "rm_ppl_go")
     assert again.dataframe[0].value.equals(table)
 
 

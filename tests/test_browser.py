@@ -3,8 +3,10 @@
 The step-through player steps, plays and scrubs in the browser: these tests hold it to what a
 class needs — both panels in lock-step, keys, exact pause, rapid clicks counted, no websocket
 traffic while stepping inside the loaded range, links that restore the whole view, a projector
-sized window, and an exported file that plays from disk with no server. One screenshot per page
-and theme is saved under pytest's ``tmp_path``.
+sized window, and an exported file that plays from disk with no server. Every page renders in
+the light and the dark theme (:func:`check_renders`, run by ``tests/test_a11y_browser.py`` on
+the page it audits, so each page is loaded once per theme), one screenshot of each saved under
+pytest's ``tmp_path``.
 """
 
 from __future__ import annotations
@@ -91,28 +93,22 @@ def button(page, action: str):
     return page.locator(f'{PLAYER} [data-action="{action}"]')
 
 
-@pytest.mark.parametrize("scheme", ["light", "dark"])
-@pytest.mark.parametrize(("path", "charts", "heading"), PAGES)
-def test_page_renders(server, browser, tmp_path, path, charts, heading, scheme):
-    ctx, page = new_page(browser, scheme)
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    try:
-        page.goto(f"{server}/{path}")
-        wait_ready(page)
+def check_renders(page, path: str, shot, errors: list[str]) -> None:
+    """The page at ``path`` (loaded and idle) shows its heading and its charts (``PAGES``), no
+    exception and no script error (``errors``: the page's ``pageerror`` events); a full-page
+    screenshot to ``shot``. A page not in ``PAGES`` is checked for the last two only."""
+    charts, heading = {p: (c, h) for p, c, h in PAGES}.get(path, (0, None))
+    if heading is not None:
         page.get_by_text(heading).first.wait_for(timeout=60_000)
-        if charts:
-            page.wait_for_function(
-                f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {charts}",
-                timeout=60_000,
-            )
-        shot = tmp_path / f"{path or 'step-through'}-{scheme}.png"
-        page.screenshot(path=str(shot), full_page=True)
-        assert page.locator('[data-testid="stException"]').count() == 0
-        assert not errors, errors
-        print(f"screenshot: {shot}")
-    finally:
-        ctx.close()
+    if charts:
+        page.wait_for_function(
+            f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {charts}",
+            timeout=60_000,
+        )
+    page.screenshot(path=str(shot), full_page=True)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert not errors, errors
+    print(f"screenshot: {shot}")
 
 
 @pytest.mark.parametrize(("link", "heading"), DEEP_LINKS)
