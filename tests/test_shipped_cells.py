@@ -142,16 +142,7 @@ def cell_id(line: dict) -> str:
 
 #: Rows whose shipped lines are known not to reproduce, and why: each is a strict xfail, so a
 #: recomputed file (the command is in the reason) turns it into a failure to remove from here.
-_QPROMPT = (
-    "computed before prompts were read in blocks (2 Dec): reading the prompt through the "
-    "quantized cache in blocks moves this line's log-probability (by up to 0.06; the sampled "
-    "kivi8 line did not move) and SnapKV's choice; recompute the ':qprompt' rows with "
-    "`python -m h2o needle --rows ...` after removing their lines"
-)
 STALE = {
-    "h2o@256+kivi4:r32:qprompt": _QPROMPT,
-    "kivi2:r32:qprompt+sinks": _QPROMPT,
-    "snapkv@64+kivi4:r32:qprompt": _QPROMPT,
     "h2o@256:w50%+kivi4": (
         "one cell's log-probability (red-safe, 512 tokens, depth 0) is 0.0014 from the file's "
         "with today's code and with the code of 2 Dec; the other 14 cells of its job are within "
