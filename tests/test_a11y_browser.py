@@ -4,7 +4,8 @@
 
 * axe-core 4 (``axe-playwright-python``) in Debian's Chromium, here: every page in the light and
   the dark theme, the lesson in self-study (before and after every answer is revealed) and in
-  presenter mode (every chapter), and the step view's exported HTML file opened from disk; each
+  presenter mode (every chapter: ``tests/test_presenter_browser.py`` runs these checks on the
+  page its projector checks open), and the step view's exported HTML file opened from disk; each
   checked whole (the viewport made as tall as the page). Target: WCAG 2.1 AA as axe-core checks
   it, no violation of impact "serious" or "critical" that the app causes. Moderate and minor
   findings (heading order, Streamlit's file-upload drop zone) are printed, not asserted.
@@ -416,21 +417,6 @@ def test_the_lesson_with_every_answer_revealed(server, browser):
         assert page.get_by_role("button", name="Just show me").count() == 0
         audit(page, "revealed")
         assert charts_say_what_they_show(page, "revealed") >= 15  # every chapter's figures
-    finally:
-        ctx.close()
-
-
-@pytest.mark.browser
-@needs_chromium
-@pytest.mark.parametrize("chapter", range(1, CHAPTERS + 1))
-def test_each_chapter_in_presenter_mode(server, browser, chapter):
-    ctx, page = new_page(browser, size=(1280, 720))
-    try:
-        page.goto(f"{server}/?presenter=1&chapter={chapter}")
-        page.get_by_role("heading", name=re.compile(rf"^{chapter}\. ")).wait_for(timeout=60_000)
-        settle(page)
-        audit(page, f"presenter-{chapter}")
-        charts_say_what_they_show(page, f"presenter-{chapter}")
     finally:
         ctx.close()
 

@@ -1,16 +1,20 @@
 """Presenter mode on a projector, and the step view's exported file.
 
-In Chromium at 1280×720 (``browser`` tests): every chapter opened in presenter mode shows its first
-figure whole, without scrolling, with the sidebar collapsed. A chapter whose first figure waits
-behind a "predict" question is checked after "Just show me" (clicked where it is, so it must be on
-the screen too): the question and its answer sit beside the figure. Screenshots go to
-``/tmp/presenter_chN.png``.
+In Chromium at 1280×720 (``browser`` tests), every chapter is opened once in presenter mode, and
+checked on that page:
 
-Every chapter, reached from the first with the clicker's PageDown, fits the screen whole with
-its "More: …" expander shut: the main area (Streamlit's scroller, not the document) scrolls not
-at all — its question, figure and answer and the navigation after them are on one screen; a
-chapter whose "predict" question holds back its figure is measured before "Just show me" and
-after.
+* Its first figure shows whole, without scrolling, with the sidebar collapsed. A chapter whose
+  first figure waits behind a "predict" question is checked after "Just show me" (clicked where
+  it is, so it must be on the screen too): the question and its answer sit beside the figure.
+  Screenshots go to ``/tmp/presenter_chN.png``.
+* It fits the screen whole with its "More: …" expander shut: the main area (Streamlit's scroller,
+  not the document) scrolls not at all — its question, figure and answer and the navigation after
+  them are on one screen; a chapter whose "predict" question holds back its figure is measured
+  before "Just show me" and after.
+* axe-core and the charts' names and descriptions, before any answer is revealed, as
+  ``tests/test_a11y_browser.py`` checks every view (its :func:`audit` and
+  :func:`charts_say_what_they_show`).
+* Its clicker keys are bound, and PageDown moves on to the next chapter.
 
 Without a browser: the exported HTML file opens at the view's step, or at the first eviction when
 the view is at step 0 (where nothing has happened yet), in a range of steps that holds it —
@@ -19,9 +23,12 @@ those are ``tests/test_stepper_export.py``.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 
 import pytest
+import test_a11y_browser as a11y
 from streamlit_server import needs_chromium, settle, shown_step, wait_player, wait_ready
 from test_browser import new_page
 
@@ -57,71 +64,6 @@ def settled_box(page, locator, tries: int = 40) -> dict[str, float]:
     raise AssertionError(f"the figure kept moving: last box {last}")
 
 
-# -- presenter mode at 1280×720 --------------------------------------------------------------------
-@pytest.mark.browser
-@needs_chromium
-@pytest.mark.parametrize("chapter", range(1, CHAPTERS + 1))
-def test_each_chapters_first_figure_is_on_a_projector_screen(server, browser, chapter):
-    ctx, page = new_page(browser, size=VIEWPORT)
-    try:
-        page.goto(f"{server}/?presenter=1&chapter={chapter}")
-        wait_ready(page)
-        page.get_by_role("heading", name=re.compile(rf"^{chapter}\. ")).wait_for(timeout=60_000)
-        selector = f"{CHAPTER} {FIRST_FIGURE.get(chapter, CHART)}"
-        reveal = page.locator(CHAPTER).get_by_role("button", name="Just show me")
-        # Presenter mode collapses the sidebar after the first paint; measure nothing before
-        # (with the sidebar open the text is narrower, taller, and pushes the button down).
-        page.wait_for_function(
-            "document.querySelector('[data-testid=stSidebar]').dataset.collapsed === 'true'",
-            timeout=30_000,
-        )
-        # Decide only once the chapter has stopped growing (a slow machine mounts a chart a moment
-        # after the script reports idle), and by document order: a chapter may open on a figure
-        # and ask a question further down (chapter 4).
-        settle(page)
-        predicted = reveal.count() > 0 and page.evaluate(
-            """([figure, chapter]) => {
-                const first = document.querySelector(figure);
-                const button = [...document.querySelectorAll(chapter + ' button')]
-                    .find((b) => b.innerText.trim() === 'Just show me');
-                return !first || Boolean(
-                    button.compareDocumentPosition(first) & Node.DOCUMENT_POSITION_FOLLOWING);
-            }""",
-            [selector, CHAPTER],
-        )
-        if predicted:
-            # The figure waits behind the question: the question is on the screen, and the
-            # figure its click reveals must be too (a dispatched click does not scroll the page).
-            button = settled_box(page, reveal.first)
-            assert button["y"] + button["height"] <= VIEWPORT[1], (
-                f"chapter {chapter}: 'Just show me' is {button['y'] - VIEWPORT[1]:.0f} px "
-                "below the screen"
-            )
-            reveal.first.dispatch_event("click")
-            wait_ready(page)
-        figure = page.locator(selector).first
-        figure.wait_for(timeout=60_000)
-        if chapter not in FIRST_FIGURE:
-            figure.locator(".main-svg").first.wait_for(timeout=60_000)
-        box = settled_box(page, figure)
-        sidebar = settled_box(page, page.get_by_test_id("stSidebar"))
-        page.screenshot(path=f"/tmp/presenter_ch{chapter}.png")
-        top, bottom = box["y"], box["y"] + box["height"]
-        print(
-            f"chapter {chapter}: first figure {top:.0f}–{bottom:.0f} px"
-            + (" (after 'Just show me')" if predicted else "")
-        )
-        assert sidebar["x"] + sidebar["width"] <= 0, f"the sidebar is open: {sidebar}"
-        assert box["height"] > 60, box  # a figure, not an empty frame
-        assert top >= 0, f"chapter {chapter}: the figure starts {-top:.0f} px above the screen"
-        assert bottom <= VIEWPORT[1], (
-            f"chapter {chapter}: the figure ends {bottom - VIEWPORT[1]:.0f} px below the "
-            f"{VIEWPORT[1]} px screen (top {top:.0f}, bottom {bottom:.0f})"
-        )
-    finally:
-        ctx.close()
-
-
 #: The main area's overflow: Streamlit's main block scrolls (``stMain``), the document does not;
 #: its expanders, to check that every "More: …" is shut; what overflows, for the message.
 _OVERFLOW = """() => {
@@ -141,59 +83,147 @@ _OVERFLOW = """() => {
   };
 }"""
 
+#: Does the chapter's first figure wait behind its question? Decided by document order: a chapter
+#: may open on a figure and ask a question further down (chapter 4).
+_PREDICTED = """([figure, chapter]) => {
+  const first = document.querySelector(figure);
+  const button = [...document.querySelectorAll(chapter + ' button')]
+    .find((b) => b.innerText.trim() === 'Just show me');
+  return !first
+    || Boolean(button.compareDocumentPosition(first) & Node.DOCUMENT_POSITION_FOLLOWING);
+}"""
+
+#: How far the main area (Streamlit's scroller) and the document are scrolled.
+_SCROLLED = """() => [document.querySelector('[data-testid=stMain]').scrollTop,
+                      document.scrollingElement.scrollTop]"""
+
+
+def heading(page, chapter: int):
+    return page.get_by_role("heading", name=re.compile(rf"^{chapter}\. "))
+
 
 def keys_bound(page) -> None:
-    """The chapter's clicker keys are bound (their component mounts after the script finishes)."""
-    settle(page, quiet=1.0)
+    """The chapter's clicker keys are bound (their component mounts after the script finishes:
+    wait for the page to settle first)."""
     page.wait_for_function(
         "document.documentElement.dataset.h2oChapterKeys === 'bound'", timeout=30_000
     )
 
 
+@contextlib.contextmanager
+def noted(problems: list[str]) -> Iterator[None]:
+    """A check that fails is noted, and the chapter's other checks still run."""
+    try:
+        yield
+    except AssertionError as e:
+        problems.append(str(e))
+
+
+def fits(page, chapter: int, when: str, problems: list[str]) -> None:
+    """The main area scrolls not at all, with every "More: …" shut."""
+    page.wait_for_timeout(500)  # plotly's relayout to the page's width
+    got = page.evaluate(_OVERFLOW)
+    page.screenshot(path=f"/tmp/presenter_fit_ch{chapter}{when.replace(' ', '_')}.png")
+    print(f"chapter {chapter}{when}: {got['scroll']} px of {got['client']}, {got['more']}")
+    if got["open"]:
+        problems.append(f"chapter {chapter}{when}: opened {got['open']}")
+    if got["scroll"] > got["client"]:
+        problems.append(
+            f"chapter {chapter}{when}: {got['scroll'] - got['client']} px below the "
+            f"{got['client']} px screen ({got['scroll']} px tall): {got['below']}"
+        )
+
+
+def first_figure_on_screen(page, chapter: int, selector: str, predicted: bool) -> None:
+    """The chapter's first figure is whole on the screen, nothing scrolled, the sidebar shut."""
+    figure = page.locator(selector).first
+    figure.wait_for(timeout=60_000)
+    if chapter not in FIRST_FIGURE:
+        figure.locator(".main-svg").first.wait_for(timeout=60_000)
+    box = settled_box(page, figure)
+    sidebar = settled_box(page, page.get_by_test_id("stSidebar"))
+    page.screenshot(path=f"/tmp/presenter_ch{chapter}.png")
+    top, bottom = box["y"], box["y"] + box["height"]
+    print(
+        f"chapter {chapter}: first figure {top:.0f}–{bottom:.0f} px"
+        + (" (after 'Just show me')" if predicted else "")
+    )
+    scrolled = page.evaluate(_SCROLLED)
+    assert scrolled == [0, 0], f"chapter {chapter}: scrolled (main, document) {scrolled} px"
+    assert sidebar["x"] + sidebar["width"] <= 0, f"the sidebar is open: {sidebar}"
+    assert box["height"] > 60, box  # a figure, not an empty frame
+    assert top >= 0, f"chapter {chapter}: the figure starts {-top:.0f} px above the screen"
+    assert bottom <= VIEWPORT[1], (
+        f"chapter {chapter}: the figure ends {bottom - VIEWPORT[1]:.0f} px below the "
+        f"{VIEWPORT[1]} px screen (top {top:.0f}, bottom {bottom:.0f})"
+    )
+
+
+# -- presenter mode at 1280×720 --------------------------------------------------------------------
 @pytest.mark.browser
 @needs_chromium
-def test_every_chapter_fits_a_projector_screen_with_more_shut(server, browser):
+@pytest.mark.parametrize("chapter", range(1, CHAPTERS + 1))
+def test_each_chapter_on_a_projector_screen(server, browser, chapter):
+    """The chapter opened once, every check made on that page (the module's docstring); every
+    failure is reported, not only the first."""
     ctx, page = new_page(browser, size=VIEWPORT)
     problems: list[str] = []
-
-    def measure(chapter: int, when: str) -> None:
-        page.wait_for_timeout(500)  # plotly's relayout to the page's width
-        got = page.evaluate(_OVERFLOW)
-        page.screenshot(path=f"/tmp/presenter_fit_ch{chapter}{when.replace(' ', '_')}.png")
-        print(f"chapter {chapter}{when}: {got['scroll']} px of {got['client']}, {got['more']}")
-        assert not got["open"], f"chapter {chapter}: opened {got['open']}"
-        if got["scroll"] > got["client"]:
-            problems.append(
-                f"chapter {chapter}{when}: {got['scroll'] - got['client']} px below the "
-                f"{got['client']} px screen ({got['scroll']} px tall): {got['below']}"
-            )
-
     try:
-        page.goto(f"{server}/?presenter=1&chapter=1")
+        page.goto(f"{server}/?presenter=1&chapter={chapter}")
         wait_ready(page)
+        heading(page, chapter).wait_for(timeout=60_000)
+        # Presenter mode collapses the sidebar after the first paint; measure nothing before
+        # (with the sidebar open the text is narrower, taller, and pushes the button down).
         page.wait_for_function(
             "document.querySelector('[data-testid=stSidebar]').dataset.collapsed === 'true'",
             timeout=30_000,
         )
-        for chapter in range(1, CHAPTERS + 1):
-            page.get_by_role("heading", name=re.compile(rf"^{chapter}\. ")).wait_for(
-                timeout=120_000
-            )
-            keys_bound(page)
-            reveal = page.locator(CHAPTER).get_by_role("button", name="Just show me")
-            if reveal.count():
-                measure(chapter, " before 'Just show me'")
-                reveal.first.click()
-                wait_ready(page)
-                settle(page)
-                measure(chapter, " after 'Just show me'")
-                keys_bound(page)
+        # Decide only once the chapter has stopped growing (a slow machine mounts a chart a moment
+        # after the script reports idle).
+        a11y.settle(page)
+        keys_bound(page)
+        selector = f"{CHAPTER} {FIRST_FIGURE.get(chapter, CHART)}"
+        reveal = page.locator(CHAPTER).get_by_role("button", name="Just show me")
+        asks = reveal.count() > 0
+        predicted = asks and page.evaluate(_PREDICTED, [selector, CHAPTER])
+        fits(page, chapter, " before 'Just show me'" if asks else "", problems)
+        with noted(problems):
+            if predicted:
+                # The figure waits behind the question: the question is on the screen, and the
+                # figure its click reveals must be too (clicked where it is, nothing scrolled).
+                button = settled_box(page, reveal.first)
+                assert button["y"] + button["height"] <= VIEWPORT[1], (
+                    f"chapter {chapter}: 'Just show me' is {button['y'] - VIEWPORT[1]:.0f} px "
+                    "below the screen"
+                )
             else:
-                measure(chapter, "")
-            if chapter < CHAPTERS:
-                page.evaluate("document.activeElement && document.activeElement.blur()")
-                page.keyboard.press("PageDown")
+                first_figure_on_screen(page, chapter, selector, predicted)
+        # axe-core and the accessibility tree, before any answer is revealed.
+        view = f"presenter-{chapter}"
+        with noted(problems):
+            a11y.audit(page, view)
+        with noted(problems):
+            a11y.charts_say_what_they_show(page, view)
+        if page.viewport_size != {"width": VIEWPORT[0], "height": VIEWPORT[1]}:
+            # The audit made the viewport as tall as a chapter that overflows: back to the screen.
+            page.set_viewport_size({"width": VIEWPORT[0], "height": VIEWPORT[1]})
+            a11y.settle(page)
+        if asks:
+            reveal.first.click()
+            wait_ready(page)
+            settle(page)
+            if predicted:
+                with noted(problems):
+                    first_figure_on_screen(page, chapter, selector, predicted)
+            fits(page, chapter, " after 'Just show me'", problems)
+        if chapter < CHAPTERS:
+            # The clicker's key moves on to the next chapter.
+            keys_bound(page)
+            page.evaluate("document.activeElement && document.activeElement.blur()")
+            page.keyboard.press("PageDown")
+            heading(page, chapter + 1).wait_for(timeout=120_000)
     finally:
+        print("\n".join(problems))  # shown with any error that cut the checks short
         ctx.close()
     assert not problems, "\n".join(problems)
 

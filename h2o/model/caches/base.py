@@ -344,12 +344,18 @@ class Budgeted(CacheKind):
     quantizable = True
 
     @classmethod
+    def policy_of(cls, head: Head) -> str | None:
+        """The policy a head names if it is this kind's (its name is the kind's), else None."""
+        return cls.kind if head.name == cls.kind else None
+
+    @classmethod
     def parse_head(cls, head: Head, label: str) -> dict[str, Any] | None:
-        """``KIND@BUDGET[/ALLOCATION][:opt...]``, its name the kind's."""
-        if head.name != cls.kind or head.budget is None:
+        """``KIND@BUDGET[/ALLOCATION][:opt...]``, its name the kind's (:meth:`policy_of`)."""
+        policy = cls.policy_of(head)
+        if policy is None or head.budget is None:
             return None
         return {
-            "policy": cls.kind,
+            "policy": policy,
             "budget": head.budget,
             "allocation": head.allocation,
             "options": cls.read_options(head.tokens, label),

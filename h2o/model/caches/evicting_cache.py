@@ -46,15 +46,8 @@ class EvictingCache(Budgeted):
     fallback = True  # NAME@BUDGET with any name: an unknown one is refused by name
 
     @classmethod
-    def parse_head(cls, head: Head, label: str) -> dict[str, Any] | None:
-        if head.budget is None:
-            return None
-        return {
-            "policy": head.name,
-            "budget": head.budget,
-            "allocation": head.allocation,
-            "options": cls.read_options(head.tokens, label),
-        }
+    def policy_of(cls, head: Head) -> str | None:
+        return head.name  # any name: the row refuses an unknown policy by name
 
     @classmethod
     def read_option(cls, token: str, read: Mapping[str, Any]) -> tuple[str, Any] | None:
