@@ -142,13 +142,7 @@ def cell_id(line: dict) -> str:
 
 #: Rows whose shipped lines are known not to reproduce, and why: each is a strict xfail, so a
 #: recomputed file (the command is in the reason) turns it into a failure to remove from here.
-STALE = {
-    "h2o@256:w50%+kivi4": (
-        "one cell's log-probability (red-safe, 512 tokens, depth 0) is 0.0014 from the file's "
-        "with today's code and with the code of 2 Dec; the other 14 cells of its job are within "
-        "0.0004 (cause not established: a 4-bit code at a rounding edge is the suspect)"
-    ),
-}
+STALE: dict[str, str] = {}
 
 
 def stale(line: dict) -> str | None:
