@@ -32,6 +32,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: (-heavy[item.path], -count[item.path]))
 
 
+#: The test process's own ``__main__``: Streamlit's script runner (AppTest) installs a page's
+#: script as ``__main__`` and leaves it there, and a process spawned after it (Dask's workers)
+#: would run that script again on start and die.
+_MAIN = sys.modules.get("__main__")
+
+
+@pytest.fixture(autouse=True)
+def _main_module_kept():
+    yield
+    if _MAIN is not None:
+        sys.modules["__main__"] = _MAIN
+
+
 @pytest.fixture(autouse=True)
 def _pages_drawn_whole(request, monkeypatch):
     """A page's first run in a session stops below its first figure until the browser reports

@@ -158,6 +158,17 @@ def test_a_button_to_the_step_through_page_is_the_player_at_its_step(shown):
     assert not [o for o in out if type(o).__name__ == "Player"]
 
 
+def test_a_chapter_leaves_the_kernels_main_module_as_it_was(shown):
+    """Streamlit's runner installs its script as ``__main__``: ``show`` puts the kernel's back,
+    so that what a cell defines pickles, and a process spawned later starts."""
+    import sys
+
+    notebook, _ = shown
+    main = sys.modules["__main__"]
+    notebook.show(6)
+    assert sys.modules["__main__"] is main
+
+
 def test_a_link_to_another_chapter_shows_its_words(shown):
     notebook, out = shown
     notebook.show(9)  # the app links each of the card's points to the chapter that showed it

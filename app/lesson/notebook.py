@@ -22,6 +22,7 @@ It needs IPython, anywidget (``h2o.notebook``) and plotly; the app never imports
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -92,7 +93,15 @@ def _run(number: int, keys: dict[str, Any]) -> AppTest:
     _DRAWN.clear()
     streamlit.logger.set_log_level("error")  # each run sets it from Streamlit's config anew
     at = AppTest.from_string(SCRIPT, default_timeout=TIMEOUT)
-    at.run()
+    # Streamlit's runner installs the page's script as ``__main__`` and leaves it there: the
+    # kernel's own is put back, or pickling what a cell defined (and any process spawned later)
+    # would look in the wrong module.
+    main = sys.modules.get("__main__")
+    try:
+        at.run()
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
     streamlit.logger.set_log_level("error")
     for problem in at.exception:
         raise RuntimeError(f"chapter {number} failed: {problem.message}")
