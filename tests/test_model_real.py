@@ -94,16 +94,3 @@ def test_attention_sinks_beat_plain_sliding_window(model: SmolLM, story_ids) -> 
     full = perplexity_under_eviction(model, story_ids, None)
     assert full.perplexity < sinks.perplexity < window.perplexity
     assert window.perplexity > 1.5 * sinks.perplexity  # measured 57.4 vs 23.8 (full 23.2)
-
-
-def test_fact_stated_early_is_recalled_with_full_cache_and_h2o(model: SmolLM) -> None:
-    """The classroom demo: the shipped story asks, at the end, about a fact from its start."""
-    from pathlib import Path
-
-    text = (Path(__file__).parents[1] / "traces" / "texts" / "lighthouse.txt").read_text("utf-8")
-    ids = model.encode(text.rstrip())
-    assert len(ids) > 2000
-    full = generate(model, ids, max_new=3)
-    assert full.text.startswith(" brass owl"), full.text
-    h2o = generate(model, ids, max_new=3, policy_factory=policy_factory("h2o", 1024))
-    assert h2o.text.startswith(" brass owl"), h2o.text
