@@ -277,16 +277,14 @@ def show(
     key: str,
     describe: str | Iterable[str],
     where: Any = None,
-    title: str | None = None,
-    config: dict | None = None,
     **kwargs: Any,
 ) -> Any:
     """``st.plotly_chart(fig, key=key, ...)`` in ``where`` (a column, a tab; the page by
-    default), named by its title (or ``title``) and described by ``describe``: the sentence(s),
+    default), named by its title and described by ``describe``: the sentence(s),
     in markdown, that the page computes for it (none: a name only). Returns what
     ``st.plotly_chart`` returns."""
     where = st if where is None else where
-    name = title if title is not None else title_of(fig)
+    name = title_of(fig)
     if not name:
         raise ValueError(f"chart {key!r} has no title to name it by")
     parts = [describe] if isinstance(describe, str) else list(describe)
@@ -296,7 +294,7 @@ def show(
         readable(fig, bool(st.session_state.get(PRESENTER, False))),
         key=key,
         alt=name,
-        config={"displaylogo": False, **(config or {})},
+        config={"displaylogo": False},
         **kwargs,
     )
     if not parts:  # nothing computed for it this time (the page says why): a name only

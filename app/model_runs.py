@@ -8,7 +8,6 @@ class) and is cached per run and shared by every session.
 from __future__ import annotations
 
 import functools
-import json
 import pickle
 import threading
 import time
@@ -23,6 +22,7 @@ from app import jobs
 from app.data import ROOT, TRACE_DIR, said
 from app.sweeps import bar_progress
 from h2o import analysis
+from h2o.needle import results
 from h2o.progress import Progress
 
 if TYPE_CHECKING:
@@ -34,33 +34,23 @@ if TYPE_CHECKING:
 TEXT_DIR = TRACE_DIR / "texts"
 
 
-RESULTS_DIR = TRACE_DIR / "results"
-#: The results files are ours and small (tens of kB); a bigger one is not read.
-RESULT_MAX_BYTES = 4 * 2**20
-
-
 # One parse per file version, shared by the server; each caller gets its own copy (unpickled),
 # as st.cache_data would give, without hashing the arguments anew on every call of every run.
 @functools.lru_cache(maxsize=16)
-def _shipped_pickle(file: str, mtime_ns: int) -> bytes | None:
-    path = Path(file)
-    try:
-        if path.stat().st_size > RESULT_MAX_BYTES:
-            return None
-        return pickle.dumps(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        return None
+def _shipped_pickle(file: str, mtime_ns: int, size: int) -> bytes | None:
+    res = results.read_json(Path(file))
+    return None if res is None else pickle.dumps(res)
 
 
 def shipped_result(name: str) -> Any:
-    """A results file of ``traces/results/`` (made by the commands in its README), or None if
-    it is missing, damaged or bigger than :data:`RESULT_MAX_BYTES`."""
-    path = RESULTS_DIR / name
+    """A JSON results file of ``traces/results/`` (made by the commands in its README), or None
+    if it is missing, damaged or too big (:func:`h2o.needle.results.read_json`)."""
+    path = results.RESULTS_DIR / name
     try:
-        mtime = path.stat().st_mtime_ns
+        st_ = path.stat()
     except OSError:
         return None
-    raw = _shipped_pickle(str(path), mtime)  # a folder's read fails there: None
+    raw = _shipped_pickle(str(path), st_.st_mtime_ns, st_.st_size)
     return None if raw is None else pickle.loads(raw)
 
 

@@ -209,13 +209,6 @@ def test_as_dict_with_kinds_and_notes():
     assert "alpha" not in make_allocator("uniform").allocate(1, 1, 4).as_dict()
 
 
-def test_layer_totals_sum_each_layers_heads():
-    a = Pyramid(window=0, beta=2).allocate(3, 2, 10)
-    assert a.layer_totals().tolist() == [int(a.budgets[i].sum()) for i in range(3)]
-    assert a.layer_totals().shape == (3,) and a.shape == (3, 2)
-    assert a.layer_totals().tolist() == [30, 20, 10]  # 15, 10, 5 per head: hi 15, lo 5
-
-
 def test_repr_names_the_class_and_its_parameters():
     assert repr(Pyramid()) == "Pyramid(window=32, beta=20.0)"
     assert repr(Duo(retrieval=0.25, sinks=1, window=8)) == "Duo(retrieval=0.25, sinks=1, window=8)"

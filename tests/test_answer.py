@@ -37,9 +37,9 @@ def ids():
 
 def _one_pass(model, row: Row, prompt, answer) -> np.ndarray:
     """The answer's log-probs from ONE closed-loop pass over prompt + answer under ``row``."""
-    from h2o.model.answer import row_policies, row_quant
+    from h2o.model.answer import row_quant
 
-    pol = row_policies(model, row) if row.kind == "policy" else None
+    pol = row.cache.decode_policies(model) if row.kind == "policy" else None
     full = list(prompt) + list(answer)
     hidden = model.forward(
         full[:-1], cache=cache_for(model.config, policies=pol, quant=row_quant(row))
@@ -205,11 +205,11 @@ def test_bad_input_is_refused(model, ids) -> None:
 
 
 def test_combination_bytes_are_measured(model, ids) -> None:
-    from h2o.model.answer import kept_sets, row_policies, row_quant
+    from h2o.model.answer import kept_sets, row_quant
 
     row = Row.parse("h2o@48+kivi4")
     ppl, nbytes = row_perplexity(model, ids, row)
-    pol = row_policies(model, row)
+    pol = row.cache.decode_policies(model)
     model.forward(ids, cache=cache_for(model.config, policies=pol, quant=row_quant(row)))
     assert nbytes == row.kv_bytes(model.config, len(ids), kept=kept_sets(pol))
     assert nbytes > row.kv_bytes(model.config, len(ids))  # H2O's keepers span groups
@@ -243,9 +243,9 @@ def test_a_row_that_reads_what_it_holds_reads_the_bytes_the_prompt_left(model, i
 
 
 def _ppl_one_pass(model, row, ids) -> float:
-    from h2o.model.answer import row_policies, row_quant
+    from h2o.model.answer import row_quant
 
-    pol = row_policies(model, row)
+    pol = row.cache.decode_policies(model)
     h = model.forward(ids[:-1], cache=cache_for(model.config, policies=pol, quant=row_quant(row)))
     return float(np.exp(-model.token_logprobs(h, ids[1:]).mean()))
 

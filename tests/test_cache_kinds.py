@@ -79,7 +79,7 @@ def test_a_toy_kind_is_a_row(toy) -> None:
         Row.parse("first@64+kivi4")
     with pytest.raises(ValueError, match="budget must be a positive integer"):
         Row("first", "first", 0)
-    with pytest.raises(ValueError, match="no recent window"):
+    with pytest.raises(ValueError, match="takes no option 'window'"):
         Row("first", "first", 64, options={"window": 8})
     with pytest.raises(ValueError, match="first takes no options"):
         Row.parse("first@64:w8")
@@ -146,9 +146,9 @@ def test_the_kinds_come_in_their_rank_order(toy) -> None:
 
 
 def test_the_app_reads_a_toy_kind_from_the_library(toy) -> None:
-    from app.needle.data import parse_cell
     from app.needle.frontier import accuracy_points, cache_facts
     from h2o.needle.cells import row_fields
+    from h2o.needle.results import parse_cell
 
     line = {
         **row_fields("first@64"),
@@ -186,7 +186,7 @@ def test_the_toy_kind_stays_a_few_methods() -> None:
 
 def test_a_kind_owns_its_options(toy) -> None:
     """A kind with an option of its own is its class alone: it declares the option, reads its
-    token, writes it back and refuses it on the other kinds in its own words; the row grammar
+    token and writes it back; the other kinds do not read it; the row grammar
     (h2o/model/rows.py) names none of it."""
     from toy_cache_kind import FirstTokens
 
@@ -199,10 +199,6 @@ def test_a_kind_owns_its_options(toy) -> None:
         def read_option(cls, token, read):
             return ("end", token) if token == "last" and "end" not in read else None
 
-        @classmethod
-        def refusal(cls, name, who):
-            return f"only ends keeps a prompt's last positions, not {who}"
-
         def head(self):
             return super().head() + (":last" if self.row.option("end") == "last" else "")
 
@@ -214,15 +210,15 @@ def test_a_kind_owns_its_options(toy) -> None:
         assert row == Row("ends", "ends", 64, options={"end": "last"})
         assert Row.parse("ends@64").option("end") == "first"
         assert Row.parse("ends@64") == Row("ends", "ends", 64, options={"end": "first"})
-        # on another kind of the NAME@BUDGET form: refused by what it is, in the kind's words
-        for label, who in (("h2o@128:last", "h2o"), ("snapkv@128:last", "snapkv")):
-            with pytest.raises(ValueError, match=f"^only ends keeps .*, not {who}$"):
+        # on another kind: a token it does not read
+        for label in ("h2o@128:last", "snapkv@128:last"):
+            with pytest.raises(ValueError, match=f"^row '{label}': cannot read option ':last'"):
                 Row.parse(label)
-        # a token no kind reads: the refusal lists every kind's tokens, this one's after
-        with pytest.raises(ValueError, match="for snapkv's pooling, last for the prompt's last"):
+        # a token this kind does not read: the refusal lists the tokens it does
+        with pytest.raises(ValueError, match=r"':last' \(last for the prompt's last positions\)"):
             Row.parse("ends@64:last:last")
-        with pytest.raises(ValueError, match=r"^ends has no recent window to set"):
-            Row.parse("ends@64:w8")  # a recent window is read as a policy's, then refused
+        with pytest.raises(ValueError, match=r"^row 'ends@64:w8': cannot read option ':w8'"):
+            Row.parse("ends@64:w8")
         Row.parse("h2o@128:w8")  # the other kinds' options stay theirs
     finally:
         caches.unregister("ends")
@@ -243,9 +239,11 @@ def test_the_needle_grid_runs_a_toy_kind_and_the_app_shows_it(
     from test_needle_pages import EC_PAGE, GRID_PAGE, arr, charts, markdown, open_page
 
     from app import state
-    from app.needle import claims, data, frontier
+    from app.needle import claims, frontier
+    from h2o.needle import results as res
     from h2o.needle.cells import cell_batch, cell_needles, run_cell, run_cells, worker_model
-    from h2o.needle.grid import read_lines, run_grid
+    from h2o.needle.grid import run_grid
+    from h2o.needle.results import read_lines
 
     length = 512
     specs = [
@@ -256,9 +254,9 @@ def test_the_needle_grid_runs_a_toy_kind_and_the_app_shows_it(
     ]
     results = tmp_path / "results"
     write_fixture(results)  # its frontier file; the grid file is the run's alone
-    (results / data.GRID_FILE).unlink()
-    (results / f"{data.GRID_FILE}.meta.json").unlink()
-    out = results / data.GRID_FILE
+    (results / res.GRID_FILE).unlink()
+    (results / f"{res.GRID_FILE}.meta.json").unlink()
+    out = results / res.GRID_FILE
     run = run_grid(
         specs, run_cells, out, make_executor=lambda: ThreadPoolExecutor(1), batch=cell_batch
     )
@@ -266,13 +264,13 @@ def test_the_needle_grid_runs_a_toy_kind_and_the_app_shows_it(
     # the toy reads a prompt as the full cache does: one job for both rows, the same lines as
     # each cell run alone
     assert len({cell_batch(s) for s in specs}) == 1
-    lines, _ = read_lines(out)
+    lines = read_lines(out, resume=True).records
     for spec, line in zip(specs, lines, strict=True):
         assert {**run_cell(spec), "seconds": 0} == {**line, "seconds": 0}
 
-    monkeypatch.setattr(data, "RESULTS_DIR", results)
-    monkeypatch.setattr(data, "_PARSED", {})  # labels this server parsed while it was registered
-    loaded = data.read_grid(out)
+    monkeypatch.setattr(res, "RESULTS_DIR", results)
+    monkeypatch.setattr(res, "_PARSED", {})  # labels this server parsed while it was registered
+    loaded = res.read_grid(out)
     assert not loaded.problems and len(loaded.records) == len(specs)
     mine = [c for c in loaded.records if c.row == "first@64"]
     row = Row.parse("first@64")
@@ -306,7 +304,7 @@ def test_the_needle_grid_runs_a_toy_kind_and_the_app_shows_it(
     assert list(arr(trace["y"])) == [point.y]
     shown = markdown(at)
     assert claims.verdict(acc, frontier.memory_of(acc, "first@64"), claims.ACCURACY) in shown
-    ppl = frontier.ppl_points(data.read_frontier(results / data.FRONTIER_FILE).records)
+    ppl = frontier.ppl_points(res.read_frontier(results / res.FRONTIER_FILE).records)
     assert "first@64" not in [p.row for p in ppl]
     assert any(i.value.startswith("first@64 is not on the perplexity chart") for i in at.info)
     note = claims.one_shot_note(loaded.records, [p.row for p in ppl])

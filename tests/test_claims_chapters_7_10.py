@@ -27,11 +27,11 @@ import h2o
 from app.budget_split import claims as budget_claims
 from app.budget_split import data as bd
 from app.lesson import chapters_7_10
-from app.needle import data as needle_data
 from app.real_model import claims
 from h2o import analysis
 from h2o.alloc import ALLOCATORS, make_allocator
 from h2o.model.layers import region_shares
+from h2o.needle import results as needle_results
 from h2o.policies import make_policy
 from h2o.stats import p_text, positions
 
@@ -207,7 +207,7 @@ def test_h2o_right_at_256_changes_chapter_8s_link():
 
 # -- chapter 9: "a fact stated once" on the needle grid, with the window it is about --------------
 def grid_cells() -> list:
-    return needle_data.read_grid(RESULTS / needle_data.GRID_FILE).records
+    return needle_results.read_grid(RESULTS / needle_results.GRID_FILE).records
 
 
 def share_text(outcomes: dict) -> str:

@@ -8,18 +8,19 @@ import re
 
 import pytest
 
-from app.needle import data, family
+from app.needle import family
 from app.needle.frontier import TOLERANCE
 from h2o.model.rows import Row
+from h2o.needle import results
 from h2o.needle.cells import row_fields
 from h2o.stats import paired
 
 
 def _cell(
     row: str, length: int, depth: int, needle: str, ok: bool, kv: int = 1000, read=None
-) -> data.Cell:
+) -> results.Cell:
     f = row_fields(row)
-    return data.Cell(
+    return results.Cell(
         row=f["row"], family=f["family"], kind=f["kind"], policy=f["policy"],
         budget=f["budget"], allocation=f["allocation"], bits=f["bits"], sinks=f["sinks"],
         length=length, depth=depth, needle=needle, question="q", expected="1", produced="1",
@@ -66,7 +67,7 @@ def test_a_difference_is_said_only_when_the_paired_test_supports_it() -> None:
     assert alone.endswith("the file has no snapkv@256 cell to compare it with.")
 
 
-def _shipped() -> list[data.Cell]:
+def _shipped() -> list[results.Cell]:
     from app.needle import shipped
 
     loaded, _ = shipped.grid()
@@ -250,13 +251,14 @@ def test_the_stepped_one_shot_methods_are_named_with_what_they_know_and_hold() -
 
 
 def test_a_selection_on_the_perplexity_chart_says_what_a_step_reads() -> None:
-    """Quest's lines of the frontier file on the chart's text say what the row holds and the
-    share a step reads, from the line's own numbers; a row without a share, a row off the
-    chart and a line on another text say nothing."""
+    """Quest's lines of the frontier file on the chart's texts (those with a full-cache line)
+    say what the row holds and the share a step reads, from the lines' own numbers, a row on
+    several texts by its mean over them; a row without a share, a row off the chart and a line
+    on a text without a full-cache line say nothing."""
     from app.needle import claims, frontier
-    from app.needle.data import FrontierRow
+    from h2o.needle.results import FrontierRow
 
-    def line(row: str, text: str = frontier.PPL_TEXT, share: float | None = None) -> FrontierRow:
+    def line(row: str, text: str = "a.txt", share: float | None = None) -> FrontierRow:
         r = Row.parse(row)
         return FrontierRow(
             row=row, family=r.family, kind=r.kind, policy=r.policy, budget=r.budget,
@@ -267,13 +269,25 @@ def test_a_selection_on_the_perplexity_chart_says_what_a_step_reads() -> None:
 
     records = [
         line("h2o@128"),
+        line("full"),
         line("quest@128", share=0.4213),
         line("quest@256", text="other.txt", share=0.5),
         line("quest@512", share=0.7),
     ]
-    said = claims.read_note(records, ["h2o@128", "quest@128", "quest@256", "quest@512"])
+    on_chart = ["h2o@128", "quest@128", "quest@256", "quest@512"]
+    said = claims.read_note(records, on_chart)
     assert said.startswith("A selection evicts nothing")
     assert "Quest holds 24,480 bytes a token after the text, and a step reads 42% at 128 " in said
-    assert "slots (quest@128) and 70% at 512 slots (quest@512) of what it holds then" in said
+    assert "slots (quest@128) and 70% at 512 slots (quest@512) of what it holds then, on " in said
+    assert "then, on average over the text's steps." in said
     assert "quest@256" not in said and "H2O" not in said
+    # on a second text with its full cache: each row's share is its mean over the two
+    records += [
+        line("full", "b.txt"),
+        line("quest@128", "b.txt", 0.4),
+        line("quest@512", "b.txt", 0.5),
+    ]
+    said = claims.read_note(records, on_chart)
+    assert f"reads {(0.4213 + 0.4) / 2:.0%} at 128 slots (quest@128) and 60% at 512 slots" in said
+    assert "then, on average over a text's steps and the 2 texts." in said
     assert claims.read_note(records[:1], ["h2o@128"]) == ""

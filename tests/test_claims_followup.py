@@ -1,6 +1,6 @@
-"""The second question's reader and sentences (app/needle/data.py, claims.py): every sentence
-checked against counts and tests computed here by hand — on a fixture of the file's schema and,
-when it is there, on the shipped file."""
+"""The second question's reader and sentences (h2o/needle/results.py, app/needle/claims.py):
+every sentence checked against counts and tests computed here by hand — on a fixture of the
+file's schema and, when it is there, on the shipped file."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from test_claims_needle import positions_text, sign_by_hand
 
-from app.needle import claims, data
+from app.needle import claims
+from h2o.needle import results
 
-SHIPPED = Path(__file__).resolve().parents[1] / "traces" / "results" / data.FOLLOWUP_FILE
+SHIPPED = Path(__file__).resolve().parents[1] / "traces" / "results" / results.FOLLOWUP_FILE
 
 
 def line(row: str, n: int, first: bool, second: bool, **kw) -> dict:
@@ -92,7 +93,7 @@ def check(cells: list, rows: list[str]) -> None:
 
 
 def test_the_sentences_by_hand_on_the_fixture(tmp_path):
-    loaded = data.read_followup(write(tmp_path / "f.jsonl", fixture()))
+    loaded = results.read_followup(write(tmp_path / "f.jsonl", fixture()))
     cells = loaded.records
     rows = ["full", "snapkv@256", "snapkv@64"]
     check(cells, rows)
@@ -112,7 +113,7 @@ def test_facts_asked_at_one_position_are_one_observation(tmp_path):
     5 cells is one position, not five observations — and no sign test on one position can pass."""
     lines = [line("snapkv@256", n, True, n == 0, depth_first=25, depth_second=75) for n in range(6)]
     said = claims.followup_sentences(
-        data.read_followup(write(tmp_path / "f.jsonl", lines)).records, ["snapkv@256"]
+        results.read_followup(write(tmp_path / "f.jsonl", lines)).records, ["snapkv@256"]
     )[0]
     assert "positions 1 won by the first, 0 by the second, 0 tied of 1" in said
     assert "no verdict possible with n = 1 position" in said
@@ -121,7 +122,7 @@ def test_facts_asked_at_one_position_are_one_observation(tmp_path):
 def test_the_shipped_file(tmp_path):
     if not SHIPPED.is_file():
         pytest.skip("no shipped followup.jsonl in this copy")
-    loaded = data.read_followup(SHIPPED)
+    loaded = results.read_followup(SHIPPED)
     assert loaded.n_problems == 0 and loaded.records
     rows = list(dict.fromkeys(c.row for c in loaded.records))
     check(loaded.records, rows)
@@ -134,16 +135,16 @@ def test_the_shipped_file(tmp_path):
 def test_bad_lines_are_skipped_and_named(tmp_path):
     bad = [line("full", 0, True, True, correct_second="yes"), line("full", 1, True, True)]
     bad.append(line("full", 2, True, True, read_bytes=-1))
-    loaded = data.read_followup(write(tmp_path / "f.jsonl", bad, "{not json\n"))
+    loaded = results.read_followup(write(tmp_path / "f.jsonl", bad, "{not json\n"))
     assert len(loaded.records) == 1
     assert loaded.n_problems == 3
     assert "'correct_second' must be true or false" in loaded.problems[0]
     assert "read_bytes" in loaded.problems[1]
     # a repeated cell keeps the later line
     again = [line("full", 1, True, True), line("full", 1, False, False)]
-    loaded = data.read_followup(write(tmp_path / "g.jsonl", again))
+    loaded = results.read_followup(write(tmp_path / "g.jsonl", again))
     assert loaded.repeated == 1 and loaded.records[0].correct_first is False
     # a label that would be markup is escaped in the sentences
     evil = [line("<b>x</b>*", 0, True, False)]
-    cells = data.read_followup(write(tmp_path / "h.jsonl", evil)).records
+    cells = results.read_followup(write(tmp_path / "h.jsonl", evil)).records
     assert "<b>" not in claims.followup_sentences(cells, ["<b>x</b>*"])[0]

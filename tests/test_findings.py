@@ -8,6 +8,14 @@ from pathlib import Path
 import pytest
 
 from h2o.needle import findings
+from h2o.needle.results import (
+    Cell,
+    FollowUpCell,
+    attention_band,
+    read_followup,
+    read_grid,
+    read_json,
+)
 from h2o.stats import Paired, p_text, paired
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +31,20 @@ def test_the_readme_and_the_findings_page_state_what_the_files_hold():
     assert findings.findings(results) == both
 
 
+def test_the_findings_read_the_files_with_the_apps_checks(tmp_path):
+    """A line the app would skip (a field of the wrong type, not an object) is not counted in
+    the findings either: the README says what the pages show."""
+    shipped = (ROOT / "traces" / "results" / "needle-grid.jsonl").read_text(encoding="utf-8")
+    kivi2 = [s for s in shipped.splitlines() if '"row": "kivi2"' in s]
+    missed = next(s for s in kivi2 if '"correct": false' in s)
+    clean, damaged = tmp_path / "clean", tmp_path / "damaged"
+    for folder, extra in ((clean, []), (damaged, [missed.replace("false", '"true"'), "[1, 2]"])):
+        folder.mkdir()
+        (folder / "needle-grid.jsonl").write_text("\n".join([*kivi2, *extra]) + "\n")
+    assert "`kivi2`" in findings.headline(clean)
+    assert findings.headline(damaged) == findings.headline(clean)
+
+
 def test_the_block_is_written_between_the_markers(tmp_path):
     p = tmp_path / "R.md"
     p.write_text(f"a\n{findings.START}\nold\n{findings.END}\nb\n")
@@ -35,16 +57,12 @@ def test_the_block_is_written_between_the_markers(tmp_path):
     assert p.read_text() == "no markers"
 
 
-def _line(row: str, length: int, depth: int, needle: str, ok: bool) -> dict:
-    return {
-        "row": row,
-        "length": length,
-        "depth": depth,
-        "needle": needle,
-        "correct": ok,
-        "kv_bytes": 1,
-        "prompt_tokens": 1,
-    }
+def _line(row: str, length: int, depth: int, needle: str, ok: bool, kv_bytes: int = 1) -> Cell:
+    """A cell of ``row``, answered right or not (the fields the findings do not read fixed)."""
+    return Cell(
+        row, row, "policy", None, None, None, None, 0, length, depth, needle, "q", "1", "1", ok,
+        -1.0, None, kv_bytes, 1.0, prompt_tokens=1,
+    )  # fmt: skip
 
 
 def test_a_pair_is_said_to_differ_only_at_p_below_005():
@@ -69,13 +87,13 @@ def test_a_pair_is_said_to_differ_only_at_p_below_005():
     (line,) = findings.comparisons(cells)
     assert f"p = {2 / 2**6:.3f}" in line and line.endswith("`kivi4` answers more.")
     # five of six won, one tied: 5 discordant positions, p = 0.0625: not distinguishable
-    cells = [c for c in cells if c["length"] == 512 or c["row"] == "kivi4"]
+    cells = [c for c in cells if c.length == 512 or c.row == "kivi4"]
     cells += [_line("kivi2", 1024, 0, "a", True)]
     (line,) = findings.comparisons(cells)
     assert "1 tied of 6" in line and line.endswith("not distinguishable with n = 6 positions.")
 
 
-def _cell(row: str, depth: int, needle: str, ok: bool, length: int = 1024) -> dict:
+def _cell(row: str, depth: int, needle: str, ok: bool, length: int = 1024) -> Cell:
     return _line(row, length, depth, needle, ok)
 
 
@@ -99,11 +117,11 @@ def test_every_row_and_pair_the_findings_list_is_in_the_shipped_file():
     """A row listed but absent would drop out of the README silently (the table and the pairs
     print only the rows the file holds): each is there, with 3 needles a cell at the lengths
     compared, and the two rows of a pair share every cell compared."""
-    cells = findings.read_lines(ROOT / "traces" / "results" / "needle-grid.jsonl")
+    cells = read_grid(ROOT / "traces" / "results" / "needle-grid.jsonl").records
     by_row: dict[str, set] = {}
     for c in cells:
-        if c["length"] <= findings.MAX_LENGTH:
-            by_row.setdefault(c["row"], set()).add((c["length"], c["depth"], c["needle"]))
+        if c.length <= findings.MAX_LENGTH:
+            by_row.setdefault(c.row, set()).add((c.length, c.depth, c.needle))
     missing = [r for r in findings.TABLE_ROWS if r not in by_row]
     assert not missing, f"listed in TABLE_ROWS, not in the file: {missing}"
     for a, b, length in findings.PAIRS:
@@ -133,16 +151,10 @@ def test_followup_rows_with_the_same_counts_share_a_line():
 
     def cell(row, i, a, b):
         d = (25, 75) if i < 3 else (75, 25)
-        return {
-            "row": row,
-            "length": 1024,
-            "depth_first": d[0],
-            "depth_second": d[1],
-            "first": f"f{i}",
-            "second": f"s{i}",
-            "correct_first": a,
-            "correct_second": b,
-        }
+        return FollowUpCell(
+            row, row, "policy", None, None, None, None, 0, 1024, *d, f"f{i}", f"s{i}", a, b,
+            -1.0, -1.0, 1, 1,
+        )  # fmt: skip
 
     lines = [cell("full", i, True, i != 0) for i in range(6)]
     lines += [cell("kivi4", i, True, i != 5) for i in range(6)]  # the other position: same counts
@@ -164,8 +176,9 @@ def test_the_band_note_says_what_the_band_columns_window_is():
     """45 is the wider of the shipped band file's two middle values, not its median (42.5); the
     note reads both from the file and counts the layers a window that wide covers."""
     assert findings.band_window() == 45
-    band = findings.read_band(ROOT / "traces" / "results" / findings.BAND_FILE)
-    assert band is not None
+    shipped = attention_band(read_json(ROOT / "traces" / "results" / findings.BAND_FILE))
+    assert shipped is not None
+    band = shipped["band"]
     b = sorted(band)
     mid = (b[len(b) // 2 - 1], b[len(b) // 2])
     note = findings.band_note(band, findings.band_window())
@@ -180,7 +193,7 @@ def test_the_band_note_says_what_the_band_columns_window_is():
         [10, 20, 30, 40], 20
     )
     assert "is not the median of" in findings.band_note([10, 20, 30, 40], 21)
-    assert findings.read_band(ROOT / "no-such-file.json") is None
+    assert read_json(ROOT / "no-such-file.json") is None and attention_band(None) is None
 
 
 def _docs() -> str:
@@ -193,7 +206,9 @@ def _bullet(text: str, start: str) -> str:
 
 
 def test_the_docs_band_numbers_are_the_band_files():
-    band = sorted(findings.read_band(ROOT / "traces" / "results" / findings.BAND_FILE) or [])
+    band = sorted(
+        attention_band(read_json(ROOT / "traces" / "results" / findings.BAND_FILE))["band"]
+    )
     lo, hi = band[len(band) // 2 - 1], band[len(band) // 2]
     docs = _docs()
     said = _bullet(docs, "- **The window is the configuration that matters")
@@ -211,16 +226,16 @@ def _grid_test(
 ) -> Paired:
     """The sign test over positions of two rows of the shipped grid (at ``length``, or at every
     length up to the findings' longest; at ``depths`` only, or at every depth)."""
-    cells = findings.read_lines(ROOT / "traces" / "results" / "needle-grid.jsonl")
+    cells = read_grid(ROOT / "traces" / "results" / "needle-grid.jsonl").records
 
     def oc(r: str) -> dict:
         return {
-            (c["length"], c["depth"], c["needle"]): bool(c["correct"])
+            (c.length, c.depth, c.needle): c.correct
             for c in cells
-            if c["row"] == r
-            and c["length"] <= findings.MAX_LENGTH
-            and (length is None or c["length"] == length)
-            and (depths is None or c["depth"] in depths)
+            if c.row == r
+            and c.length <= findings.MAX_LENGTH
+            and (length is None or c.length == length)
+            and (depths is None or c.depth in depths)
         }
 
     return paired(oc(a), oc(b))
@@ -245,14 +260,14 @@ def test_the_docs_snapkv_paragraph_is_the_files():
         " ".join(said.split())
     )
     assert "more than StreamingLLM and H2O" not in _docs()  # the old cell-unit verdict
-    lines = findings.read_lines(ROOT / "traces" / "results" / "followup.jsonl")
+    lines = read_followup(ROOT / "traces" / "results" / "followup.jsonl").records
 
     def test_of(row: str) -> Paired:
-        cs = [x for x in lines if x["row"] == row]
-        assert {x["length"] for x in cs} == {1024}, row
+        cs = [x for x in lines if x.row == row]
+        assert {x.length for x in cs} == {1024}, row
         return paired(
-            {findings.followup_key(x): bool(x["correct_first"]) for x in cs},
-            {findings.followup_key(x): bool(x["correct_second"]) for x in cs},
+            {x.key: x.correct_first for x in cs},
+            {x.key: x.correct_second for x in cs},
             findings.followup_position,
         )
 
@@ -265,7 +280,7 @@ def test_the_docs_snapkv_paragraph_is_the_files():
         f"{snap.undecided().split(' (')[0]}." in said
     )
     assert "answers fewer" not in said and "where that ends" not in said
-    rows = list(dict.fromkeys(x["row"] for x in lines))
+    rows = list(dict.fromkeys(x.row for x in lines))
     assert all(not test_of(r).decidable for r in rows)  # "no sign test on them can reach"
     assert {test_of(r).needles for r in rows} == {6} and {test_of(r).n for r in rows} == {2}
     assert "6 cells a row at 1,024 tokens, 2 positions: no sign test on them can" in said
@@ -282,22 +297,12 @@ def test_equal_memory_compares_only_rows_within_two_percent():
     """Made-up cells: kivi4 holds 1,000 bytes a token; snapkv@100 1,019 (within 2 %) and
     h2o@100:w50% 1,021 (not). Six cells each: kivi4 answers all, snapkv one, h2o none."""
 
-    def cell(row, i, ok, kv):
-        return {
-            "row": row,
-            "length": 512,
-            "depth": 0,
-            "needle": f"n{i}",
-            "correct": ok,
-            "kv_bytes": kv,
-            "prompt_tokens": 1,
-        }
+    def cell(row, i, ok, kv):  # six positions, one needle each
+        return _line(row, 512, i * 10, f"n{i}", ok, kv)
 
     cells = [cell("kivi4", i, True, 1000) for i in range(6)]
     cells += [cell("snapkv@100", i, i == 0, 1019) for i in range(6)]
     cells += [cell("h2o@100:w50%", i, False, 1021) for i in range(6)]
-    for c in cells:  # six positions, one needle each
-        c["depth"] = int(c["needle"][1:]) * 10
     old = dict(findings.EQUAL_MEMORY)
     try:
         findings.EQUAL_MEMORY.clear()
@@ -323,7 +328,7 @@ def test_the_docs_equal_memory_bullets_are_the_files():
     over the three lengths (each beside its own equal-memory budget) the verdicts the bullet
     states are the sign test's, on all the positions and on the grid's first 15; a length alone
     has the positions the bullet says."""
-    cells = findings.read_lines(ROOT / "traces" / "results" / "needle-grid.jsonl")
+    cells = read_grid(ROOT / "traces" / "results" / "needle-grid.jsonl").records
 
     def pooled(a: str, method: str, depths: tuple[int, ...] | None = None) -> Paired:
         oa: dict = {}
@@ -335,11 +340,11 @@ def test_the_docs_equal_memory_bullets_are_the_files():
             for r, o in ((a, oa), (b, ob)):
                 o.update(
                     {
-                        (c["length"], c["depth"], c["needle"]): bool(c["correct"])
+                        (c.length, c.depth, c.needle): c.correct
                         for c in cells
-                        if c["row"] == r
-                        and c["length"] == length
-                        and (depths is None or c["depth"] in depths)
+                        if c.row == r
+                        and c.length == length
+                        and (depths is None or c.depth in depths)
                     }
                 )
         return paired(oa, ob)
@@ -405,8 +410,8 @@ def test_the_docs_say_no_more_than_the_evidence():
     carry, and no reason stated that was not measured."""
     docs = _docs()
     assert "does not find a fact stated once" not in docs  # said of the method, from one model
-    cells = findings.read_lines(ROOT / "traces" / "results" / "needle-grid.jsonl")
-    ea = {c["length"] for c in cells if c["row"].startswith("expected-attention@")}
+    cells = read_grid(ROOT / "traces" / "results" / "needle-grid.jsonl").records
+    ea = {c.length for c in cells if c.row.startswith("expected-attention@")}
     assert f"**On SmolLM2-135M at up to {max(ea):,} tokens, Expected Attention found no" in docs
     assert "bound is loose" not in docs  # no measurement behind it
     for b in (128, 256):
@@ -422,13 +427,13 @@ def test_the_docs_say_no_more_than_the_evidence():
         f"not distinguishable with n = {q.n}" in docs
     )
 
-    quest = {(c["length"], c["depth"], c["needle"]) for c in cells if c["row"] == "quest@128"}
+    quest = {(c.length, c.depth, c.needle) for c in cells if c.row == "quest@128"}
 
     def per_token(row: str, key: str) -> float:  # mean over Quest's cells
         xs = [
-            c[key] / c["prompt_tokens"]
+            getattr(c, key) / c.prompt_tokens
             for c in cells
-            if c["row"] == row and (c["length"], c["depth"], c["needle"]) in quest
+            if c.row == row and (c.length, c.depth, c.needle) in quest
         ]
         assert len(xs) == len(quest), row
         return sum(xs) / len(xs)

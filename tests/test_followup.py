@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 from model_marks import needs_model
 
-from h2o.model.answer import row_policies, row_quant, score_answer
+from h2o.model.answer import row_quant, score_answer
 from h2o.model.followup import score_followup
 from h2o.model.rows import Row
 from h2o.model.stack import cache_for
 from h2o.needle.cells import FOLLOWUP_DEPTHS, followup_pairs
-from h2o.needle.grid import followup_key
+from h2o.needle.results import followup_key
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def test_the_second_answer_is_one_pass_over_the_conversation(model, label):
     prompt, a1, turn, a2 = conversation()
     sc = score_followup(model, prompt, a1, turn, a2, row, max_new=3)
     whole = prompt + a1 + turn + a2
-    pols = row_policies(model, row) if row.kind == "policy" else None
+    pols = row.cache.decode_policies(model) if row.kind == "policy" else None
     hidden = model.forward(
         whole[:-1], cache=cache_for(model.config, policies=pols, quant=row_quant(row))
     )

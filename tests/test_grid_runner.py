@@ -19,14 +19,9 @@ from pathlib import Path
 import pytest
 
 from h2o.needle.cells import stand_in_cell
-from h2o.needle.grid import (
-    errors_path,
-    local_executor,
-    needle_key,
-    read_lines,
-    run_grid,
-)
+from h2o.needle.grid import errors_path, local_executor, run_grid
 from h2o.needle.needles import NEEDLES, is_correct
+from h2o.needle.results import needle_key, read_lines
 
 ROWS = ["full", "h2o@128", "kivi4"]
 
@@ -58,8 +53,9 @@ def test_every_cell_once_in_the_specs_order(tmp_path):
     out = tmp_path / "g.jsonl"
     sp = specs()
     run = run_grid(sp, stand_in_cell, out, make_executor=local(2), in_flight=2)
-    lines, dropped = read_lines(out)
-    assert not dropped and run.complete and run.computed == len(sp) and not run.failed
+    read = read_lines(out, resume=True)
+    lines = read.records
+    assert not read.cut and run.complete and run.computed == len(sp) and not run.failed
     assert [needle_key(x) for x in lines] == [needle_key(s) for s in sp]
     assert lines == [stand_in_cell(s) for s in sp]  # what the function returned, unchanged
     assert not errors_path(out).exists()
@@ -88,10 +84,10 @@ def test_new_rows_extend_the_file_and_old_ones_keep_their_place(tmp_path):
     run_grid(first, stand_in_cell, out)
     run = run_grid(specs(rows=["kivi4", "full"]), stand_in_cell, out, make_executor=local(2))
     assert run.skipped == len(first)
-    rows = [x["row"] for x in read_lines(out)[0]]
+    rows = [x["row"] for x in read_lines(out, resume=True).records]
     assert rows == ["kivi4"] * 6 + ["full"] * 6  # the latest call's order
     run_grid(specs(rows=["kivi4"]), stand_in_cell, out)
-    rows = [x["row"] for x in read_lines(out)[0]]
+    rows = [x["row"] for x in read_lines(out, resume=True).records]
     assert rows == ["kivi4"] * 6 + ["full"] * 6  # cells not asked for keep their order, after
 
 
@@ -100,8 +96,8 @@ def test_a_half_written_last_line_is_dropped_and_its_cell_recomputed(tmp_path):
     run_grid(specs(), stand_in_cell, whole, make_executor=local(2), in_flight=2)
     text = whole.read_text(encoding="utf-8").splitlines(keepends=True)
     cut.write_text("".join(text[:4]) + text[4][:25], encoding="utf-8")  # killed mid-write
-    lines, dropped = read_lines(cut)
-    assert dropped and len(lines) == 4
+    read = read_lines(cut, resume=True)
+    assert read.cut and len(read.records) == 4
     run = run_grid(specs(), stand_in_cell, cut, make_executor=local(2), in_flight=2)
     assert run.skipped == 4 and run.computed == len(specs()) - 4
     assert cut.read_bytes() == whole.read_bytes()
@@ -110,8 +106,31 @@ def test_a_half_written_last_line_is_dropped_and_its_cell_recomputed(tmp_path):
 def test_a_broken_line_inside_the_file_is_refused(tmp_path):
     out = tmp_path / "g.jsonl"
     out.write_text('{"row": "full"}\nnot json\n{"row": "full"}\n', encoding="utf-8")
-    with pytest.raises(ValueError, match="line 2 is not JSON"):
+    with pytest.raises(ValueError, match=r"line 2: Expecting value.*remove it or the file"):
         run_grid(specs(), stand_in_cell, out)
+
+
+def test_the_resume_reads_within_the_readers_bounds(tmp_path, monkeypatch):
+    """The runner reads its file with the pages' bounded reader: a line over the bound is
+    refused where a page would skip it, unless it is the last one, cut short by a killed writer;
+    a file over the bound is refused whole."""
+    from h2o.needle import results
+
+    out = tmp_path / "g.jsonl"
+    run_grid(specs(rows=["full"]), stand_in_cell, out)
+    lines = out.read_text(encoding="utf-8").splitlines(keepends=True)
+    monkeypatch.setattr(results, "MAX_LINE", max(map(len, lines)))
+    long = json.dumps({**json.loads(lines[0]), "pad": "x" * results.MAX_LINE}) + "\n"
+    out.write_text("".join([long, *lines[1:]]), encoding="utf-8")
+    assert results.read_lines(out).n_problems == 1  # a page skips it and names it
+    with pytest.raises(ValueError, match="line 1: longer than"):
+        read_lines(out, resume=True)
+    out.write_text("".join([*lines[1:], long[:-1]]), encoding="utf-8")  # cut short, no newline
+    read = read_lines(out, resume=True)
+    assert read.cut and read.records == [json.loads(s) for s in lines[1:]]
+    monkeypatch.setattr(results, "MAX_BYTES", len(lines[0]))
+    with pytest.raises(ValueError, match="over the"):
+        run_grid(specs(rows=["full"]), stand_in_cell, out)
 
 
 def test_a_worker_lost_once_costs_nothing(tmp_path):
@@ -121,7 +140,9 @@ def test_a_worker_lost_once_costs_nothing(tmp_path):
     run = run_grid(sp, stand_in_cell, out, make_executor=local(2), in_flight=2)
     assert (tmp_path / "flag").exists()  # the worker did die once
     assert run.complete and not run.failed and run.computed == len(sp)
-    assert read_lines(out)[0] == [stand_in_cell({**s, "fail_once": None}) for s in sp]
+    assert read_lines(out, resume=True).records == [
+        stand_in_cell({**s, "fail_once": None}) for s in sp
+    ]
 
 
 def test_a_worker_lost_every_time_costs_only_its_cell(tmp_path):
@@ -129,17 +150,17 @@ def test_a_worker_lost_every_time_costs_only_its_cell(tmp_path):
     sp = specs()
     sp[3] = {**sp[3], "fail": "exit"}
     run = run_grid(sp, stand_in_cell, out, make_executor=local(2), in_flight=2)
-    lines = read_lines(out)[0]
+    lines = read_lines(out, resume=True).records
     assert [needle_key(x) for x in lines] == [needle_key(s) for i, s in enumerate(sp) if i != 3]
     assert not run.complete and run.computed == len(sp) - 1
     assert [f["needle"] for f in run.failed] == [sp[3]["needle"]]
-    errs = read_lines(errors_path(out))[0]
+    errs = read_lines(errors_path(out), resume=True).records
     assert errs == [{**{k: sp[3][k] for k in ("row", "length", "depth", "needle")}, **errs[0]}]
     assert "worker process died" in errs[0]["error"]
     # The error is not a result: a rerun (the cell now healthy) fills the hole, in order.
     run = run_grid(specs(), stand_in_cell, out, make_executor=local(2), in_flight=2)
     assert run.computed == 1 and run.complete and not errors_path(out).exists()
-    assert read_lines(out)[0] == [stand_in_cell(s) for s in specs()]
+    assert read_lines(out, resume=True).records == [stand_in_cell(s) for s in specs()]
 
 
 def test_a_cell_that_raises_is_retried_once_then_reported(tmp_path):
@@ -157,8 +178,8 @@ def test_a_cell_that_raises_is_retried_once_then_reported(tmp_path):
     run = run_grid(sp, counting, out, make_executor=lambda: ThreadPoolExecutor(1))
     assert calls.count(needle_key(sp[0])) == 2  # tried, retried once, then given up
     assert len(run.failed) == 1 and "RuntimeError: stand-in failure" in run.failed[0]["error"]
-    assert len(read_lines(out)[0]) == len(sp) - 1
-    assert read_lines(errors_path(out))[0] == run.failed
+    assert len(read_lines(out, resume=True).records) == len(sp) - 1
+    assert read_lines(errors_path(out), resume=True).records == run.failed
 
 
 KILLED_RUN = """
@@ -259,7 +280,7 @@ def test_real_cells_on_the_tiny_model_locally_and_on_dask(tmp_path, tiny_path, d
     executor = dask_client.get_executor()
     assert run_grid(sp, run_cell, b, make_executor=lambda: executor, in_flight=4).complete
     assert normalised(a) == normalised(b)
-    lines = read_lines(a)[0]
+    lines = read_lines(a, resume=True).records
     keys = {
         "row", "family", "kind", "policy", "budget", "allocation", "bits", "sinks", "length",
         "depth", "needle", "question", "expected", "produced", "correct", "logprob", "held",
@@ -305,7 +326,7 @@ def test_an_interrupt_keeps_the_cells_done_in_order(tmp_path):
 
     run = run_grid(sp, interrupted, cut, make_executor=lambda: ThreadPoolExecutor(1))
     assert run.interrupted and not run.complete and run.computed == 5
-    assert read_lines(cut)[0] == [stand_in_cell(s) for s in sp[:5]]
+    assert read_lines(cut, resume=True).records == [stand_in_cell(s) for s in sp[:5]]
     run = run_grid(sp, stand_in_cell, cut)
     assert run.computed == len(sp) - 5 and not run.interrupted
     assert cut.read_bytes() == whole.read_bytes()
@@ -355,7 +376,7 @@ def test_a_batched_rerun_computes_only_the_missing_cells_of_a_batch(tmp_path):
     assert run.skipped == 4 and run.computed == len(sp) - 4
     assert sum(map(len, asked)) == len(sp) - 4
     assert len(asked) == len({by_row_and_length(s) for s in sp[4:]})  # one job a batch
-    assert read_lines(out)[0] == [stand_in_cell(s) for s in sp]
+    assert read_lines(out, resume=True).records == [stand_in_cell(s) for s in sp]
 
 
 def test_a_batch_that_raises_is_retried_then_each_of_its_cells_reported(tmp_path):
@@ -375,7 +396,7 @@ def test_a_batch_that_raises_is_retried_then_each_of_its_cells_reported(tmp_path
     assert calls == {"full": 1, "kivi4": 2}
     assert [f["row"] for f in run.failed] == ["kivi4"] * 3
     assert all("this batch fails" in f["error"] for f in run.failed)
-    assert [x["row"] for x in read_lines(out)[0]] == ["full"] * 3
+    assert [x["row"] for x in read_lines(out, resume=True).records] == ["full"] * 3
 
 
 def test_a_job_with_the_wrong_number_of_lines_fails(tmp_path):
@@ -388,7 +409,7 @@ def test_a_job_with_the_wrong_number_of_lines_fails(tmp_path):
         batch=by_row_and_length,
     )
     assert len(run.failed) == 3 and "2 lines for a job of 3 cells" in run.failed[0]["error"]
-    assert read_lines(out)[0] == []
+    assert read_lines(out, resume=True).records == []
 
 
 def test_real_cells_batched_are_the_cells_one_by_one_on_the_tiny_model(tmp_path, tiny_path):

@@ -262,7 +262,7 @@ def needle_notebook(results: Path) -> nbformat.NotebookNode:
     nb = load()
     setup = [c for c in nb.cells[:3] if c.cell_type == "code"]
     point = nbformat.v4.new_code_cell(
-        f"from app.needle import data\n\ndata.RESULTS_DIR = Path({str(results)!r})"
+        f"from h2o.needle import results\n\nresults.RESULTS_DIR = Path({str(results)!r})"
     )
     nb.cells = [*setup, point, *(nbformat.v4.new_code_cell(f"show({n})") for n in (7, 8))]
     return nb
@@ -284,19 +284,24 @@ def plot_titles(cell) -> list[str]:
 
 def test_the_needle_chapters_compute_from_a_partial_file_and_say_what_is_missing(tmp_path):
     from app.lesson import needle
-    from app.needle import claims, data, family, frontier, grid
-    from h2o.needle import findings
+    from app.needle import claims, family, frontier, grid
+    from h2o.needle import findings, results
 
-    grid_lines = (data.RESULTS_DIR / data.GRID_FILE).read_text(encoding="utf-8").splitlines()
-    front_lines = (data.RESULTS_DIR / data.FRONTIER_FILE).read_text(encoding="utf-8").splitlines()
+    grid_lines = (results.RESULTS_DIR / results.GRID_FILE).read_text(encoding="utf-8").splitlines()
+    front_lines = (
+        (results.RESULTS_DIR / results.FRONTIER_FILE).read_text(encoding="utf-8").splitlines()
+    )
     if len(grid_lines) < 4 or len(front_lines) < 3:
         pytest.skip("the shipped needle files are not in this copy")
     partial = tmp_path / "partial"
     partial.mkdir()
     # A run still going: the first lines of each, and a line cut off mid-write in the grid.
     half = grid_lines[: len(grid_lines) // 2]
-    (partial / data.GRID_FILE).write_text("\n".join([*half, '{"row": "h2o']) + "\n")
-    (partial / data.FRONTIER_FILE).write_text("\n".join(front_lines[:3]) + "\n")
+    (partial / results.GRID_FILE).write_text("\n".join([*half, '{"row": "h2o']) + "\n")
+    # The frontier's first lines and its full cache's (each row is put against it; a text
+    # without one is not charted).
+    full = [x for x in front_lines[3:] if json.loads(x)["kind"] == "full"]
+    (partial / results.FRONTIER_FILE).write_text("\n".join(front_lines[:3] + full) + "\n")
     empty = tmp_path / "empty"
     empty.mkdir()
     ran_partial, ran_empty = run(needle_notebook(partial)), run(needle_notebook(empty))
@@ -307,16 +312,16 @@ def test_the_needle_chapters_compute_from_a_partial_file_and_say_what_is_missing
             assert [o.text for o in outputs(cell, "stream") if o.name == "stderr"] == []
     # Nothing to read: each chapter says which file is not there, and draws nothing from it.
     *_, grid_cell, frontier_cell = ran_empty.cells
-    for cell, name in ((grid_cell, data.GRID_FILE), (frontier_cell, data.FRONTIER_FILE)):
+    for cell, name in ((grid_cell, results.GRID_FILE), (frontier_cell, results.FRONTIER_FILE)):
         assert f"{name}` is not in this copy" in shown_markdown(cell)
     assert NEEDLE_GRID_TITLE not in plot_titles(grid_cell)
     assert plot_titles(frontier_cell) == []
 
     # The partial files: the sentences are the app's own, on what the files hold now.
-    cells = data.read_grid(partial / data.GRID_FILE).records
+    cells = results.read_grid(partial / results.GRID_FILE).records
     rows = grid.rows(cells)
     shown = needle.lesson_rows(rows)
-    ppl = frontier.ppl_points(data.read_frontier(partial / data.FRONTIER_FILE).records)
+    ppl = frontier.ppl_points(results.read_frontier(partial / results.FRONTIER_FILE).records)
     acc = frontier.accuracy_points(cells, needle.LESSON_LENGTH)
     *_, grid_cell, frontier_cell = ran_partial.cells
     cells7 = [c for c in cells if c.length <= needle.LESSON_MAX_LENGTH]  # the chapter's lengths

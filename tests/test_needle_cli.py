@@ -13,7 +13,7 @@ import pytest
 
 from h2o.cli import main
 from h2o.needle.cells import cell_needles, stand_in_cell
-from h2o.needle.grid import read_lines
+from h2o.needle.results import read_lines
 
 STAND_IN = ["needle", "--stand-in", "--quiet"]
 
@@ -80,7 +80,7 @@ def test_the_stand_in_grid_and_its_meta(tmp_path, capsys):
     assert main(["needle", "--stand-in", "--out", str(out), "--workers", "2", *args]) == 0
     err = capsys.readouterr().err
     assert "[16/16]" in err and "h2o@128 L=1024 d=50" in err  # progress, one line per cell
-    lines, _ = read_lines(out)
+    lines = read_lines(out, resume=True).records
     want = [
         {"row": r, "length": n, "depth": d, "needle": nd, "model": None}
         for r in ("full", "h2o@128")
@@ -110,7 +110,7 @@ def test_the_stand_in_grid_and_its_meta(tmp_path, capsys):
 def test_rows_are_written_by_their_canonical_label(tmp_path):
     out = tmp_path / "g.jsonl"
     assert main([*STAND_IN, "--out", str(out), "--rows", " h2o@0128", "--lengths", "512"]) == 0
-    assert {x["row"] for x in read_lines(out)[0]} == {"h2o@128"}
+    assert {x["row"] for x in read_lines(out, resume=True).records} == {"h2o@128"}
     # ... so that the same row spelled another way is the same cell: nothing is recomputed.
     before = out.read_bytes()
     assert main([*STAND_IN, "--out", str(out), "--rows", "h2o@128", "--lengths", "512"]) == 0
@@ -156,7 +156,7 @@ def test_the_frontier_on_the_tiny_model(tmp_path, tiny_path, capsys):
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert "snapkv@64 left out" in err
-    lines, _ = read_lines(out)
+    lines = read_lines(out, resume=True).records
     assert [x["row"] for x in lines] == ["full", "h2o@64", "kivi4"]
     model = SmolLM.load(tiny_path)
     ids = model.encode(text.read_text(encoding="utf-8"))[:200]
@@ -177,7 +177,7 @@ def test_the_summary_counts_each_rows_right_answers(tmp_path, capsys):
     args = ["--rows", "full,kivi4", "--lengths", "512,1024", "--depths", "0,50,100"]
     assert main([*STAND_IN, "--out", str(out), *args]) == 0
     printed = capsys.readouterr().out.splitlines()
-    lines, _ = read_lines(out)
+    lines = read_lines(out, resume=True).records
     partial = []
     for row, text in zip(("full", "kivi4"), printed, strict=True):
         xs = [x for x in lines if x["row"] == row]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +29,9 @@ from test_claims_needle import (
 
 from app import jobs, model_runs, state
 from app.lesson import needle as lesson_needle
-from app.needle import claims, data, frontier, grid, runs, shipped
+from app.needle import claims, frontier, grid, runs, shipped
 from h2o.model.rows import Row
+from h2o.needle import results as res
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 GRID_PAGE, EC_PAGE = "views/needle_grid.py", "views/evict_or_compress.py"
@@ -37,8 +39,12 @@ GRID_PAGE, EC_PAGE = "views/needle_grid.py", "views/evict_or_compress.py"
 
 @pytest.fixture
 def results(tmp_path, monkeypatch) -> Path:
+    """The fixture's needle files, beside the shipped JSON results (the owl's answers)."""
     write_fixture(tmp_path)
-    monkeypatch.setattr(data, "RESULTS_DIR", tmp_path)
+    for f in res.RESULTS_DIR.glob("*.json"):
+        if not f.name.endswith(".meta.json"):
+            shutil.copy(f, tmp_path)
+    monkeypatch.setattr(res, "RESULTS_DIR", tmp_path)
     return tmp_path
 
 
@@ -82,7 +88,7 @@ def markdown(at: AppTest) -> list[str]:
 def test_the_grid_draws_each_row_on_one_scale_and_says_what_it_shows(results, metric):
     at = open_page(GRID_PAGE, ng_metric=metric)
     g, _ = raw_frames(results)
-    loaded = data.read_grid(results / data.GRID_FILE)
+    loaded = res.read_grid(results / res.GRID_FILE)
     cells = loaded.records
     shown = at.session_state["ng_rows"]
     # the page's defaults present in the fixture, then its first other rows (five in all)
@@ -152,7 +158,7 @@ def test_a_click_is_read_from_the_selection_and_nothing_else(points, want):
 def test_other_rows_change_the_panels_and_the_sentences(results):
     rows = ["kivi8", "h2o@256+kivi4", "snapkv@128"]
     at = open_page(GRID_PAGE, ng_rows=rows)
-    cells = data.read_grid(results / data.GRID_FILE).records
+    cells = res.read_grid(results / res.GRID_FILE).records
     spec = charts(at)["ng_heatmaps"]
     titles = [a["text"] for a in spec["layout"]["annotations"]]
     assert titles == rows
@@ -212,7 +218,7 @@ def test_recompute_goes_through_the_model_queue(results, monkeypatch):
     at.button(key="ng_recompute").click().run()
     assert not at.exception, [e.value for e in at.exception]
     ((spec, running),) = seen
-    cell = grid.at(data.read_grid(results / data.GRID_FILE).records, "full", 512, 50)[0]
+    cell = grid.at(res.read_grid(results / res.GRID_FILE).records, "full", 512, 50)[0]
     assert spec == {
         "row": "full",
         "length": 512,
@@ -232,13 +238,28 @@ def test_without_run_cell_the_page_says_so(results, monkeypatch):
     assert all(b.key != "ng_recompute" for b in at.button)
 
 
+def test_every_shipped_file_is_read_from_one_folder(results):
+    """The JSON results and the attention band come from the folder the needle files do, each
+    checked: a file taken away is gone from the pages, a band not of its schema is none."""
+    name = "lighthouse-quality.json"
+    assert model_runs.shipped_result(name) == json.loads((results / name).read_text())
+    (results / name).unlink()
+    assert model_runs.shipped_result(name) is None
+    band = results / res.BAND_FILE
+    band.write_text(json.dumps({"band": [3, 5], "warmup": 2}))
+    assert shipped.attention_band() == {"band": [3, 5], "warmup": 2}
+    for bad in ({"band": [0], "warmup": 2}, {"band": [3], "warmup": True}, [3, 5]):
+        band.write_text(json.dumps(bad) + " " * len(str(bad)))  # another size: another version
+        assert shipped.attention_band() is None, bad
+
+
 def test_absent_and_damaged_files_are_clear_messages(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(res, "RESULTS_DIR", tmp_path)
     for page in (GRID_PAGE, EC_PAGE):
         at = open_page(page)
         assert any("is not in this copy" in i.value for i in at.info), page
         assert not at.get("plotly_chart")
-    (tmp_path / data.GRID_FILE).write_text('{"row": 1}\nnot json\n')
+    (tmp_path / res.GRID_FILE).write_text('{"row": 1}\nnot json\n')
     at = open_page(GRID_PAGE)
     (warning,) = at.warning
     assert "2 line(s) skipped" in warning.value and "line 1" in warning.value
@@ -256,7 +277,7 @@ def test_the_grid_table_gives_every_accuracy_its_count_and_interval(results):
     at = open_page(GRID_PAGE)
     (table,) = [d.value for d in at.dataframe if "accuracy" in d.value.columns]
     assert len(table)
-    cells = data.read_grid(results / data.GRID_FILE).records
+    cells = res.read_grid(results / res.GRID_FILE).records
     for r in table.itertuples(index=False):
         assert r.accuracy == pytest.approx(r.right / r.cells)
         # the interval is over positions (a length and depth): Wilson on their number at the
@@ -275,7 +296,7 @@ def test_the_grid_table_gives_every_accuracy_its_count_and_interval(results):
 def test_evict_or_compress_table_gives_counts_intervals_and_needles(results):
     at = open_page(EC_PAGE)
     (table,) = [d.value for d in at.dataframe if "needle accuracy" in d.value.columns]
-    cells = data.read_grid(results / data.GRID_FILE).records
+    cells = res.read_grid(results / res.GRID_FILE).records
     at_2048 = [c for c in cells if c.length == 2048]
     for r in table.dropna(subset=["needle accuracy"]).itertuples(index=False):
         mine = [c for c in at_2048 if c.row == r.row]
@@ -289,8 +310,8 @@ def test_evict_or_compress_table_gives_counts_intervals_and_needles(results):
 
 # -- Evict or compress? ----------------------------------------------------------------------------
 def test_the_frontier_draws_one_line_per_family_and_the_verdicts_at_every_rows_memory(results):
-    fr = data.read_frontier(results / data.FRONTIER_FILE).records
-    cells = data.read_grid(results / data.GRID_FILE).records
+    fr = res.read_frontier(results / res.FRONTIER_FILE).records
+    cells = res.read_grid(results / res.GRID_FILE).records
     ppl_frame, acc_frames = frontier_frames(results)
     ppl = frontier.ppl_points(fr)
     acc = frontier.accuracy_points(cells, 2048)
@@ -306,6 +327,7 @@ def test_the_frontier_draws_one_line_per_family_and_the_verdicts_at_every_rows_m
     assert at.session_state["ec_row"] == "kivi4"  # the paper's 4-bit cache
     spec = charts(at)["ec_ppl"]
     families = [t["name"] for t in spec["data"] if t["name"] != "full cache"]
+    families = [n for n in families if not n.startswith("bar: ")]  # the legend's bar entry
     assert families == list(frontier.lines(ppl))
     _, f = raw_frames(results)
     f = f[(f.tokens == 2048) & (f.family != "full cache")]
@@ -319,6 +341,25 @@ def test_the_frontier_draws_one_line_per_family_and_the_verdicts_at_every_rows_m
         want.add(fam)
     assert sorted(families) == sorted(want)
     assert "H2O, window 32" in families and "H2O" not in families
+    # each point at its mean over the texts against the full cache on the same text, its bar
+    # from its lowest to its highest (the frame's, by pandas)
+    by_row = ppl_frame.set_index("row")
+    for tr in spec["data"]:
+        if tr["name"].startswith("bar: "):
+            continue
+        if tr["name"] == "full cache":
+            assert arr(tr["y"]).tolist() == [0.0]
+            continue
+        rows = [t.split(": ", 1)[0] for t in tr["text"]]
+        want_y = by_row.loc[rows, "y"].to_numpy()
+        np.testing.assert_allclose(arr(tr["y"]), want_y)
+        np.testing.assert_allclose(arr(tr["error_y"]["array"]), by_row.loc[rows, "hi"] - want_y)
+        np.testing.assert_allclose(
+            arr(tr["error_y"]["arrayminus"]), want_y - by_row.loc[rows, "lo"]
+        )
+    assert "tokens of 3 texts" in spec["layout"]["title"]["text"]
+    names = [tr.get("name") for tr in spec["data"]]
+    assert "bar: range over 3 texts" in names
     g, _ = raw_frames(results)
     part = g[g.length == 2048]
     outcomes = {
@@ -354,7 +395,7 @@ def test_the_frontier_draws_one_line_per_family_and_the_verdicts_at_every_rows_m
 
 @pytest.mark.parametrize("length", [512, 1024, 2048, 4096])
 def test_the_accuracy_chart_and_verdict_at_every_length(results, length):
-    cells = data.read_grid(results / data.GRID_FILE).records
+    cells = res.read_grid(results / res.GRID_FILE).records
     _, acc_frames = frontier_frames(results)
     at = open_page(EC_PAGE, ec_length=length)
     frame = acc_frames[length]
@@ -381,7 +422,7 @@ def open_chapter(n: int) -> AppTest:
 
 def test_chapter_7_shows_the_needle_grid_and_keeps_the_owl(results):
     at = open_chapter(7)
-    cells = data.read_grid(results / data.GRID_FILE).records
+    cells = res.read_grid(results / res.GRID_FILE).records
     rows = lesson_needle.lesson_rows(grid.rows(cells))
     # the fixture has neither H2O prefill mode nor snapkv@256
     assert rows == ["full", "h2o@256:w50%", "streaming-llm@256"]
@@ -399,8 +440,8 @@ def test_chapter_7_shows_the_needle_grid_and_keeps_the_owl(results):
 def test_chapter_8_reads_the_frontier_at_kivi4s_memory(results):
     at = open_chapter(8)
     assert [h.value for h in at.header if h.value[:1].isdigit()] == ["8. Evict or compress?"]
-    fr = data.read_frontier(results / data.FRONTIER_FILE).records
-    cells = data.read_grid(results / data.GRID_FILE).records
+    fr = res.read_frontier(results / res.FRONTIER_FILE).records
+    cells = res.read_grid(results / res.GRID_FILE).records
     ppl = frontier.ppl_points(fr)
     memory = round(next(p for p in ppl if p.row == "kivi4").x)
     shown = markdown(at)
@@ -417,7 +458,7 @@ def test_chapter_8_reads_the_frontier_at_kivi4s_memory(results):
 def test_chapter_8_says_how_the_shipped_charts_rows_run_over_a_text():
     """On the shipped frontier: the stepped one-shot methods and Quest's reads, as the page."""
     at = open_chapter(8)
-    fr = data.read_frontier(data.RESULTS_DIR / data.FRONTIER_FILE).records
+    fr = res.read_frontier(res.RESULTS_DIR / res.FRONTIER_FILE).records
     notes = claims.text_notes(fr, [p.row for p in frontier.ppl_points(fr)])
     assert len(notes) == 2 and notes[1].startswith("A selection evicts nothing")
     shown = markdown(at)
@@ -425,7 +466,7 @@ def test_chapter_8_says_how_the_shipped_charts_rows_run_over_a_text():
 
 
 def test_chapters_7_and_8_without_the_files(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(res, "RESULTS_DIR", tmp_path)
     for n in (7, 8):
         at = open_chapter(n)
         assert any("is not in this copy" in i.value for i in at.info), n
@@ -491,15 +532,59 @@ def test_no_row_chosen_asks_for_one_and_unknown_rows_fall_back(results):
     assert at.session_state["ng_rows"] == ["full", "h2o@256:w50%", "kivi4", "h2o@64", "h2o@128"]
 
 
-def test_a_frontier_without_the_lighthouse_2048_rows_says_so(results):
-    path = results / data.FRONTIER_FILE
+def test_a_frontier_without_a_full_cache_row_at_2048_tokens_says_so(results):
+    path = results / res.FRONTIER_FILE
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     path.write_text("".join(json.dumps(r) + "\n" for r in lines if r["tokens"] != 2048))
     at = open_chapter(8)
-    assert any("no row measured on lighthouse.txt at 2,048 tokens" in i.value for i in at.info)
+    assert any("The frontier file has no row at 2,048 tokens." in i.value for i in at.info)
     at = open_page(EC_PAGE)
-    assert any("no row measured on lighthouse.txt at 2,048 tokens" in i.value for i in at.info)
+    assert any("The frontier file has no row at 2,048 tokens." in i.value for i in at.info)
     assert "ec_ppl" not in charts(at) and "ec_acc" in charts(at)
+    # rows at 2,048 tokens, but none of the full cache (nor its 16-bit KIVI-style equal):
+    # nothing to put them against
+    path.write_text(
+        "".join(
+            json.dumps(r) + "\n"
+            for r in lines
+            if r["text"] == "lighthouse.txt" and r["kind"] != "full" and r["bits"] != 16
+        )
+    )
+    at = open_page(EC_PAGE)
+    said = "lighthouse.txt: 14 rows at 2,048 tokens but no full-cache row to put them against"
+    assert any(said in i.value for i in at.info)
+    assert "ec_ppl" not in charts(at)
+
+
+@pytest.mark.parametrize("kept", [("lighthouse.txt",), ("library.txt", "orchard.txt")])
+def test_the_perplexity_chart_reads_one_or_two_texts(results, kept):
+    """The file as a run leaves it with one text, or two: the chart, its verdict and its notes
+    count the texts it has; on one text no bar is drawn."""
+    path = results / res.FRONTIER_FILE
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines if r["text"] in kept))
+    fr = res.read_frontier(path).records
+    ppl = frontier.ppl_points(fr)
+    ppl_frame, _ = frontier_frames(results)
+    assert set(ppl_frame.n) <= {1, len(kept)} and ppl_frame.n.max() == len(kept)
+    at = open_page(EC_PAGE)
+    spec = charts(at)["ec_ppl"]
+    memory = round(next(p for p in ppl if p.row == "kivi4").x)
+    text = claims.verdict(ppl, memory, claims.PERPLEXITY)
+    assert text in markdown(at)
+    check_verdict(text, ppl_frame, memory, True)
+    title = spec["layout"]["title"]["text"]
+    names = [tr.get("name") for tr in spec["data"]]
+    captions = [c.value for c in at.caption]
+    assert any(claims.texts_note(fr, ppl) in c for c in captions)
+    bars = [tr["error_y"]["visible"] for tr in spec["data"] if "error_y" in tr]
+    if len(kept) == 1:
+        assert "tokens of lighthouse.txt" in title and not any(bars)
+        assert not any(str(n).startswith("bar: ") for n in names)
+        assert any("one measurement a row, no range" in c for c in captions)
+    else:
+        assert "tokens of 2 texts" in title and any(bars)
+        assert "bar: range over 2 texts" in names
 
 
 # -- in Chromium, on the shipped files (whatever part of them this copy has) -----------------------
@@ -527,8 +612,8 @@ CUT_CONTROLS = """() => [...document.querySelectorAll(
 @pytest.mark.parametrize(
     ("path", "heading", "loaded", "charts"),
     [
-        ("needle-grid", "The needle grid", data.read_grid, 1),
-        ("evict-or-compress", "Evict or compress?", data.read_frontier, 1),
+        ("needle-grid", "The needle grid", res.read_grid, 1),
+        ("evict-or-compress", "Evict or compress?", res.read_frontier, 1),
     ],
 )
 def test_the_pages_render_in_a_browser(server, browser, path, heading, loaded, charts):
@@ -540,8 +625,8 @@ def test_the_pages_render_in_a_browser(server, browser, path, heading, loaded, c
         page.goto(f"{server}/{path}")
         wait_ready(page)
         page.get_by_role("heading", name=heading).first.wait_for(timeout=60_000)
-        name = data.GRID_FILE if loaded is data.read_grid else data.FRONTIER_FILE
-        if loaded(data.RESULTS_DIR / name).records:
+        name = res.GRID_FILE if loaded is res.read_grid else res.FRONTIER_FILE
+        if loaded(res.RESULTS_DIR / name).records:
             page.wait_for_function(
                 f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {charts}",
                 timeout=60_000,
@@ -565,7 +650,7 @@ def test_the_pages_render_in_a_browser(server, browser, path, heading, loaded, c
 def test_clicking_a_heatmap_cell_opens_it_below(server, browser):
     """A click on the second panel's cell at the longest length and the middle depth opens that
     row, length and depth under "One cell"; a click on another cell then opens that one."""
-    cells = data.read_grid(data.RESULTS_DIR / data.GRID_FILE).records
+    cells = res.read_grid(res.RESULTS_DIR / res.GRID_FILE).records
     if not cells:
         pytest.skip("this copy has no shipped needle grid")
     ctx, page = new_page(browser, size=(1280, 900))
@@ -625,8 +710,8 @@ def test_evict_or_compress_says_which_methods_have_no_perplexity():
     no closed loop are named under the perplexity chart, and the ones the chart runs stepped are
     named as stepped, as the claims compute them from the two files."""
     at = open_page(EC_PAGE)
-    fr = data.read_frontier(data.RESULTS_DIR / data.FRONTIER_FILE).records
-    gr = data.read_grid(data.RESULTS_DIR / data.GRID_FILE).records
+    fr = res.read_frontier(res.RESULTS_DIR / res.FRONTIER_FILE).records
+    gr = res.read_grid(res.RESULTS_DIR / res.GRID_FILE).records
     charted = [p.row for p in frontier.ppl_points(fr)]
     want = claims.one_shot_note(gr, charted)
     assert want.startswith("SnapKV compresses a prompt once")
@@ -656,7 +741,7 @@ def test_a_sidecars_commands_are_listed_once_with_their_runs_and_wall_time():
             {"command": 7, "wall_seconds": 5},
         ]
     }
-    a, b = data.commands(meta)
+    a, b = res.commands(meta)
     assert (a.runs, a.wall, a.out) == (1, 60.0, "/tmp/x.jsonl")
     assert (b.runs, b.wall, b.out) == (3, 120.0, "traces/results/g.jsonl")
     script = shipped.provenance_script([a, b], "g.jsonl").splitlines()
@@ -670,7 +755,7 @@ def test_a_sidecars_commands_are_listed_once_with_their_runs_and_wall_time():
     assert said_.startswith("Computed ahead by 2 distinct commands in 4 runs, 3 min of wall time")
     assert "resumed" in said_
     assert "resumed" not in shipped.provenance_caption([a])
-    assert data.commands(None) == [] and data.commands({"runs": "x"}) == []
+    assert res.commands(None) == [] and res.commands({"runs": "x"}) == []
 
 
 @pytest.mark.parametrize("page", [GRID_PAGE, EC_PAGE])

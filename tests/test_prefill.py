@@ -150,7 +150,7 @@ def test_prefill_mode_has_no_closed_loop_perplexity(model):
 
 
 def test_a_window_share_reaches_the_policies(model):
-    from h2o.model.answer import kept_sets, row_policies
+    from h2o.model.answer import kept_sets
 
     row = Row.parse("h2o@20:w50%")
     assert row.recent_window == 10 and row.policy_params() == {"recent_window": 10}
@@ -159,7 +159,7 @@ def test_a_window_share_reaches_the_policies(model):
     assert Row.parse("h2o@128").recent_window == 32 and Row.parse("h2o@128").policy_params() == {}
     from tiny_model import token_ids
 
-    pols = row_policies(model, row)
+    pols = row.cache.decode_policies(model)
     model.forward(token_ids(60, seed=2), cache=cache_for(model.config, policies=pols))
     # window 10 reached every policy (the default 32 would be refused at budget 20): the newest
     # ten positions are always kept
@@ -189,8 +189,8 @@ def test_options_round_trip(label):
 def test_the_default_pooling_is_one_row():
     assert Row.parse("snapkv@256:max5") == Row.parse("snapkv@256")
     assert Row.parse("snapkv@256:max5").label == "snapkv@256"
-    assert Row.parse("snapkv@256").snapkv_pooling == ("max", 5)
-    assert Row.parse("snapkv@256:avg5").snapkv_pooling == ("avg", 5)
+    assert Row.parse("snapkv@256").cache.pooling == ("max", 5)
+    assert Row.parse("snapkv@256:avg5").cache.pooling == ("avg", 5)
 
 
 def test_families_name_the_window_and_the_mode():
@@ -215,7 +215,7 @@ def test_families_name_the_window_and_the_mode():
         ("h2o@128:w50%:prefill+kivi4", "full precision"),
         ("h2o@128/duo:prefill", "uniform budget"),
         ("snapkv@128:avg4", "odd kernel"),
-        ("h2o@128:avg5", "only snapkv pools"),
+        ("h2o@128:avg5", "cannot read option .:avg5."),
         ("h2o@128:fast", "cannot read option"),
         ("kivi4:w3", "cannot read"),
     ],

@@ -32,8 +32,8 @@ import test_a11y_browser as a11y
 from streamlit_server import needs_chromium, settle, shown_step, wait_player, wait_ready
 from test_browser import new_page
 
-from app.needle import data as needle_data
 from app.needle import frontier as needle_frontier
+from h2o.needle import results as needle_results
 
 VIEWPORT = (1280, 720)
 #: The lesson's chapters (``app.lesson.chapters()``; not imported here, to keep collection light).
@@ -43,7 +43,7 @@ CHAPTERS = 10
 #: is the frontier's chart, or, in a copy without a usable ``traces/results/frontier.jsonl``,
 #: the notice that says so.
 FIRST_FIGURE = {9: '[data-testid="stHorizontalBlock"]', 10: '[data-testid="stCode"]'}
-_FRONTIER = needle_data.read_frontier(needle_data.RESULTS_DIR / needle_data.FRONTIER_FILE)
+_FRONTIER = needle_results.read_frontier(needle_results.RESULTS_DIR / needle_results.FRONTIER_FILE)
 if not needle_frontier.ppl_points(_FRONTIER.records):
     FIRST_FIGURE[8] = '[data-testid="stAlert"]'
 

@@ -163,9 +163,9 @@ def test_a_row_keeps_its_kinds_options() -> None:
     assert Row.parse("snapkv@256:max5").options == () == Row.parse("kivi4:r128").options
     plain = Row.parse("snapkv@256")
     assert (plain.option("pooling"), plain.option("mode"), plain.option("residual")) == (
-        None,
+        "max5",
         "decode",
-        None,
+        128,
     )
     with pytest.raises(ValueError, match="no kind of cache takes an option 'nosuch'"):
         Row("full", options={"nosuch": 1})
@@ -176,50 +176,58 @@ def test_a_row_keeps_its_kinds_options() -> None:
 @pytest.mark.parametrize(
     ("label", "message"),
     [
-        # an option of another kind: refused in that kind's words
+        # a token the row's kind does not read (another kind's, or one named twice): one
+        # refusal naming the row, the token and what the kind reads
         (
             "snapkv@128:w8",
-            "snapkv has no recent window to set (:wN applies to the scored policies: h2o, "
-            "scissorhands, tova, random)",
+            "row 'snapkv@128:w8': cannot read option ':w8' (avgK/maxK for snapkv's pooling)",
         ),
         (
-            "snapkv@128:prefill",
-            "snapkv has no prefill mode (only h2o: the authors' generation code chooses its "
-            "heavy hitters from the prompt's attention)",
+            "h2o@128:max5",
+            "row 'h2o@128:max5': cannot read option ':max5' (wN or wN% for a recent window, "
+            "prefill for h2o's prefill mode)",
         ),
-        ("h2o@128:max5", "only snapkv pools its scores, not h2o"),
-        ("full+sinks", "row 'full+sinks': cannot read '+sinks' here"),
-        # a token no kind of its form reads, or one named twice
         (
             "h2o@128:w64:w50%",
             "row 'h2o@128:w64:w50%': cannot read option ':w50%' (wN or wN% for a recent "
-            "window, prefill for h2o's prefill mode, avgK/maxK for snapkv's pooling)",
-        ),
-        (
-            "snapkv@128:r32",
-            "row 'snapkv@128:r32': cannot read option ':r32' (wN or wN% for a recent "
-            "window, prefill for h2o's prefill mode, avgK/maxK for snapkv's pooling)",
+            "window, prefill for h2o's prefill mode)",
         ),
         (
             "h2o@128+kivi4:r32:r64",
-            "row 'h2o@128+kivi4:r32:r64': cannot read option ':r64' after kiviBITS (rN for "
-            "the full-precision residual, qprompt to read the prompt through the quantized "
-            "cache)",
+            "row 'h2o@128+kivi4:r32:r64': cannot read option ':r64' (rN for the "
+            "full-precision residual, qprompt to read the prompt through the quantized cache)",
         ),
-        ("knorm@128:w8", "row 'knorm@128:w8': knorm takes no options"),
+        ("knorm@128:w8", "row 'knorm@128:w8': cannot read option ':w8' (knorm takes no options)"),
+        ("full+sinks", "row 'full+sinks': cannot read '+sinks' here"),
         ("quest@128:w8", "row 'quest@128:w8': quest takes no allocation and no options"),
+        # an option the kind reads, on a policy that has no such setting
+        (
+            "streaming-llm@128:w8",
+            "streaming-llm has no recent window to set (:wN applies to the scored policies: "
+            "h2o, scissorhands, tova, random)",
+        ),
+        (
+            "tova@128:prefill",
+            "tova has no prefill mode (only h2o: the authors' generation code chooses its "
+            "heavy hitters from the prompt's attention)",
+        ),
         ("kivi16:qprompt", "a residual or qprompt applies to a quantized cache (kivi2/4/8)"),
         ("kivi4:r48", "the residual must be a positive multiple of the group (32), got 48"),
-        # several faults: the row's own checks come before another kind's option
-        ("snapkv@0:w5", "budget must be a positive integer, got 0"),
-        ("h2o@128:max5+kivi16", "a combination needs 2, 4 or 8 bits (16 is the policy alone)"),
-        ("snapkv@128:w5+kivi4:r33", "snapkv has no recent window to set"),
+        ("snapkv@0", "budget must be a positive integer, got 0"),
+        ("h2o@128:w8+kivi16", "a combination needs 2, 4 or 8 bits (16 is the policy alone)"),
     ],
 )
 def test_option_refusals_word_for_word(label, message) -> None:
     with pytest.raises(ValueError) as err:
         Row.parse(label)
     assert str(err.value).startswith(message)
+
+
+def test_an_option_of_another_kind_given_as_a_field_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"^a policy row \(h2o\) takes no option 'pooling'$"):
+        Row("policy", "h2o", 128, options={"pooling": "avg5"})
+    with pytest.raises(ValueError, match=r"^a snapkv row \(snapkv\) takes no option 'window'$"):
+        Row("snapkv", "snapkv", 128, options={"window": 8})
 
 
 def test_parse_rows() -> None:

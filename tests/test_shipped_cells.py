@@ -68,7 +68,7 @@ def reading(label: str) -> tuple:
         row.option("mode"),
         row.allocation,
         row.option("quantized_prompt"),
-        row.option("residual") is not None,
+        row.option("residual"),
         row.sinks > 0,
         row.option("pooling"),
         row.option("window") is not None,

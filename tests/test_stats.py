@@ -14,6 +14,7 @@ from scipy.stats import binomtest
 
 from h2o import stats
 from h2o.needle import findings
+from h2o.needle.results import read_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,13 +106,11 @@ def test_the_plain_share_is_unchanged():
 def _grid(row: str) -> dict:
     """A row's needles at the grid's first five depths (three needles each): the worked examples'
     15 positions."""
-    cells = findings.read_lines(ROOT / "traces" / "results" / "needle-grid.jsonl")
+    cells = read_grid(ROOT / "traces" / "results" / "needle-grid.jsonl").records
     return {
-        (c["length"], c["depth"], c["needle"]): bool(c["correct"])
+        (c.length, c.depth, c.needle): c.correct
         for c in cells
-        if c["row"] == row
-        and c["length"] <= findings.MAX_LENGTH
-        and c["depth"] in findings.GRID_DEPTHS
+        if c.row == row and c.length <= findings.MAX_LENGTH and c.depth in findings.GRID_DEPTHS
     }
 
 

@@ -86,32 +86,39 @@ def frontier(
     height: int = 440,
     subtitle: str = "",
     share: bool = False,
+    ytickformat: str | None = None,
     tolerance: float = TOLERANCE,
     legend_width: int = 900,
     plot_height: int | None = None,
     named: Collection[str] | None = None,
+    bar: str | None = None,
 ) -> go.Figure:
     """A metric (y) against KV bytes per token (x, log scale): each family's measured rows as
-    points (no line: nothing was measured between them); the full cache as a dotted
+    points (no line: nothing was measured between them), a line with a spread with a bar from
+    each point's lowest to its highest value (over texts); the full cache as a dotted
     horizontal line; ``limit`` as a vertical line (the memory asked about) in a band of
     ``tolerance`` either side (the rows counted as at that memory); ``share``: y is a share,
-    drawn from 0 to 100 %. ``legend_width``: the width its legend is laid out in, at the
-    narrowest it is shown; ``plot_height``: the plot area's height, the figure growing with its
-    legend (``height`` is then not used). ``named``: the families the legend names (the ones a
-    sentence beside the chart speaks of), the others drawn as ever but listed one entry a group
-    ("12 other eviction"; a point's hover names its row, a click on the entry hides or shows
-    the group) — a legend a room can read; None: every family named."""
+    drawn from 0 to 100 %; ``ytickformat``: else, the y axis's tick format. ``legend_width``:
+    the width its legend is laid out in, at the narrowest it is shown; ``plot_height``: the plot
+    area's height, the figure growing with its legend (``height`` is then not used).
+    ``named``: the families the legend names (the ones a sentence beside the chart speaks of),
+    the others drawn as ever but listed one entry a group ("12 other eviction"; a point's hover
+    names its row, a click on the entry hides or shows the group) — a legend a room can read;
+    None: every family named. ``bar``: the legend's entry for the lines' bars (what they span),
+    always named."""
     data: list[dict] = []
     others: dict[str, int] = {}
-    for family, group, method, bits, allocation, sinks, xs, ys, hover in lines:
-        style = family_style(group, method, bits, allocation, sinks)
+    for ln in lines:
+        family, group = ln.family, ln.group
+        style = family_style(group, ln.method, ln.bits, ln.allocation, ln.sinks)
         if named is not None and family not in named:
             others[group] = others.get(group, 0) + 1
+        ys = np.asarray(ln.ys, dtype=np.float64)
         data.append(
             {
                 "type": "scatter",
-                "x": np.asarray(xs, dtype=np.float64),
-                "y": np.asarray(ys, dtype=np.float64),
+                "x": np.asarray(ln.xs, dtype=np.float64),
+                "y": ys,
                 "mode": "markers",
                 "name": _e(family),
                 "marker": {
@@ -120,9 +127,10 @@ def frontier(
                     "color": style["color"],
                     "line": {"color": "#FFFFFF", "width": 0.5},
                 },
-                "text": [_e(h) for h in hover],
+                "text": [_e(h) for h in ln.hover],
                 "hovertemplate": f"%{{text}}<br>%{{x:,.0f}} bytes/token: {yformat}<extra></extra>",
             }
+            | (_bars(ys, ln.spread, style["color"]) if ln.spread is not None else {})
             | (
                 {"showlegend": False, "legendgroup": f"other {group}"}
                 if named is not None and family not in named
@@ -143,11 +151,26 @@ def frontier(
                 "hoverinfo": "skip",
             }
         )
-    xs_all = [x for ln in lines for x in ln.xs]
+    if bar is not None:  # a legend entry, no points: what a bar is, where the symbols are read
+        data.append(
+            {
+                "type": "scatter",
+                "x": [None],
+                "y": [None],
+                "mode": "markers",
+                "marker": {
+                    "symbol": "line-ns-open",
+                    "size": 14,
+                    "color": NEUTRAL_LINE,
+                    "line": {"width": 2},
+                },
+                "name": _e(bar),
+                "hoverinfo": "skip",
+            }
+        )
     shapes = []
     if full is not None:
         fx, fy = full
-        xs_all.append(fx)
         data.append(
             {
                 "type": "scatter",
@@ -203,6 +226,8 @@ def frontier(
     layout["xaxis"]["type"] = "log"
     if share:
         layout["yaxis"] |= {"range": [-0.03, 1.05], "tickformat": ".0%"}
+    elif ytickformat is not None:
+        layout["yaxis"]["tickformat"] = ytickformat
     layout["shapes"] = shapes
     # a legend entry's character is about 6.1 px at the legend's font: 6.5 keeps to the safe side
     return make_figure(
@@ -327,6 +352,24 @@ def needle_heatmaps(
         layout["hoverdistance"] = 200  # the nearest cell's marker, wherever in the cell
         layout["clickmode"] = "event+select"
     return make_figure(data, layout)
+
+
+def _bars(ys: np.ndarray, spread: tuple[Sequence[float], Sequence[float]], colour: str) -> dict:
+    """A line's error bars from each point's lowest to highest value (its range over texts);
+    none drawn where every point is a single value."""
+    lo, hi = np.asarray(spread[0], dtype=np.float64), np.asarray(spread[1], dtype=np.float64)
+    return {
+        "error_y": {
+            "type": "data",
+            "symmetric": False,
+            "array": hi - ys,
+            "arrayminus": ys - lo,
+            "color": colour,
+            "thickness": 1.5,
+            "width": 4,
+            "visible": bool(np.any(hi > lo)),
+        }
+    }
 
 
 #: A heatmap row's height in pixels, at least: room for a cell's printed value.

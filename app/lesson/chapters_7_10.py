@@ -13,10 +13,10 @@ import h2o
 from app import card, charts, data, figures, model_runs, pages, state, sweeps
 from app.lesson import Chapter, more, open_in, projected
 from app.lesson import needle as needle_chapters
-from app.needle.data import Cell, derived
 from app.real_model import claims
 from h2o.model.generate import label_policy
 from h2o.model.rows import Row
+from h2o.needle.results import Cell, derived
 from h2o.stats import p_text, paired, positions
 
 ANSWER_BUDGETS = (256, 512, 1024)

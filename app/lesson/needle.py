@@ -19,8 +19,8 @@ import streamlit as st
 from app import charts, figures, pages
 from app.lesson import more, on_screen, open_in, presented
 from app.needle import claims, family, frontier, grid, shipped
-from app.needle.data import Cell, FollowUpCell, derived
 from h2o.needle import findings
+from h2o.needle.results import Cell, FollowUpCell, derived
 
 #: Chapter 7's rows: the full cache, then H2O at one budget as its authors split it (half the
 #: budget a recent window) in its two modes, StreamingLLM (chapter 7's pair), and SnapKV, which
@@ -61,7 +61,7 @@ class GridView:
 
 def grid_view(records: Sequence[Cell]) -> GridView:
     """Chapter 7's figure and sentences from the grid's cells (every student's run shares one
-    computation per version of the file: :func:`app.needle.data.derived`)."""
+    computation per version of the file: :func:`h2o.needle.results.derived`)."""
 
     def compute() -> GridView:
         rows = grid.rows(records)
@@ -140,10 +140,11 @@ def grid_section() -> None:
 
 
 def memory_and_points() -> tuple[int | None, int | None, list, list]:
-    """Chapter 8's memories and points: perplexity at T = 2,048 and needle accuracy at
-    :data:`LESSON_LENGTH` tokens, each asked at a 4-bit KIVI-style cache's own bytes per token
-    in that measurement (a prompt a few tokens short of its length holds a little more per
-    token), else at its middle memory."""
+    """Chapter 8's memories and points: perplexity at T = 2,048 (over every text the file holds
+    with a full-cache row, each row's against the full cache's on the same text) and needle
+    accuracy at :data:`LESSON_LENGTH` tokens, each asked at a 4-bit KIVI-style cache's own bytes
+    per token in that measurement (a prompt a few tokens short of its length holds a little more
+    per token), else at its middle memory."""
     fr, _ = shipped.frontier()
     gr, _ = shipped.grid()
     ppl = frontier.ppl_points(fr.records)
@@ -167,14 +168,12 @@ def evict_or_compress() -> None:
         return
     memory, acc_memory, ppl, acc = memory_and_points()
     if not ppl:
-        st.info(
-            f"The frontier file has no row measured on {frontier.PPL_TEXT} at "
-            f"{frontier.PPL_TOKENS:,} tokens yet.",
-            icon=":material/info:",
-        )
+        st.info(claims.texts_note(fr.records, ppl), icon=":material/info:")
         open_in("Open Evict or compress?", pages.EVICT_OR_COMPRESS, {}, key="lesson_open_8")
         return
-    lines = frontier.figure_lines(ppl, lambda p: f"perplexity {p.y:.2f}")
+    lines = frontier.figure_lines(ppl, claims.ppl_hover)
+    texts = frontier.ppl_texts(fr.records).texts
+    over = texts[0] if len(texts) == 1 else f"{len(texts)} texts"
     full = next(((p.x, p.y) for p in ppl if p.group == "full"), None)
     ppl_said = claims.verdict(ppl, memory, claims.PERPLEXITY) if memory is not None else None
     acc_said = None
@@ -185,7 +184,8 @@ def evict_or_compress() -> None:
     # of (each group's best at the memory asked about); a room cannot read two dozen entries.
     named = None
     if presented():
-        bests = claims.best(ppl, memory, claims.PERPLEXITY) if memory is not None else {}
+        ranked = frontier.compared(ppl)[0]  # the rows the verdict ranks
+        bests = claims.best(ranked, memory, claims.PERPLEXITY) if memory is not None else {}
         named = tuple(sorted({p.family for p in bests.values()}))
     # projected: the answer beside the chart, which keeps its height
     chart, answer = st.columns([3, 2], vertical_alignment="center") if presented() else (st, st)
@@ -194,10 +194,12 @@ def evict_or_compress() -> None:
             lines=lines,
             full=full,
             limit=memory,
-            title=f"Perplexity against KV memory — {frontier.PPL_TEXT}, "
-            f"{frontier.PPL_TOKENS:,} tokens",
-            ytitle="perplexity (lower is better)",
-            yformat="%{y:.2f}",
+            title=f"Perplexity against the full cache's, by KV memory — "
+            f"{frontier.PPL_TOKENS:,} tokens of {over}",
+            bar=claims.bar_legend(texts),
+            ytitle="perplexity over the full cache's (lower is better)",
+            yformat="%{y:+.1%}",
+            ytickformat="+.0%",
             # the legend's width is the chapter's: the page's in presenter mode (a projector's
             # 1,280 px, the sidebar shut, less the answer beside it), beside the sidebar
             # otherwise; the plot keeps its height however many families the legend lists
@@ -213,14 +215,15 @@ def evict_or_compress() -> None:
         answer.markdown(ppl_said)
     with more():  # projected: the perplexity's answer; how the rows run and the needles, here
         charted = tuple(p.row for p in ppl)
+        st.markdown(claims.texts_note(fr.records, ppl))
         if notes := claims.text_notes(fr.records, charted):
             st.markdown("\n\n".join(notes))
         if acc_said is not None:
             st.markdown(acc_said)
             st.caption(
                 "A difference in needles is claimed only where an exact sign test over the same "
-                "positions (a length and depth, its needles one observation) supports it; one "
-                "text's perplexity is a single measurement a row."
+                "positions (a length and depth, its needles one observation) supports it; a "
+                "difference in perplexity is counted text by text."
             )
     open_in("Open Evict or compress?", pages.EVICT_OR_COMPRESS, {}, key="lesson_open_8")
 

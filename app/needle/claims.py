@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.needle import frontier
-from app.needle.data import Cell, FollowUpCell, FrontierRow, derived, parsed
 from app.needle.frontier import GROUPS, Point
 from app.needle.grid import RowScore
 from app.needle.grid import rows as grid_rows
 from app.real_model.claims import esc, names
-from h2o.stats import Paired, p_text, paired, positions
+from h2o.needle.results import Cell, FollowUpCell, FrontierRow, derived, parsed
+from h2o.stats import ALPHA, Paired, min_p, p_text, paired, positions, sign_test
 
 #: The share of cells the full cache should answer at ≤ :data:`FULL_MAX_LENGTH` tokens (what the
 #: needle prompt's format aims for; the page says so when the full cache falls short of it).
@@ -35,8 +35,49 @@ class Metric:
 
     def value(self, p: Point) -> str:
         if self.lower_better:
-            return f"perplexity {p.y:.2f}"
+            return ppl_value(p)
         return f"{positions(dict(p.outcomes)).text()} answered"
+
+
+def pct(v: float) -> str:
+    """A relative perplexity, signed: ``+4.9%`` (``+0.0%``, never ``-0.0%``)."""
+    return f"{0.0 if abs(v) < 0.0005 else v:+.1%}"
+
+
+def ppl_value(p: Point) -> str:
+    """A perplexity point's value in % over the full cache's on the same texts (the verdict's
+    head says so), with how many texts and their range: ``+4.9% (mean of 3 texts, range +3.1%
+    to +6.0%)``; on one text the value alone."""
+    if len(p.texts) == 1:  # the verdict's head names the text
+        return pct(p.y)
+    lo, hi = p.spread
+    return f"{pct(p.y)} (mean of {len(p.texts)} texts, range {pct(lo)} to {pct(hi)})"
+
+
+def ppl_hover(p: Point) -> str:
+    """A perplexity point's hover (plain text: the figure escapes it): its value against the
+    full cache's and its perplexity on each text."""
+    each = ", ".join(f"{t} {v:.2f}" for t, v, _ in p.texts)
+    if len(p.texts) == 1:
+        return f"{pct(p.y)} over the full cache's on {each}"
+    lo, hi = p.spread
+    return (
+        f"{pct(p.y)} over the full cache's, mean of {len(p.texts)} texts ({pct(lo)} to "
+        f"{pct(hi)}); perplexity {each}"
+    )
+
+
+def bar_legend(texts: Sequence[str]) -> str | None:
+    """What a perplexity point's bar is, for the chart's legend (None on one text: no bar)."""
+    if len(texts) < 2:
+        return None
+    return f"bar: range over {len(texts)} texts"  # short: a legend entry is a column's width
+
+
+def full_ppl(p: Point) -> str:
+    """The full cache's own perplexity on each text: ``22.00 on lighthouse.txt and 25.31 on
+    library.txt``."""
+    return names([f"{v:.2f} on {esc(t)}" for t, v, _ in p.texts])
 
 
 PERPLEXITY = Metric("perplexity", lower_better=True)
@@ -115,25 +156,39 @@ def verdict(points: Sequence[Point], memory: int, metric: Metric) -> str:
     :data:`frontier.TOLERANCE` of it (a group with none says so, and names its nearest row), and
     how they compare — for accuracy by an exact sign test over their shared positions (the
     depths: one length), a difference said only at p < 0.05, among rows with at least
-    :data:`frontier.MIN_POSITIONS` positions (the others near ``memory`` are named as not
-    compared); for perplexity (one text, one number a row) the values alone."""
-    aside: list[Point] = []
-    if not metric.lower_better:  # a needle accuracy: only rows with enough positions
-        points, aside = frontier.compared(points)
+    :data:`frontier.MIN_POSITIONS` positions; for perplexity by the mean over texts of each
+    row's perplexity against the full cache's on the same text, and on how many of their texts
+    the best row's perplexity is the lower, among rows measured on every text of the chart.
+    Rows near ``memory`` set aside (:func:`frontier.compared`) are named as not compared."""
+    points, aside = frontier.compared(points)
     text = _verdict(points, memory, metric)
     near = frontier.at_memory(aside, memory)
     if near:
-        text += (
-            f" Not compared: {names([label(p) for p in sorted(near, key=lambda p: p.order)])} "
-            f"(fewer than {frontier.MIN_POSITIONS} positions at this length: drawn, not ranked)."
-        )
+        named = names([label(p) for p in sorted(near, key=lambda p: p.order)])
+        if metric.lower_better:
+            most = max(len(p.texts) for p in points)
+            text += (
+                f" Not compared: {named} (measured on fewer than the {most} texts: drawn, not "
+                "ranked)."
+            )
+        else:
+            text += (
+                f" Not compared: {named} (fewer than {frontier.MIN_POSITIONS} positions at this "
+                "length: drawn, not ranked)."
+            )
     return text
 
 
 def _verdict(points: Sequence[Point], memory: int, metric: Metric) -> str:
     full = min((p for p in points if p.group == "full"), key=lambda p: p.order, default=None)
     head = f"At {memory:,} KV bytes per token (± {frontier.TOLERANCE:.0%})"
-    if full is not None:
+    if full is not None and metric.lower_better and full.texts:
+        on = f"({full_ppl(full)})" if len(full.texts) == 1 else "on the same text"
+        head += (
+            f", {memory / full.x:.0%} of the full cache's {full.x:,.0f}; perplexity in % over "
+            f"the full cache's {on}"
+        )
+    elif full is not None:
         head += (
             f", {memory / full.x:.0%} of the full cache's {full.x:,.0f} (which has "
             f"{metric.value(full)})"
@@ -159,17 +214,43 @@ def _verdict(points: Sequence[Point], memory: int, metric: Metric) -> str:
     ranked = sorted(bests.items(), key=lambda kv: _key(metric)(kv[1]))
     win, rest = ranked[0][1], ranked[1:]
     if metric.lower_better:
-        gaps = [
-            f"{b.y - win.y:.2f} below the best {GROUPS[g]} row's"
-            if b.y != win.y
-            else f"equal to the best {GROUPS[g]} row's"
-            for g, b in rest
-        ]
-        return (
-            f"{text} The lowest perplexity here is {label(win)}'s, {names(gaps)} (one text of "
-            f"{frontier.PPL_TOKENS:,} tokens: a single measurement each, without an interval)."
-        )
+        return text + _ppl_said(win, [(GROUPS[g], b) for g, b in rest])
     return text + _accuracy_said(win, [(GROUPS[g], b) for g, b in rest])
+
+
+def _ppl_said(win: Point, others: Sequence[tuple[str, Point]]) -> str:
+    """The best row against each other group's best, text by text: on how many of the texts
+    both were measured on its perplexity is the lower, and what a sign test over so few
+    texts can say."""
+    mine = {t: v for t, v, _ in win.texts}
+    said, shared = [], set()
+    for name, b in others:
+        theirs = {t: v for t, v, _ in b.texts if t in mine}
+        shared.add(len(theirs))
+        lower = sum(mine[t] < v for t, v in theirs.items())
+        higher = sum(mine[t] > v for t, v in theirs.items())
+        equal = len(theirs) - lower - higher
+        extra = [f"higher on {higher}" if higher else "", f"equal on {equal}" if equal else ""]
+        extra = [e for e in extra if e]
+        said.append(
+            f"lower than the best {name} row's on {lower} of {len(theirs)} "
+            f"{'text' if len(theirs) == 1 else 'texts'}"
+            + (f" ({', '.join(extra)})" if extra else "")
+            + (
+                f", exact sign test {p_text(sign_test(lower, higher))}"
+                if min_p(len(theirs)) < ALPHA
+                else ""
+            )
+        )
+    mean = "mean " if len(win.texts) > 1 else ""
+    text = f" The lowest {mean}here is {label(win)}'s: {names(said)}"
+    few = sorted(n for n in shared if min_p(n) >= ALPHA)
+    if few:
+        text += (
+            f"; {names([str(n) for n in few], 'or')} {'text' if few == [1] else 'texts'}: too "
+            "few for a sign test"
+        )
+    return text + "."
 
 
 # -- the needle grid -------------------------------------------------------------------------------
@@ -541,39 +622,53 @@ def stepped_note(on_chart: Iterable[str]) -> str:
 
 
 def read_note(records: Sequence[FrontierRow], on_chart: Iterable[str]) -> str:
-    """For the chart's rows (measured on :data:`frontier.PPL_TEXT` at
-    :data:`frontier.PPL_TOKENS` tokens) that read a part of what they hold (a selection: Quest),
-    what each holds after the text and the share of the cache a step reads, on average over the
-    text's steps, from the file's own numbers, a family at a time ("" if the chart has none)."""
+    """For the chart's rows (at :data:`frontier.PPL_TOKENS` tokens, on the chart's texts:
+    :func:`frontier.ppl_texts`) that read a part of what they hold (a selection: Quest), what
+    each holds after a text and the share of the cache a step reads, on average over a text's
+    steps and over the texts, from the file's own numbers, a family at a time ("" if the chart
+    has none)."""
     charted = set(on_chart)
-    by_family: dict[str, list[FrontierRow]] = {}
+    texts = set(frontier.ppl_texts(records).texts)
+    by_row: dict[str, list[FrontierRow]] = {}
     for r in records:
-        if r.row not in charted or (r.text, r.tokens) != (frontier.PPL_TEXT, frontier.PPL_TOKENS):
+        if r.row not in charted or r.tokens != frontier.PPL_TOKENS or r.text not in texts:
             continue
         if r.read_share is None or r.read_share >= 1:
             continue
-        by_family.setdefault(r.family, []).append(r)
+        by_row.setdefault(r.row, []).append(r)
+    by_family: dict[str, list[tuple[FrontierRow, float, float, int]]] = {}
+    for rs in by_row.values():  # a row: its bytes and share, each the mean over its texts
+        held = sum(r.kv_bytes_per_token for r in rs) / len(rs)
+        share = sum(r.read_share or 0.0 for r in rs) / len(rs)
+        by_family.setdefault(rs[0].family, []).append((rs[0], held, share, len(rs)))
     said = []
     for fam, rs in by_family.items():
-        rs.sort(key=lambda r: (r.budget is None, r.budget or 0, r.row))
-        helds = {f"{r.kv_bytes_per_token:,.0f}" for r in rs}
+        rs.sort(key=lambda e: (e[0].budget is None, e[0].budget or 0, e[0].row))
+        n = {k for *_, k in rs}
+        over = (
+            "on average over the text's steps"
+            if n == {1}
+            else f"on average over a text's steps and the {n.pop()} texts"
+            if len(n) == 1
+            else "on average over a text's steps and the texts each was measured on"
+        )
+        helds = {f"{held:,.0f}" for _, held, _, _ in rs}
         at = [
-            f"{r.read_share:.0%} at {r.budget} slots ({esc(r.row)})"
+            f"{share:.0%} at {r.budget} slots ({esc(r.row)})"
             if r.budget is not None
-            else f"{r.read_share:.0%} ({esc(r.row)})"
-            for r in rs
+            else f"{share:.0%} ({esc(r.row)})"
+            for r, _, share, _ in rs
         ]
         if len(helds) == 1:
             said.append(
                 f"{esc(fam)} holds {helds.pop()} bytes a token after the text, and a step reads "
-                f"{names(at)} of what it holds then, on average over the text's steps"
+                f"{names(at)} of what it holds then, {over}"
             )
         else:
             said += [
-                f"{esc(fam)} ({esc(r.row)}) holds {r.kv_bytes_per_token:,.0f} bytes a token after "
-                f"the text, and a step reads {r.read_share:.0%} of what it holds then, on average "
-                "over the text's steps"
-                for r in rs
+                f"{esc(fam)} ({esc(r.row)}) holds {held:,.0f} bytes a token after the text, and a "
+                f"step reads {share:.0%} of what it holds then, {over}"
+                for r, held, share, _ in rs
             ]
     if not said:
         return ""
@@ -592,4 +687,67 @@ def text_notes(records: Sequence[FrontierRow], on_chart: Sequence[str]) -> tuple
         records,
         ("text notes", charted),
         lambda: tuple(n for n in (stepped_note(charted), read_note(records, charted)) if n),
+    )
+
+
+def _count(n: int, one: str, many: str = "") -> str:
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
+
+
+def texts_note(records: Sequence[FrontierRow], points: Sequence[Point]) -> str:
+    """What the perplexity chart's points are over, from the file: its texts at
+    :data:`frontier.PPL_TOKENS` tokens that have a full-cache row, what a point and its bar
+    are, the rows measured on fewer of them (drawn, never ranked), and the texts with no
+    full-cache row yet (not shown)."""
+    texts, unreferenced = frontier.ppl_texts(records)
+    tokens = f"{frontier.PPL_TOKENS:,} tokens"
+    out = []
+    full = min((p for p in points if p.group == "full"), key=lambda p: p.order, default=None)
+    unit = (
+        "in % over the full cache's on the same text (above 0%: read worse than by the full cache)"
+    )
+    if len(texts) == 1:
+        out.append(
+            f"Perplexity over {tokens} of one text, {esc(texts[0])}"
+            + (f" (the full cache's: {full.texts[0][1]:.2f})" if full is not None else "")
+            + f", each row's {unit}: one measurement a row, no range."
+        )
+    elif texts:
+        which = (
+            f"the full cache's perplexity: {full_ppl(full)}"
+            if full is not None
+            else names([esc(t) for t in texts])
+        )
+        out.append(
+            f"Perplexity over {tokens} of {len(texts)} texts ({which}), each row's {unit}: a "
+            f"point is the mean over the {len(texts)} texts, its bar their range, lowest to "
+            "highest."
+        )
+        fewer = sorted((p for p in points if len(p.texts) < len(texts)), key=lambda p: p.order)
+        if fewer:
+            listed = [f"{esc(p.row)} on {len(p.texts)}" for p in fewer[:6]]
+            more = f" and {len(fewer) - 6} more" if len(fewer) > 6 else ""
+            out.append(
+                f"{_count(len(fewer), 'row')} measured on fewer of them so far "
+                f"({', '.join(listed)}{more}): drawn over the texts they have, never ranked."
+            )
+    elif not unreferenced:
+        return f"The frontier file has no row at {tokens}."
+    for t, n in unreferenced:
+        out.append(
+            f"{esc(t)}: {_count(n, 'row')} at {tokens} but no full-cache row to put "
+            f"{'it' if n == 1 else 'them'} against yet: not shown."
+        )
+    return " ".join(out)
+
+
+def ppl_counted(records: Sequence[FrontierRow], points: Sequence[Point]) -> str:
+    """How many rows and families the perplexity chart draws, and the file's lines at another
+    length it leaves out."""
+    other = sum(r.tokens != frontier.PPL_TOKENS for r in records)
+    families = len(frontier.lines(points))
+    return (
+        f"{_count(len(points), 'row')} in {_count(families, 'family', 'families')}"
+        + (f"; {_count(other, 'line')} at another length not shown" if other else "")
+        + "."
     )

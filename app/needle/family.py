@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import h2o
-from app.needle.data import Cell, parsed
 from app.needle.frontier import TOLERANCE
 from app.needle.grid import rows as ordered_rows
 from app.real_model.claims import esc, names
 from h2o.model.caches.base import ContextCompression
 from h2o.model.rows import Row
+from h2o.needle.results import Cell, parsed
 from h2o.stats import Paired, p_text, paired, positions
 
 

@@ -5,6 +5,11 @@ A row belongs to one of five groups: the full cache (the reference), eviction (a
 SnapKV at a budget, full precision), KIVI-style quantization (every token kept, at fewer bits),
 the two combined (eviction at a budget, the kept tokens quantized) and selection (every token
 kept, a part of them read at each step: Quest).
+
+Perplexity levels differ from text to text, so a row's perplexity is put against the full cache's
+on the same text (its perplexity over the full cache's, less one: +5 % reads the text 5 % worse),
+and a point is the mean of that over every text the file holds at :data:`PPL_TOKENS` tokens, its
+range (lowest to highest) the spread.
 """
 
 from __future__ import annotations
@@ -13,8 +18,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from app.needle.data import Cell, FrontierRow, derived, parsed
 from app.needle.grid import family_name, row_order
+from h2o.needle.results import Cell, FrontierRow, derived, parsed
 
 GROUPS = {
     "evict": "eviction",
@@ -22,8 +27,9 @@ GROUPS = {
     "both": "eviction + KIVI-style",
     "select": "selection (every key held, a part read)",
 }
-#: The perplexity the page shows: ``python -m h2o frontier``'s text and length (the shipped run's).
-PPL_TEXT, PPL_TOKENS = "lighthouse.txt", 2048
+#: The length the perplexity chart reads (``python -m h2o frontier``'s, the shipped runs'); every
+#: text the file holds at it is on the chart.
+PPL_TOKENS = 2048
 
 
 def group(row: str, kind: str, bits: int | None) -> str:
@@ -62,27 +68,86 @@ class Point:
     needles: int = 0
     #: accuracy points: its positions (depths) at the length, each one observation
     positions: int = 0
+    #: perplexity points: (text, perplexity, relative) per text it was measured on, ``relative``
+    #: its perplexity over the full cache's on that text, less one (``y`` is their mean)
+    texts: tuple[tuple[str, float, float], ...] = ()
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        """A perplexity point's lowest and highest relative perplexity over its texts."""
+        rel = [r for _, _, r in self.texts] or [self.y]
+        return min(rel), max(rel)
 
 
-def ppl_points(
-    rows: Iterable[FrontierRow], text: str = PPL_TEXT, tokens: int = PPL_TOKENS
-) -> list[Point]:
-    """The frontier rows measured on ``text`` at ``tokens`` tokens, as points."""
-    return [
-        Point(
-            row=r.row,
-            family=family_name(r.family, r.allocation, r.row),
-            group=group(r.row, r.kind, r.bits),
-            policy=r.policy,
-            bits=r.bits,
-            sinks=r.sinks,
-            x=r.kv_bytes_per_token,
-            y=r.perplexity,
-            order=row_order(r),
+class PplTexts(NamedTuple):
+    """The texts the frontier file holds at a length: those with a full-cache row (each row is
+    put against it), and, for those without one yet, how many rows each holds."""
+
+    texts: tuple[str, ...]
+    unreferenced: tuple[tuple[str, int], ...]
+
+
+def ppl_texts(rows: Sequence[FrontierRow], tokens: int = PPL_TOKENS) -> PplTexts:
+    """The file's texts at ``tokens`` tokens, by name: those with a full-cache row, and the
+    others with their number of rows. Computed once per server for a shipped file's records."""
+    return derived(rows, ("ppl_texts", tokens), lambda: _ppl_texts(rows, tokens))
+
+
+def _ppl_texts(rows: Sequence[FrontierRow], tokens: int) -> PplTexts:
+    counts: dict[str, int] = {}
+    referenced: set[str] = set()
+    for r in rows:
+        if r.tokens == tokens:
+            counts[r.text] = counts.get(r.text, 0) + 1
+            if group(r.row, r.kind, r.bits) == "full":
+                referenced.add(r.text)
+    return PplTexts(
+        tuple(sorted(referenced)),
+        tuple((t, n) for t, n in sorted(counts.items()) if t not in referenced),
+    )
+
+
+def ppl_points(rows: Sequence[FrontierRow], tokens: int = PPL_TOKENS) -> list[Point]:
+    """The frontier rows at ``tokens`` tokens, one point a row over every text that has a
+    full-cache row (:func:`ppl_texts`): ``y`` the mean over its texts of its perplexity over the
+    full cache's on the same text, less one; ``n`` its number of texts. Computed once per server
+    for a shipped file's records."""
+    return list(derived(rows, ("ppl_points", tokens), lambda: _ppl_points(rows, tokens)))
+
+
+def _ppl_points(rows: Sequence[FrontierRow], tokens: int) -> list[Point]:
+    texts = set(ppl_texts(rows, tokens).texts)
+    mine = [r for r in rows if r.tokens == tokens and r.text in texts]
+    reference: dict[str, FrontierRow] = {}  # per text, its full cache: the first in row order
+    for r in sorted(mine, key=row_order):
+        if group(r.row, r.kind, r.bits) == "full":
+            reference.setdefault(r.text, r)
+    by_row: dict[str, list[FrontierRow]] = {}
+    for r in mine:
+        by_row.setdefault(r.row, []).append(r)
+    out = []
+    for row, rs in by_row.items():
+        rs.sort(key=lambda r: r.text)
+        per_text = tuple(
+            (r.text, r.perplexity, r.perplexity / reference[r.text].perplexity - 1) for r in rs
         )
-        for r in rows
-        if r.text == text and r.tokens == tokens
-    ]
+        r0 = rs[0]
+        out.append(
+            Point(
+                row=row,
+                family=family_name(r0.family, r0.allocation, row),
+                group=group(row, r0.kind, r0.bits),
+                policy=r0.policy,
+                bits=r0.bits,
+                sinks=r0.sinks,
+                x=sum(r.kv_bytes_per_token for r in rs) / len(rs),
+                y=sum(rel for *_, rel in per_text) / len(per_text),
+                n=len(rs),
+                order=row_order(r0),
+                texts=per_text,
+            )
+        )
+    return out
 
 
 def accuracy_points(cells: Iterable[Cell], length: int) -> list[Point]:
@@ -131,13 +196,17 @@ def _accuracy_points(cells: Iterable[Cell], length: int) -> list[Point]:
 MIN_POSITIONS = 5
 
 
-def compared(points: Iterable[Point]) -> tuple[list[Point], list[Point]]:
-    """Accuracy points split into those a verdict may compare (the full cache, and rows with at
-    least :data:`MIN_POSITIONS` positions at the length) and those it sets aside."""
+def compared(points: Sequence[Point]) -> tuple[list[Point], list[Point]]:
+    """Points split into those a verdict may compare and those it sets aside: the full cache
+    is always compared; a needle accuracy with at least :data:`MIN_POSITIONS` positions at the
+    length; a perplexity measured on every text the chart holds (a mean over fewer texts is
+    not the same measurement)."""
+    most = max((len(p.texts) for p in points), default=0)
     keep: list[Point] = []
     aside: list[Point] = []
     for p in points:
-        (keep if p.group == "full" or p.positions >= MIN_POSITIONS else aside).append(p)
+        enough = len(p.texts) == most if p.texts else p.positions >= MIN_POSITIONS
+        (keep if p.group == "full" or enough else aside).append(p)
     return keep, aside
 
 
@@ -186,18 +255,26 @@ class FigureLine(NamedTuple):
     xs: list[float]
     ys: list[float]
     hover: list[str]
+    #: perplexity lines: each point's lowest and highest value over its texts (its bar)
+    spread: tuple[list[float], list[float]] | None = None
 
 
 def figure_lines(points: Iterable[Point], value: Callable[[Point], str]) -> list[FigureLine]:
     """:func:`lines` as the frontier figure takes them, one :class:`FigureLine` per family
-    (:func:`cache_facts` of its first row), each point's hover ``"<row>: <value(point)>"``."""
+    (:func:`cache_facts` of its first row), each point's hover ``"<row>: <value(point)>"``; a
+    perplexity line carries its points' ranges over texts (:attr:`Point.spread`)."""
     out = []
     for fam, ps in lines(points).items():
         method, allocation, sinks = cache_facts(ps[0])
         xs, ys = [p.x for p in ps], [p.y for p in ps]
         hover = [f"{p.row}: {value(p)}" for p in ps]
+        spread = None
+        if any(p.texts for p in ps):
+            spread = ([p.spread[0] for p in ps], [p.spread[1] for p in ps])
         out.append(
-            FigureLine(fam, ps[0].group, method, ps[0].bits, allocation, sinks, xs, ys, hover)
+            FigureLine(
+                fam, ps[0].group, method, ps[0].bits, allocation, sinks, xs, ys, hover, spread
+            )
         )
     return out
 

@@ -1,6 +1,6 @@
 """The needle grid's numbers: rows in order, the length × depth matrices, per-row scores.
 
-Pure functions of the cells read from ``needle-grid.jsonl`` (:mod:`app.needle.data`): the page
+Pure functions of the cells read from ``needle-grid.jsonl`` (:mod:`h2o.needle.results`): the page
 draws what these return and states what :mod:`app.needle.claims` says about the same numbers.
 """
 
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.needle.data import Cell, parsed
 from h2o.alloc import ALLOCATORS
 from h2o.model.rows import kinds as cache_kinds
+from h2o.needle.results import Cell, parsed
 
 #: The two things a heatmap can colour: the share of the cell's needles answered right, or the
 #: answer's mean teacher-forced log-probability.

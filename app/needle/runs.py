@@ -10,7 +10,7 @@ from typing import Any
 import streamlit as st
 
 from app import model_runs, state
-from app.needle.data import Cell
+from h2o.needle.results import Cell
 
 #: What identifies a cell for ``run_cell``: the row's label and the cell's position and needle.
 SPEC_FIELDS = ("row", "length", "depth", "needle")

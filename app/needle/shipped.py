@@ -1,60 +1,64 @@
-"""The shipped result files for the pages, cached per file version (path, mtime, size)."""
+"""The shipped result files for the pages (read by :mod:`h2o.needle.results`), cached per file
+version (path, mtime, size), and what the pages say of them: problems and provenance."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import streamlit as st
 
-from app.needle import data
+from app.model_runs import shipped_result
+from h2o.needle import results
+
+Reader = Callable[[Path], results.Loaded]
 
 
 # One value per file version, shared by every session (st.cache_data would unpickle the 1,500
 # cells on every call of every run): read-only, so its lists are made tuples here. A plain
 # lru_cache: st.cache_resource would hash the arguments anew on every call of every run.
 @functools.lru_cache(maxsize=8)
-def _read(path: str, which: str, mtime_ns: int, size: int) -> data.Loaded:
-    reader = {"grid": data.read_grid, "frontier": data.read_frontier}.get(which, data.read_followup)
+def _read(path: str, reader: Reader, mtime_ns: int, size: int) -> results.Loaded:
     loaded = reader(Path(path))
     return dataclasses.replace(
         loaded, records=tuple(loaded.records), problems=tuple(loaded.problems)
     )
 
 
-def _load(name: str, which: str) -> tuple[data.Loaded, Path]:
+def _load(name: str, reader: Reader) -> tuple[results.Loaded, Path]:
     # RESULTS_DIR is read at call time: the tests point it at a fixture of the same schema.
-    path = data.RESULTS_DIR / name
+    path = results.RESULTS_DIR / name
     try:
         st_ = path.stat()
     except OSError:
-        return data.Loaded(missing=True), path
-    return _read(str(path), which, st_.st_mtime_ns, st_.st_size), path
+        return results.Loaded(missing=True), path
+    return _read(str(path), reader, st_.st_mtime_ns, st_.st_size), path
 
 
-def grid() -> tuple[data.Loaded, Path]:
+def grid() -> tuple[results.Loaded, Path]:
     """``needle-grid.jsonl``'s cells (and its path, for messages)."""
-    return _load(data.GRID_FILE, "grid")
+    return _load(results.GRID_FILE, results.read_grid)
 
 
-def followup() -> tuple[data.Loaded, Path]:
+def followup() -> tuple[results.Loaded, Path]:
     """``followup.jsonl``'s cells (the second question; and its path, for messages)."""
-    return _load(data.FOLLOWUP_FILE, "followup")
+    return _load(results.FOLLOWUP_FILE, results.read_followup)
 
 
-def frontier() -> tuple[data.Loaded, Path]:
+def frontier() -> tuple[results.Loaded, Path]:
     """``frontier.jsonl``'s rows (and its path, for messages)."""
-    return _load(data.FRONTIER_FILE, "frontier")
+    return _load(results.FRONTIER_FILE, results.read_frontier)
 
 
-def report(loaded: data.Loaded, path: Path, what: str) -> bool:
+def report(loaded: results.Loaded, path: Path, what: str) -> bool:
     """Say what is wrong with a file (missing, refused, bad lines, repeated cells); whether
     there is anything to show."""
     from app import state
 
-    rel = path.relative_to(data.ROOT) if path.is_relative_to(data.ROOT) else path.name
+    rel = path.relative_to(results.ROOT) if path.is_relative_to(results.ROOT) else path.name
     if loaded.missing:
         st.info(
             f"{state.shown(rel, 120)} is not in this copy, so there is no {what} to show. It is "
@@ -80,11 +84,11 @@ def report(loaded: data.Loaded, path: Path, what: str) -> bool:
     return True
 
 
-def provenance(loaded: data.Loaded, what: str, collapsed: bool = True) -> None:
+def provenance(loaded: results.Loaded, what: str, collapsed: bool = True) -> None:
     """How the file was made, one click away: its distinct commands (as code, never markup), how
     many runs used each and their wall time. ``collapsed=False`` draws it in place (inside the
     presenter's "More", which is already one click away and cannot hold another expander)."""
-    cmds = data.commands(loaded.meta)
+    cmds = results.commands(loaded.meta)
     if not cmds:
         st.caption(f"The {what} file has no sidecar saying how it was made.")
         return
@@ -98,7 +102,7 @@ def provenance(loaded: data.Loaded, what: str, collapsed: bool = True) -> None:
         st.code(provenance_script(cmds, loaded.name), language="bash", wrap_lines=True)
 
 
-def provenance_caption(cmds: list[data.Command]) -> str:
+def provenance_caption(cmds: list[results.Command]) -> str:
     """The sentence above the commands: runs, distinct commands, wall time in all."""
     runs, wall = sum(c.runs for c in cmds), sum(c.wall for c in cmds)
     resumed = (
@@ -112,7 +116,7 @@ def provenance_caption(cmds: list[data.Command]) -> str:
     return f"Computed ahead by {n} in {r}, {wall / 60:,.0f} min of wall time in all.{resumed}"
 
 
-def provenance_script(cmds: list[data.Command], name: str) -> str:
+def provenance_script(cmds: list[results.Command], name: str) -> str:
     """The commands as a shell script, each after a comment with its runs and wall time (and,
     for one that wrote another file than ``name``, that its lines were copied into this one)."""
     out = []
@@ -124,39 +128,7 @@ def provenance_script(cmds: list[data.Command], name: str) -> str:
     return "\n".join(out)
 
 
-BAND_FILE = "attention-band.json"
-
-
-@st.cache_data(show_spinner=False, max_entries=4)
-def _band(path: str, mtime_ns: int, size: int) -> dict | None:
-    import json
-
-    try:
-        if size > 2**20:
-            return None
-        d = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    band, warmup = (
-        d.get("band") if isinstance(d, dict) else None,
-        d.get("warmup") if isinstance(d, dict) else None,
-    )
-    ok = (
-        isinstance(band, list)
-        and 0 < len(band) <= 4096
-        and all(isinstance(b, int) and not isinstance(b, bool) and 0 < b < 2**31 for b in band)
-    )
-    if not ok or not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 1:
-        return None
-    return {"band": band, "warmup": warmup}
-
-
 def attention_band() -> dict | None:
     """``attention-band.json`` (the model's local attention band per layer), checked; None
     when it is missing or not of its schema."""
-    path = data.RESULTS_DIR / BAND_FILE
-    try:
-        st_ = path.stat()
-    except OSError:
-        return None
-    return _band(str(path), st_.st_mtime_ns, st_.st_size)
+    return results.attention_band(shipped_result(results.BAND_FILE))

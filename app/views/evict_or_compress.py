@@ -1,11 +1,12 @@
 """Evict or compress? Eviction (fewer tokens at 16 bits) against KIVI-style quantization (every
 token at fewer bits) and both combined, at equal KV memory, on SmolLM2-135M.
 
-Two charts against KV bytes per token, one line per family: perplexity on lighthouse.txt at
-T = 2048 (``traces/results/frontier.jsonl``) and needle accuracy (``needle-grid.jsonl``) at a
-chosen prompt length. The reader picks a row; each chart's verdict, at that row's own bytes per
-token on that chart, is built from the same points by :func:`app.needle.claims.verdict`,
-whatever it says.
+Two charts against KV bytes per token, one line per family: perplexity at T = 2048 over every
+text ``traces/results/frontier.jsonl`` holds, each row's against the full cache's on the same
+text (a point the mean over the texts, its bar their range), and needle accuracy
+(``needle-grid.jsonl``) at a chosen prompt length. The reader picks a row; each chart's
+verdict, at that row's own bytes per token on that chart, is built from the same points by
+:func:`app.needle.claims.verdict`, whatever it says.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import streamlit as st
 
 from app import a11y, charts, figures, pages, painted, state
 from app.needle import claims, frontier, shipped
-from app.needle.data import derived
-from app.needle.frontier import GROUPS, PPL_TEXT, PPL_TOKENS
+from app.needle.frontier import GROUPS, PPL_TOKENS
+from h2o.needle.results import derived
 from h2o.stats import positions
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control
@@ -65,6 +66,8 @@ state.publish([])  # this page keeps its settings in the session, not the URL
 fr, fr_path = shipped.frontier()
 gr, gr_path = shipped.grid()
 ppl = frontier.ppl_points(fr.records) if not fr.missing else []
+texts = frontier.ppl_texts(fr.records).texts
+over = texts[0] if len(texts) == 1 else plural(len(texts), "text")  # what the chart is over
 lens = sorted({c.length for c in gr.records})
 choices = frontier.reference_rows(
     ppl, *(frontier.accuracy_points(gr.records, n) for n in reversed(lens))
@@ -89,46 +92,38 @@ if choices:
     )
 
 # -- perplexity ------------------------------------------------------------------------------------
-st.subheader(f"Perplexity — {PPL_TEXT}, T = {PPL_TOKENS:,}", divider="gray")
+st.subheader(f"Perplexity — {state.md(over)}, T = {PPL_TOKENS:,}", divider="gray")
 if shipped.report(fr, fr_path, "frontier"):
     if not ppl:
-        st.info(
-            f"The frontier file has no row measured on {PPL_TEXT} at {PPL_TOKENS:,} tokens.",
-            icon=":material/info:",
-        )
+        st.info(claims.texts_note(fr.records, ppl), icon=":material/info:")
     else:
         memory = frontier.memory_of(ppl, ref) if ref is not None else None
         said = claims.verdict(ppl, memory, claims.PERPLEXITY) if memory is not None else None
-        counted = (
-            f"{plural(len(ppl), 'row')} in {plural(len(frontier.lines(ppl)), 'family', 'families')}"
-            + (
-                f"; {plural(len(fr.records) - len(ppl), 'row')} on another text or length not shown"
-                if len(fr.records) > len(ppl)
-                else ""
-            )
-            + "."
-        )
+        counted = claims.ppl_counted(fr.records, ppl)
+        over_texts = claims.texts_note(fr.records, ppl)
         charts.show(
             figures.frontier(
-                lines=frontier.figure_lines(ppl, lambda p: f"perplexity {p.y:.2f}"),
+                lines=frontier.figure_lines(ppl, claims.ppl_hover),
                 full=full_of(ppl),
                 limit=memory,
-                title=f"Perplexity against KV memory — {PPL_TEXT}, {PPL_TOKENS:,} tokens "
-                "(lower is better)",
-                ytitle="perplexity",
-                yformat="%{y:.2f}",
+                title=f"Perplexity against the full cache's, by KV memory — {PPL_TOKENS:,} "
+                f"tokens of {over} (lower is better)",
+                bar=claims.bar_legend(texts),
+                ytitle="perplexity over the full cache's (same text)",
+                yformat="%{y:+.1%}",
+                ytickformat="+.0%",
                 height=CHART_HEIGHT,
             ),
             key="ec_ppl",
-            describe=[t for t in (said, counted) if t],
+            describe=[t for t in (said, over_texts, counted) if t],
         )
 
         def below_chart() -> None:  # its sentences follow it, in the rest of the page
             if said is not None:
                 st.markdown(said)
             elif ref is not None:
-                not_on(f"the perplexity chart ({PPL_TEXT}, {PPL_TOKENS:,} tokens)")
-            st.caption(counted)
+                not_on(f"the perplexity chart ({PPL_TOKENS:,} tokens)")
+            st.caption(f"{over_texts} {counted}")
             charted = tuple(p.row for p in ppl)  # once per version of the two files
             one_shot = derived(
                 gr.records,
@@ -209,7 +204,14 @@ def rest() -> None:
             table: dict[str, dict] = {}
             for p in ppl:
                 table.setdefault(p.row, {"row": p.row, "family": p.family, "kind": p.group})
-                table[p.row] |= {"bytes/token (T = 2,048)": p.x, "perplexity": p.y}
+                lo, hi = p.spread
+                table[p.row] |= {
+                    "bytes/token (T = 2,048)": p.x,
+                    "perplexity over the full cache's (mean)": 100 * p.y,
+                    "perplexity over the full cache's, lowest": 100 * lo,
+                    "perplexity over the full cache's, highest": 100 * hi,
+                    "texts": len(p.texts),
+                } | {f"perplexity, {t}": v for t, v, _ in p.texts}
             for p in acc:
                 table.setdefault(p.row, {"row": p.row, "family": p.family, "kind": p.group})
                 table[p.row] |= {
@@ -228,7 +230,18 @@ def rest() -> None:
                 key="ec_rows",
                 column_config={
                     "needle accuracy": st.column_config.NumberColumn(format="percent"),
-                    "perplexity": st.column_config.NumberColumn(format="%.2f"),
+                    **{
+                        k: st.column_config.NumberColumn(format="%+.1f%%")
+                        for k in (
+                            "perplexity over the full cache's (mean)",
+                            "perplexity over the full cache's, lowest",
+                            "perplexity over the full cache's, highest",
+                        )
+                    },
+                    **{
+                        f"perplexity, {t}": st.column_config.NumberColumn(format="%.2f")
+                        for t in texts
+                    },
                     "bytes/token (T = 2,048)": st.column_config.NumberColumn(format="%.0f"),
                     "bytes/token (needle)": st.column_config.NumberColumn(format="%.0f"),
                 },

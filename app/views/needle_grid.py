@@ -17,8 +17,8 @@ import streamlit as st
 from app import a11y, charts, figures, painted, state
 from app.lesson import needle as lesson_needle
 from app.needle import claims, family, grid, runs, shipped
-from app.needle.data import derived
 from app.needle.grid import METRIC_BUTTONS, METRICS
+from h2o.needle.results import derived
 from h2o.stats import positions
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control

@@ -21,6 +21,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from h2o.policies.base import check_int
+
 #: Bytes of one number of the KV cache (float16, as served).
 BYTES_PER_VALUE = 2
 
@@ -28,15 +30,6 @@ BYTES_PER_VALUE = 2
 def slot_bytes(head_dim: int) -> int:
     """KV bytes of one slot of one head: a key and a value of ``head_dim`` float16 numbers."""
     return 2 * head_dim * BYTES_PER_VALUE
-
-
-def check_int(name: str, value: object, minimum: int) -> int:
-    """``value`` as an int, or ``ValueError`` naming ``name`` (bools and floats refused)."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 def check_fraction(name: str, value: object, *, zero_ok: bool = False) -> float:
@@ -110,9 +103,6 @@ class Allocation:
     def dynamic(self) -> bool:
         """Whether heads trade slots at run time (adaptive): only layer sums are fixed."""
         return self.alpha is not None
-
-    def layer_totals(self) -> np.ndarray:
-        return self.budgets.sum(axis=1)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: name, budget, total slots, the keys' and values' bytes, the grid, classes

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Allocator, check_fraction, check_int, round_to_total
+from h2o.policies.base import check_int
+
+from .base import Allocator, check_fraction, round_to_total
 
 RETRIEVAL, STREAMING = "retrieval", "streaming"
 

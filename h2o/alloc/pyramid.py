@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Allocator, check_int, round_to_total
+from h2o.policies.base import check_int
+
+from .base import Allocator, round_to_total
 
 
 def pyramid_layer_values(n_layers: int, cap: int, window: int, beta: float) -> np.ndarray:

@@ -54,15 +54,6 @@ class AnswerScore:
 
 
 # -- building a row ------------------------------------------------------------------------------
-def row_policies(model: SmolLM, row: Row, calibration_ids: Sequence[int] | None = None):
-    """``policies[layer]`` of a row that evicts as it reads (each layer its fastest exact
-    form): its kind's :meth:`~h2o.model.caches.CacheKind.decode_policies`."""
-    policies = row.cache.decode_policies(model, calibration_ids)
-    if policies is None:
-        raise ValueError(f"row {row.label!r} runs no decode-time policy")
-    return policies
-
-
 def row_quant(row: Row) -> QuantState | None:
     """A fresh quantized-cache state for one run of ``row`` (None: full precision)."""
     spec = row.kivi

@@ -18,16 +18,16 @@ Where the attention goes (sinks / recent / middle, every layer) is in :mod:`h2o.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from h2o.model.forward import AttnChunk, AttnHook, SmolLM
+from h2o.model.caches.kvzip_cache import reconstruction_scores
+from h2o.model.forward import AttnChunk, AttnHook, SmolLM, apply_rope, rope_tables
+from h2o.model.kv_cache import KVCache
 from h2o.progress import Progress
+from h2o.trace import Trace, save_trace
 from h2o.trace_vectors import HeadVectors
-
-if TYPE_CHECKING:
-    from h2o.trace import Trace
 
 Head = int | Literal["mean"]
 
@@ -48,9 +48,6 @@ def kvzip_scores(model: SmolLM, ids: list[int], layer: int) -> np.ndarray:
     receives from the model's queries while it repeats the whole text
     (:func:`h2o.model.caches.kvzip_cache.reconstruction_scores`; the first 4 score 1). The text
     is read once more, then repeated: two passes beyond the capture's own."""
-    from h2o.model.caches.kvzip_cache import reconstruction_scores
-    from h2o.model.kv_cache import KVCache
-
     cache = KVCache(model.config, len(ids))
     model.read(ids, cache)
     return reconstruction_scores(model, ids, cache, len(ids))[layer].astype(np.float32)
@@ -79,8 +76,6 @@ class VectorsHook:
         self.v = np.zeros((T, len(self.kv)), dtype=np.float32)
 
     def __call__(self, ch: AttnChunk) -> None:
-        from h2o.model.forward import apply_rope, rope_tables
-
         if ch.layer != self.layer or ch.queries is None or ch.keys is None or ch.values is None:
             return
         d, rows = self.cfg.head_dim, slice(ch.start, ch.start + ch.rows)
@@ -235,8 +230,6 @@ def to_trace(
     kvzip_scores: np.ndarray | None = None,
 ) -> Trace:
     """Wrap a capture in the policy library's :class:`h2o.trace.Trace`."""
-    from h2o.trace import Trace
-
     return Trace.from_dense(
         name, dense, meta, tokens, key_norms=key_norms, vectors=vectors, kvzip_scores=kvzip_scores
     )
@@ -255,8 +248,6 @@ def save_capture(
 ) -> None:
     """Save a capture as an ``h2o-trace`` ``.npz`` (float16 weights and head vectors by default:
     half the size; rows are renormalised on load; the norms stay float32)."""
-    from h2o.trace import save_trace
-
     trace = to_trace(name, dense, meta, tokens, key_norms, vectors, kvzip_scores)
     save_trace(trace, path, float16=float16)
 

@@ -33,7 +33,9 @@ import numpy as np
 
 from h2o.bank.kernels import evict_lanes
 from h2o.model.closed_loop import Instances
+from h2o.policies import POLICIES, make_policy
 from h2o.policies.base import ScoredPolicy
+from h2o.trace import check_kvzip_scores
 from h2o.trace_vectors import HeadVectors
 
 #: What the model can hand a policy, by the trace member it reads.
@@ -62,7 +64,6 @@ class Feed:
 
     def given(self, member: str, values: np.ndarray) -> None:
         """A member known for every position before the run (KVzip's scores)."""
-        from h2o.trace import check_kvzip_scores
 
         if member != "kvzip_scores" or member not in self.members:
             raise ValueError(f"{member} is not given ahead to this feed")
@@ -200,8 +201,6 @@ def fed_layers(
     """One :class:`FedHeads` a layer: ``POLICIES[policy](budget, **params)`` in every KV head,
     fed the members it reads for ``positions`` positions; ``given`` ``(n_layers, n_kv_heads,
     positions)``: the member known ahead (KVzip's scores), required when the policy reads it."""
-    from h2o.policies import POLICIES, make_policy
-
     cfg = model.config
     cls = POLICIES[policy]
     ahead = [m for m in cls.reads_trace if m == "kvzip_scores"]

@@ -65,8 +65,6 @@ class ModelConfig:
     head_dim: int
     rope_base: float
     rms_eps: float
-    vocab_size: int
-    context_length: int
     name: str = "SmolLM2-135M-Instruct"
 
     @property
@@ -85,8 +83,6 @@ class TokenizerData:
     bos_id: int | None = None
     eos_id: int | None = None
     pre: str = "default"
-    add_bos: bool = False
-    chat_template: str | None = None
 
 
 @dataclass(frozen=True)
@@ -125,7 +121,6 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
 
     n_heads = int(hp("attention.head_count"))
     d_model = int(hp("embedding_length"))
-    tokens = list(_field(reader, "tokenizer.ggml.tokens"))
     config = ModelConfig(
         n_layers=int(hp("block_count")),
         d_model=d_model,
@@ -135,8 +130,6 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
         head_dim=int(hp("rope.dimension_count", d_model // n_heads)),
         rope_base=float(hp("rope.freq_base", 10000.0)),
         rms_eps=float(hp("attention.layer_norm_rms_epsilon", 1e-5)),
-        vocab_size=int(hp("vocab_size", len(tokens))),
-        context_length=int(hp("context_length", 2048)),
         name=str(_field(reader, "general.name", "llama")),
     )
 
@@ -152,14 +145,12 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFModel:
         weights[t.name] = w
 
     tok = TokenizerData(
-        tokens=tokens,
+        tokens=list(_field(reader, "tokenizer.ggml.tokens")),
         merges=list(_field(reader, "tokenizer.ggml.merges", [])),
         token_types=[int(x) for x in _field(reader, "tokenizer.ggml.token_type", [])],
         bos_id=_opt_int(_field(reader, "tokenizer.ggml.bos_token_id")),
         eos_id=_opt_int(_field(reader, "tokenizer.ggml.eos_token_id")),
         pre=str(_field(reader, "tokenizer.ggml.pre", "default")),
-        add_bos=bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
-        chat_template=_field(reader, "tokenizer.chat_template"),
     )
     metadata = {
         "name": config.name,

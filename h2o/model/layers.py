@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from h2o.analysis import bench, make_policy
 from h2o.model.capture import (
     N_RECENT,
     N_SINKS,
@@ -173,8 +174,6 @@ def compare_layers(
     (the trace's ``meta["layer"]``, else its index). A combination the policy refuses (e.g.
     ``recent_window >= budget``) raises ``ValueError`` before anything is replayed.
     """
-    from h2o.analysis import bench, make_policy
-
     lineup = list(lineup)
     for name, params in lineup:
         make_policy(name, budget, **params)  # fail fast, with the policy's own message

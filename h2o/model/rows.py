@@ -46,16 +46,15 @@ Each kind of cache is one class (:mod:`h2o.model.caches`: :class:`~h2o.model.cac
 :class:`~h2o.model.caches.KiviCache`): its part of the grammar, its name, what it holds and how the
 model attends through it. The grammar here splits a label into its parts — a head
 (``NAME[@BUDGET[/ALLOCATION]][:opt...]``, :func:`~h2o.model.caches.base.split_head`), then
-``+kiviN...`` and ``+sinks`` — and hands the head to the kinds until one reads it, its options
-with it: a kind declares its options, reads, checks and writes them and refuses them on another
-kind in its own words, and a row keeps what every row has (kind, policy, budget, allocation,
-bits, sinks) and its options (:attr:`Row.options`, read with :meth:`Row.option`). A ``+kiviN``
-part, options included, is read and written by :class:`~h2o.model.caches.KiviCache` whatever the
-head. A row asks its kind (:attr:`Row.cache`); what is shared — the quantization a ``+kiviN``
-adds, the sinks, the bytes — lives here, and so does what must know both a row and what its kinds
-call: :func:`held_bytes`, the bytes a policy holds under an allocation
-(:mod:`h2o.model.allocation`) counted as its row's. The kinds never import this module at run
-time (only for type hints): it sits above them.
+``+kiviN...`` and ``+sinks`` — and hands the head to the kinds until one reads it, its options with
+it: a kind declares its options, reads, checks and writes them, and a row keeps what every row has
+(kind, policy, budget, allocation, bits, sinks) and its options (:attr:`Row.options`, read with
+:meth:`Row.option`). A ``+kiviN`` part, options included, is read and written by
+:class:`~h2o.model.caches.KiviCache` whatever the head. A row asks its kind (:attr:`Row.cache`);
+what is shared — the quantization a ``+kiviN`` adds, the sinks, the bytes — lives here, and so does
+what must know both a row and what its kinds call: :func:`held_bytes`, the bytes a policy holds
+under an allocation (:mod:`h2o.model.allocation`) counted as its row's. The kinds never import this
+module at run time (only for type hints): it sits above them.
 """
 
 from __future__ import annotations
@@ -73,7 +72,7 @@ from h2o.model.caches import CACHE_KINDS, CacheKind, KiviCache, parse_order
 from h2o.model.caches.base import ALLOCATIONS, split_head
 from h2o.model.caches.evicting_cache import MODES
 from h2o.model.caches.snapkv_cache import DEFAULT_POOLING
-from h2o.model.quant import BITS, RESIDUAL, KiviSpec, kivi_bytes, kivi_bytes_kept
+from h2o.model.quant import BITS, KiviSpec, kivi_bytes, kivi_bytes_kept
 
 __all__ = [
     "ALLOCATIONS",
@@ -110,12 +109,6 @@ def _owner(name: str) -> type[CacheKind]:
     raise ValueError(f"no kind of cache takes an option {name!r}")
 
 
-def _runs_as_unset(name: str, value: Any) -> bool:
-    """Whether an option's value runs as naming none does (SnapKV's ``max5``)."""
-    defaults = _owner(name).defaults
-    return name in defaults and defaults[name] == value
-
-
 @dataclass(frozen=True)
 class Row:
     """What holds the KV cache during one run (see the module docstring for the labels)."""
@@ -144,19 +137,16 @@ class Row:
         for name in ("policy", "budget", "allocation"):
             if name not in cache.takes and getattr(self, name) is not None:
                 raise ValueError(f"a {self.kind} row takes no {name}")
+        foreign = sorted(set(named) - {*cache.options, *KiviCache.options})
+        if foreign:
+            who = self.policy or self.kind
+            raise ValueError(f"a {self.kind} row ({who}) takes no option {foreign[0]!r}")
         cache.check()
         if self.bits is not None:
             if not cache.quantizable:
                 raise ValueError(f"a {self.kind} row takes no bits")
             if self.bits not in BITS:
                 raise ValueError(f"bits must be one of {', '.join(map(str, BITS))}")
-        # an option of another kind (h2o@128:avg5), refused in that kind's words: the first in
-        # the kinds' order, each kind's in its own
-        foreign = set(named) - {*cache.options, *KiviCache.options}
-        for owner in (CACHE_KINDS[k] for k in kinds()) if foreign else ():
-            for name in owner.options:
-                if name in foreign:
-                    raise ValueError(owner.refusal(name, self.policy or self.kind))
         KiviCache.check_quantizer(self)
         s = self.sinks
         if isinstance(s, bool) or not isinstance(s, int | np.integer) or s < 0:
@@ -165,9 +155,6 @@ class Row:
             raise ValueError("sinks apply to a quantized cache (kivi)")
         if s and self.bits == 16:
             raise ValueError("kivi16 is the full-precision cache: sinks change nothing")
-        # a value that runs as naming none is not named: one row, one label
-        kept = {n: v for n, v in named.items() if not _runs_as_unset(n, v)}
-        object.__setattr__(self, "options", tuple(sorted(kept.items())))
 
     def option(self, name: str) -> Any:
         """The value of the option ``name`` (its kind's, or its quantization's): as set, or as
@@ -187,11 +174,6 @@ class Row:
         """The scored policy's recent window in slots (its class's default when the row sets
         none; None for a row that has none): a share is ``floor(budget * pct / 100)``."""
         return getattr(self.cache, "recent_window", None)
-
-    @property
-    def snapkv_pooling(self) -> tuple[str, int] | None:
-        """SnapKV's ``(mode, kernel)``: ``("max", 5)`` unless the row names another."""
-        return getattr(self.cache, "pooling", None) if self.kind == "snapkv" else None
 
     def policy_params(self) -> dict[str, int]:
         """The parameters the row sets on its policy's constructor (the recent window)."""
@@ -273,7 +255,7 @@ class Row:
         """The quantization spec, or None for a full-precision row (kivi16 included)."""
         if self.bits is None or self.bits == 16:
             return None
-        return KiviSpec(self.bits, self.sinks, residual=self.option("residual") or RESIDUAL)
+        return KiviSpec(self.bits, self.sinks, residual=self.option("residual"))
 
     def bookkeeping_per_slot(self) -> int:
         """A policy's own bytes per slot (its class's ``nbytes_per_slot``; 0 if it keeps no

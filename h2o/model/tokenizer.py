@@ -43,15 +43,10 @@ class BPETokenizer:
         tk.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
         self._tk = tk
         self.data = data
-        self.special_ids = frozenset(vocab[s] for s in specials)
         self.bos_id = data.bos_id
         self.eos_id = data.eos_id
         #: Ids that end a generation: the GGUF's ``eos_token_id`` and :data:`END_OF_TEXT`.
         self.end_ids = frozenset(i for i in (data.eos_id, vocab.get(END_OF_TEXT)) if i is not None)
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.data.tokens)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (no BOS is added: SmolLM2's GGUF says ``add_bos_token=False``)."""

@@ -125,9 +125,10 @@ def summary(lines: list[dict]) -> str:
 
 
 def _finish(args: argparse.Namespace, run, meta: dict) -> int:
-    from h2o.needle.grid import errors_path, read_lines, write_meta
+    from h2o.needle.grid import errors_path, write_meta
+    from h2o.needle.results import read_lines
 
-    lines, _ = read_lines(args.out)
+    lines = read_lines(args.out, resume=True).records
     rows: list[str] = []
     for line in lines:
         if line["row"] not in rows:
@@ -161,8 +162,8 @@ def _finish(args: argparse.Namespace, run, meta: dict) -> int:
 # -- commands ------------------------------------------------------------------------------------
 def cmd_needle(args: argparse.Namespace) -> int:
     from h2o.needle.cells import cell_batch, cell_needles, run_cells, stand_in_cell
-    from h2o.needle.grid import needle_key
     from h2o.needle.needles import NEEDLES
+    from h2o.needle.results import needle_key
 
     rows = row_labels(args.rows)
     lengths = parse_lengths(args.lengths)
@@ -203,8 +204,8 @@ def cmd_needle(args: argparse.Namespace) -> int:
 
 def cmd_followup(args: argparse.Namespace) -> int:
     from h2o.needle.cells import FOLLOWUP_DEPTHS, followup_pairs, run_followup
-    from h2o.needle.grid import followup_key
     from h2o.needle.needles import NEEDLES
+    from h2o.needle.results import followup_key
 
     rows = row_labels(args.rows)
     lengths = parse_lengths(args.lengths)
@@ -247,7 +248,7 @@ def cmd_followup(args: argparse.Namespace) -> int:
 def cmd_frontier(args: argparse.Namespace) -> int:
     from h2o.model.rows import Row
     from h2o.needle.cells import run_frontier
-    from h2o.needle.grid import frontier_key
+    from h2o.needle.results import frontier_key
 
     rows = row_labels(args.rows)
     check_tokens(args.tokens, MAX_CONTEXT)

@@ -12,13 +12,13 @@ files' own).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from h2o.needle import results
+from h2o.needle.results import BAND_FILE, Cell, FollowUpCell
 from h2o.stats import ALPHA, Paired, min_p, p_text, paired, positions
 
-RESULTS = Path(__file__).resolve().parents[2] / "traces" / "results"
 #: The lengths where the compared rows have several needles a cell.
 MAX_LENGTH = 2048
 
@@ -78,44 +78,20 @@ EQUAL_MEMORY: dict[tuple[str, int], tuple[str, ...]] = {
 EQUAL_TOLERANCE = 0.02
 
 
-def read_lines(path: Path) -> list[dict]:
-    out: dict = {}
-    if not path.is_file():
-        return []
-    for raw in path.read_text(encoding="utf-8").splitlines():
-        try:
-            d = json.loads(raw)
-        except ValueError:
-            continue
-        key = tuple(v for k, v in sorted(d.items()) if k in _KEYS)
-        out.pop(key, None)
-        out[key] = d
-    return list(out.values())
-
-
-_KEYS = {"row", "length", "depth", "needle", "depth_first", "depth_second", "first", "second"}
-
-
-def _outcomes(cells: Iterable[dict], row: str, length: int | None) -> dict:
+def _outcomes(cells: Iterable[Cell], row: str, length: int | None) -> dict:
     return {
-        (c["length"], c["depth"], c["needle"]): bool(c["correct"])
+        (c.length, c.depth, c.needle): c.correct
         for c in cells
-        if c["row"] == row
-        and c["length"] <= MAX_LENGTH
-        and (length is None or c["length"] == length)
+        if c.row == row and c.length <= MAX_LENGTH and (length is None or c.length == length)
     }
 
 
-def _bytes_per_token(cells: Iterable[dict], row: str, length: int) -> float:
-    xs = [
-        c["kv_bytes"] / c["prompt_tokens"]
-        for c in cells
-        if c["row"] == row and c["length"] == length
-    ]
+def _bytes_per_token(cells: Iterable[Cell], row: str, length: int) -> float:
+    xs = [c.kv_bytes / c.tokens for c in cells if c.row == row and c.length == length]
     return sum(xs) / len(xs)
 
 
-def table(cells: Sequence[dict]) -> list[str]:
+def table(cells: Sequence[Cell]) -> list[str]:
     """One Markdown table row per row of :data:`TABLE_ROWS` in the file."""
     out = [
         f"| row | positions at ≤ {MAX_LENGTH:,} tokens | needles a position | needles answered "
@@ -153,8 +129,6 @@ SWEEP_BUDGETS = (64, 128, 256, 512)
 SWEEP_WINDOWS = (("12%", ":w12%"), ("25%", ":w25%"), ("50%", ":w50%"), ("75%", ":w75%"))
 SWEEP_FIXED = (("32 (default)", ""), ("45 (band)", ":w45"))
 SWEEP_LENGTH = 1024
-#: The model's local attention band per layer (:mod:`h2o.model.band`).
-BAND_FILE = "attention-band.json"
 
 
 def sweep_rows() -> list[str]:
@@ -162,7 +136,7 @@ def sweep_rows() -> list[str]:
     return [f"h2o@{b}{suffix}" for b in SWEEP_BUDGETS for _, suffix in SWEEP_WINDOWS + SWEEP_FIXED]
 
 
-def window_sweep(cells: Sequence[dict], length: int = SWEEP_LENGTH) -> list[str]:
+def window_sweep(cells: Sequence[Cell], length: int = SWEEP_LENGTH) -> list[str]:
     """A Markdown table: per budget, the needles answered at each recent window (``k/n`` and
     the window in slots; "–" where not computed or not smaller than the budget). A budget is
     listed when at least two of its windows were computed; no table without one."""
@@ -232,17 +206,6 @@ def band_note(band: Sequence[int], window: int) -> str:
     )
 
 
-def read_band(path: Path) -> list[int] | None:
-    """The per-layer bands of ``attention-band.json`` (None when it is missing or has none)."""
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    band = d.get("band") if isinstance(d, dict) else None
-    ok = isinstance(band, list) and band and all(isinstance(x, int) for x in band)
-    return band if ok else None
-
-
 def _verdict(t: Paired, a: str, b: str) -> str:
     """Which row answers more, only where the sign test over positions says so (p < 0.05);
     otherwise not distinguishable, or no verdict possible where no test on that many positions
@@ -252,7 +215,7 @@ def _verdict(t: Paired, a: str, b: str) -> str:
     return t.undecided()
 
 
-def equal_memory(cells: Sequence[dict]) -> list[str]:
+def equal_memory(cells: Sequence[Cell]) -> list[str]:
     """One line per (row, length) of :data:`EQUAL_MEMORY` in the file: its count, then each
     partner's, bytes per token and the sign test over their shared positions; a partner outside
     :data:`EQUAL_TOLERANCE` of the row's bytes is named as such, never compared. Counts are
@@ -310,7 +273,7 @@ def _budgetless(row: str) -> str:
     return f"{head}@B{rest[len(budget) :]}"
 
 
-def equal_memory_pooled(cells: Sequence[dict]) -> list[str]:
+def equal_memory_pooled(cells: Sequence[Cell]) -> list[str]:
     """The rows of :data:`EQUAL_MEMORY` over every length at once: at each length the row beside
     the partner of that method holding its bytes there (within :data:`EQUAL_TOLERANCE`), the
     sign test over all those positions (a length alone has too few to decide). A method is
@@ -352,7 +315,7 @@ def equal_memory_pooled(cells: Sequence[dict]) -> list[str]:
     return out
 
 
-def comparisons(cells: Sequence[dict]) -> list[str]:
+def comparisons(cells: Sequence[Cell]) -> list[str]:
     """One line per pair of :data:`PAIRS` both rows of which are in the file."""
     out = []
     for a, b, length in PAIRS:
@@ -375,35 +338,23 @@ def comparisons(cells: Sequence[dict]) -> list[str]:
     return out
 
 
-def followup_key(line: dict) -> tuple:
-    """A follow-up cell, ``(length, depth of the first fact, of the second, i)``: its position
-    is the first three (both facts' places in one haystack), ``i`` its pair of facts there."""
-    return (
-        line["length"],
-        line["depth_first"],
-        line["depth_second"],
-        line.get("first"),
-        line.get("second"),
-        line.get("i"),
-    )
-
-
 def followup_position(key: tuple) -> tuple:
-    """A follow-up cell's position: the length and the two facts' depths."""
+    """A follow-up cell's position, from its :attr:`~h2o.needle.results.FollowUpCell.key`: the
+    length and the two facts' depths (both facts' places in one haystack)."""
     return key[:3]
 
 
-def followup(lines: Sequence[dict]) -> list[str]:
+def followup(lines: Sequence[FollowUpCell]) -> list[str]:
     """The second-question file: per row, both questions' needles over positions (a position
     is the length and the two facts' depths) and the sign test between them; rows whose counts
     are all the same share one line (in the file's order)."""
     said: dict[tuple, list[str]] = {}
-    for r in dict.fromkeys(x["row"] for x in lines):
-        cs = [x for x in lines if x["row"] == r]
-        first = {followup_key(x): bool(x["correct_first"]) for x in cs}
-        second = {followup_key(x): bool(x["correct_second"]) for x in cs}
+    for r in dict.fromkeys(x.row for x in lines):
+        cs = [x for x in lines if x.row == r]
+        first = {x.key: x.correct_first for x in cs}
+        second = {x.key: x.correct_second for x in cs}
         t = paired(first, second, followup_position)
-        lens = tuple(sorted({x["length"] for x in cs}))
+        lens = tuple(sorted({x.length for x in cs}))
         a = positions(first, followup_position).text()
         b = positions(second, followup_position).text()
         said.setdefault((lens, a, b, t), []).append(r)
@@ -422,15 +373,15 @@ def followup(lines: Sequence[dict]) -> list[str]:
     return out
 
 
-def headline(results: Path = RESULTS) -> str:
+def headline(folder: Path = results.RESULTS_DIR) -> str:
     """The README's block: each compared row's needles answered, with its interval."""
-    return "\n".join(table(read_lines(results / "needle-grid.jsonl")))
+    return "\n".join(table(results.read_grid(folder / results.GRID_FILE).records))
 
 
-def details(results: Path = RESULTS) -> str:
+def details(folder: Path = results.RESULTS_DIR) -> str:
     """The findings page's block: the paired comparisons, the rows at equal memory, H2O's window
     sweep with its band note, and the second question."""
-    cells = read_lines(results / "needle-grid.jsonl")
+    cells = results.read_grid(folder / results.GRID_FILE).records
     parts = [
         "\n".join(comparisons(cells)),
         "\n".join(equal_memory(cells)),
@@ -438,23 +389,23 @@ def details(results: Path = RESULTS) -> str:
     ]
     sweep = window_sweep(cells)
     parts.append("\n".join(sweep))
-    band = read_band(results / BAND_FILE)
+    band = results.attention_band(results.read_json(folder / BAND_FILE))
     if sweep and band is not None:
-        parts.append(band_note(band, band_window()))
-    fu = read_lines(results / "followup.jsonl")
+        parts.append(band_note(band["band"], band_window()))
+    fu = results.read_followup(folder / results.FOLLOWUP_FILE).records
     if fu:
         parts.append("\n".join(followup(fu)))
     return "\n\n".join(p for p in parts if p)
 
 
-def findings(results: Path = RESULTS) -> str:
+def findings(folder: Path = results.RESULTS_DIR) -> str:
     """Every block, as Markdown: the README's table, then the findings page's details."""
-    return "\n\n".join(p for p in (headline(results), details(results)) if p)
+    return "\n\n".join(p for p in (headline(folder), details(folder)) if p)
 
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
-README = RESULTS.parents[1] / "README.md"
-DOCS = RESULTS.parents[1] / "docs" / "explanation" / "findings.md"
+README = results.ROOT / "README.md"
+DOCS = results.ROOT / "docs" / "explanation" / "findings.md"
 
 
 def between_markers(text: str) -> str:

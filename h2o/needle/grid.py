@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from h2o.needle.results import needle_key, read_lines, read_meta
+
 Key = Callable[[dict], Hashable]
 #: ``progress(done, total, spec, line_or_none, error_or_none)`` after every finished cell.
 GridProgress = Callable[[int, int, dict, dict | None, str | None], None]
@@ -42,28 +44,6 @@ CONNECT_TIMEOUT = "20s"
 #: The most cells one job holds: a larger batch is cut into jobs of about equal size, so that
 #: an interrupt or a lost worker costs at most that many cells.
 JOB_CELLS = 64
-
-
-def needle_key(line: dict) -> tuple[str, int, int, str]:
-    """A needle cell: (row, length, depth, needle)."""
-    return (str(line["row"]), int(line["length"]), int(line["depth"]), str(line["needle"]))
-
-
-def followup_key(line: dict) -> tuple[str, int, int, int, str, str]:
-    """A follow-up cell: (row, length, depth of the first fact, of the second, the two)."""
-    return (
-        str(line["row"]),
-        int(line["length"]),
-        int(line["depth_first"]),
-        int(line["depth_second"]),
-        str(line["first"]),
-        str(line["second"]),
-    )
-
-
-def frontier_key(line: dict) -> tuple[str, str, int]:
-    """A frontier line: (row, text, tokens)."""
-    return (str(line["row"]), Path(str(line["text"])).name, int(line["tokens"]))
 
 
 # -- executors ---------------------------------------------------------------------------------
@@ -118,34 +98,6 @@ def _clean(x: Any) -> Any:
 
 def dumps(line: dict) -> str:
     return json.dumps(_clean(line), ensure_ascii=False, allow_nan=False)
-
-
-def read_lines(path: Path) -> tuple[list[dict], bool]:
-    """The complete lines of a results file, and whether a broken last line was dropped (the
-    half line of a writer killed mid-write). A broken line elsewhere is refused."""
-    if not path.exists():
-        return [], False
-    text = path.read_text(encoding="utf-8")
-    raw = text.split("\n")
-    lines: list[dict] = []
-    dropped = False
-    for i, s in enumerate(raw):
-        if not s.strip():
-            continue
-        last = i == len(raw) - 1  # no newline after it: possibly cut short
-        try:
-            obj = json.loads(s)
-        except json.JSONDecodeError:
-            if last:
-                dropped = True
-                continue
-            raise ValueError(f"{path}: line {i + 1} is not JSON; remove it or the file") from None
-        if not isinstance(obj, dict):
-            raise ValueError(f"{path}: line {i + 1} is not a JSON object")
-        lines.append(obj)
-    if text and not text.endswith("\n") and not dropped:
-        dropped = True  # a complete object without its newline: rewrite it with one
-    return lines, dropped
 
 
 def write_lines(path: Path, lines: Sequence[dict]) -> None:
@@ -217,8 +169,9 @@ def run_grid(
     t0 = time.perf_counter()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    existing, dropped = read_lines(out)
-    if dropped:
+    read = read_lines(out, resume=True)
+    existing = read.records
+    if read.cut:  # its broken last line dropped, or its last line given its newline
         write_lines(out, existing)
     done = {key(line) for line in existing}
     todo: list[dict] = []
@@ -320,7 +273,7 @@ def run_grid(
         _shutdown(executor, wait=False)
     else:
         _shutdown(executor, wait=True)
-    lines, _ = read_lines(out)
+    lines = read_lines(out, resume=True).records
     write_lines(out, canonical(lines, specs, key))
     errs = errors_path(out)
     if run.failed:
@@ -357,12 +310,7 @@ def write_meta(out: str | os.PathLike[str], meta: dict, run: GridRun) -> dict:
     import platform
 
     path = Path(str(out) + ".meta.json")
-    old: dict = {}
-    if path.exists():
-        try:
-            old = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            old = {}
+    old = read_meta(Path(out)) or {}
     runs = list(old.get("runs", []))
     runs.append(
         {
@@ -376,7 +324,7 @@ def write_meta(out: str | os.PathLike[str], meta: dict, run: GridRun) -> dict:
             "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
     )
-    lines, _ = read_lines(Path(out))
+    lines = read_lines(Path(out), resume=True).records
     full = {
         **meta,
         "wall_seconds": round(sum(r["wall_seconds"] for r in runs), 1),

@@ -155,11 +155,6 @@ def counts(rep: h2o.Replay) -> bool:
     return bool(cls is not None and cls.declares("score_counts"))
 
 
-def score_max(rep: h2o.Replay) -> float:
-    """The largest score the replay ever held (0 if none)."""
-    return score_range(rep)[1]
-
-
 def score_range(rep: h2o.Replay) -> tuple[float, float]:
     """The smallest and largest score the replay ever held ((0, 0) if none), computed once per
     replay."""

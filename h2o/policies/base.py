@@ -37,6 +37,7 @@ MAX_WEIGHT = 1.01
 
 
 def check_int(name: str, value: object, minimum: int) -> int:
+    """``value`` as an int, or ``ValueError`` naming ``name`` (bools and floats refused)."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if value < minimum:

@@ -6,9 +6,9 @@ The row grammar (:mod:`h2o.model.rows`) is shared; each kind of cache is one sub
 * its part of the grammar: the row splits a label's head into a name, a budget, an allocation
   and ``:opt`` tokens (:func:`split_head`); :meth:`CacheKind.parse_head` says whether the head
   is this kind's and reads it, its options included — the options it declares
-  (:attr:`CacheKind.options`), each read from its token (:meth:`CacheKind.read_option`) and
-  refused on another kind in its own words (:meth:`CacheKind.refusal`) — :meth:`CacheKind.head`
-  writes it back, and :meth:`CacheKind.check` refuses what the kind does not take;
+  (:attr:`CacheKind.options`), each read from its token (:meth:`CacheKind.read_option`) —
+  :meth:`CacheKind.head` writes it back, and :meth:`CacheKind.check` refuses what the kind does
+  not take;
 * what it is called and where it sits: :meth:`CacheKind.name` (the family on the memory
   frontier), :attr:`CacheKind.group` (the full cache, eviction or quantization);
 * what it holds: :meth:`CacheKind.slots` per (layer, KV head), its bookkeeping per slot;
@@ -117,13 +117,10 @@ class CacheKind:
     #: whether it has a closed-loop perplexity over a text (False: it compresses a prompt once)
     closed_loop: ClassVar[bool] = True
     #: the options its labels take (``:w64``, ``:avg5``): name → its value when the label names
-    #: none (a row stores only the options set to something else; :meth:`Row.option
-    #: <h2o.model.rows.Row.option>` reads them)
+    #: none (a row stores only the options set to something else, so that one row has one
+    #: label; :meth:`Row.option <h2o.model.rows.Row.option>` reads them)
     options: ClassVar[Mapping[str, Any]] = {}
-    #: an option's value that runs as naming none does (SnapKV's ``max5``): dropped once the row
-    #: is checked, so that one row has one label
-    defaults: ClassVar[Mapping[str, Any]] = {}
-    #: what its options' tokens look like, for the refusal of a token no kind reads
+    #: what its options' tokens look like, for the refusal of a token it does not read
     option_hints: ClassVar[tuple[str, ...]] = ()
     #: tried after every other kind when a label is parsed (the grammar's catch-all)
     fallback: ClassVar[bool] = False
@@ -167,40 +164,17 @@ class CacheKind:
         return None
 
     @classmethod
-    def readers(cls) -> list[type[CacheKind]]:
-        """The kinds whose tokens a label of this kind may name: itself. A token another of
-        them reads is read as that kind's option, for the row to refuse it by what it is
-        (:meth:`refusal`)."""
-        return [cls]
-
-    @classmethod
     def read_options(cls, tokens: Sequence[str], label: str) -> dict[str, Any]:
-        """The options a head's ``:opt`` tokens name (:meth:`read_option` of each of
-        :meth:`readers`, this kind first); ``ValueError`` for a token none of them reads."""
-        if tokens and not cls.options:
-            raise ValueError(f"row {label!r}: {cls.kind} takes no options")
-        readers, read = cls.readers(), {}
+        """The options a head's ``:opt`` tokens name (:meth:`read_option` of each);
+        ``ValueError`` naming the row and the first token this kind does not read."""
+        read: dict[str, Any] = {}
         for token in tokens:
-            for kind in readers:
-                got = kind.read_option(token, read)
-                if got is not None:
-                    read[got[0]] = got[1]
-                    break
-            else:
-                hints = [h for k in sorted(readers, key=lambda c: c.rank) for h in k.option_hints]
-                raise ValueError(cls.unread(label, token, ", ".join(hints)))
+            got = cls.read_option(token, read)
+            if got is None:
+                takes = ", ".join(cls.option_hints) or f"{cls.kind} takes no options"
+                raise ValueError(f"row {label!r}: cannot read option {':' + token!r} ({takes})")
+            read[got[0]] = got[1]
         return read
-
-    @classmethod
-    def unread(cls, label: str, token: str, hints: str) -> str:
-        """The refusal of a ``:token`` none of :meth:`readers` reads (``hints``: their
-        tokens)."""
-        return f"row {label!r}: cannot read option {':' + token!r} ({hints})"
-
-    @classmethod
-    def refusal(cls, name: str, who: str) -> str:
-        """Why ``who`` (a row's policy or kind) cannot take this kind's option ``name``."""
-        return f"{who} takes no option {name} (only a {cls.kind} row does)"
 
     def check(self) -> None:
         """Refuse, with ``ValueError``, a row of this kind with fields it does not take."""
@@ -360,16 +334,6 @@ class Budgeted(CacheKind):
             "allocation": head.allocation,
             "options": cls.read_options(head.tokens, label),
         }
-
-    @classmethod
-    def readers(cls) -> list[type[CacheKind]]:
-        """Itself, then every other kind of the ``NAME@BUDGET`` form with options: each refuses
-        the others' (SnapKV a recent window, a policy the pooling) by what they are."""
-        others = sorted(
-            (c for c in CACHE_KINDS.values() if issubclass(c, Budgeted) and c.options),
-            key=lambda c: c.rank,
-        )
-        return [cls] + [c for c in others if c is not cls]
 
     def check(self) -> None:
         r = self.row

@@ -59,18 +59,6 @@ class EvictingCache(Budgeted):
             return "mode", token
         return None
 
-    @classmethod
-    def refusal(cls, name: str, who: str) -> str:
-        if name == "mode":
-            return (
-                f"{who} has no prefill mode (only h2o: the authors' generation code "
-                "chooses its heavy hitters from the prompt's attention)"
-            )
-        return (
-            f"{who} has no recent window to set (:wN applies to the scored policies: "
-            "h2o, scissorhands, tova, random)"
-        )
-
     @property
     def window(self) -> int | None:
         """The recent window the row sets in slots (None: unset)."""
@@ -118,7 +106,10 @@ class EvictingCache(Budgeted):
         w, pct = self.window, self.window_pct
         if w is not None or pct is not None:
             if not self.windowed:
-                raise ValueError(self.refusal("window", str(r.policy)))
+                raise ValueError(
+                    f"{r.policy} has no recent window to set (:wN applies to the scored "
+                    "policies: h2o, scissorhands, tova, random)"
+                )
             if w is not None and pct is not None:
                 raise ValueError("give the recent window in slots or as a share, not both")
             if r.allocation is not None:
@@ -141,7 +132,10 @@ class EvictingCache(Budgeted):
             raise ValueError(f"unknown mode {self.mode!r}; choose from {', '.join(MODES)}")
         if self.prefill:
             if not getattr(POLICIES[r.policy], "prefill_selection", False):
-                raise ValueError(self.refusal("mode", str(r.policy)))
+                raise ValueError(
+                    f"{r.policy} has no prefill mode (only h2o: the authors' generation code "
+                    "chooses its heavy hitters from the prompt's attention)"
+                )
             if r.allocation is not None or r.bits is not None:
                 raise ValueError(
                     "h2o's prefill mode runs at a uniform budget in full precision (no "

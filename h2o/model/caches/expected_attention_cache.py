@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from h2o.model.caches.base import ContextCompression
+from h2o.model.forward import apply_rope, rope_tables
 from h2o.model.stack import cache_for
 from h2o.policies.expected_attention import N_FUTURE, N_SINK, averaged_rope, expected_attention
 
@@ -77,7 +78,6 @@ class QueryStats:
     context is read."""
 
     def __init__(self, cfg, context: int) -> None:
-        from h2o.model.forward import rope_tables
 
         H, d = cfg.n_heads, cfg.head_dim
         self.cfg, self.context = cfg, context
@@ -87,7 +87,6 @@ class QueryStats:
         self.cos, self.sin = rope_tables(np.arange(context), d, cfg.rope_base)
 
     def hook(self, ch) -> None:
-        from h2o.model.forward import apply_rope
 
         lo, hi = max(ch.start, N_SINK), min(ch.start + ch.rows, self.context)
         if hi <= lo:

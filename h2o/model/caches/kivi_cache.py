@@ -31,12 +31,11 @@ class KiviCache(CacheKind):
     kind = "kivi"
     rank = 7
     quantizable = True
-    #: the full-precision residual, ``:rN`` (None: KIVI's 128, unnamed in the label), and
+    #: the full-precision residual, ``:rN`` (KIVI's 128 unnamed in the label), and
     #: whether the prompt is read through the quantized cache, as a token-by-token decoder
     #: would (``:qprompt``), rather than attended at full precision and quantized when stored
     #: (KIVI's prefill)
-    options: ClassVar[Mapping[str, Any]] = {"residual": None, "quantized_prompt": False}
-    defaults: ClassVar[Mapping[str, Any]] = {"residual": RESIDUAL}
+    options: ClassVar[Mapping[str, Any]] = {"residual": RESIDUAL, "quantized_prompt": False}
     option_hints = (
         "rN for the full-precision residual",
         "qprompt to read the prompt through the quantized cache",
@@ -69,22 +68,15 @@ class KiviCache(CacheKind):
             return "quantized_prompt", True
         return None
 
-    @classmethod
-    def unread(cls, label: str, token: str, hints: str) -> str:
-        return f"row {label!r}: cannot read option {':' + token!r} after kiviBITS ({hints})"
-
     @staticmethod
     def check_quantizer(row: Row) -> None:
         """Refuse a residual or ``qprompt`` on a row not quantized, and a residual that is not
         a positive multiple of the group."""
-        residual = row.option("residual")
-        if residual is not None or row.option("quantized_prompt"):
+        r = row.option("residual")
+        if r != RESIDUAL or row.option("quantized_prompt"):
             if row.bits is None or row.bits == 16:
                 raise ValueError("a residual or qprompt applies to a quantized cache (kivi2/4/8)")
-            r = residual
-            if r is not None and (
-                isinstance(r, bool) or not isinstance(r, int) or r < GROUP or r % GROUP
-            ):
+            if isinstance(r, bool) or not isinstance(r, int) or r < GROUP or r % GROUP:
                 raise ValueError(
                     f"the residual must be a positive multiple of the group ({GROUP}), got {r!r}"
                 )
@@ -93,7 +85,7 @@ class KiviCache(CacheKind):
     def quantizer_label(row: Row) -> str:
         """The label's ``kiviBITS[:rN][:qprompt]`` of a row with bits."""
         out = f"kivi{row.bits}"
-        if row.option("residual") is not None:
+        if row.option("residual") != RESIDUAL:
             out += f":r{row.option('residual')}"
         if row.option("quantized_prompt"):
             out += ":qprompt"
@@ -106,7 +98,7 @@ class KiviCache(CacheKind):
         q = f"KIVI-style {row.bits}-bit"
         if row.sinks:
             q += " + sinks"
-        if row.option("residual") is not None:
+        if row.option("residual") != RESIDUAL:
             q += f", residual {row.option('residual')}"
         if row.option("quantized_prompt"):
             q += ", prompt read quantized"

@@ -28,9 +28,8 @@ class SnapKVCache(Budgeted):
     rank = 2
     colour = "#4E79A7"
     marker = "circle"
-    #: its pooling, ``:avgK`` or ``:maxK`` (None: :data:`DEFAULT_POOLING`, unnamed in the label)
-    options: ClassVar[Mapping[str, Any]] = {"pooling": None}
-    defaults: ClassVar[Mapping[str, Any]] = {"pooling": DEFAULT_POOLING}
+    #: its pooling, ``:avgK`` or ``:maxK`` (:data:`DEFAULT_POOLING` unnamed in the label)
+    options: ClassVar[Mapping[str, Any]] = {"pooling": DEFAULT_POOLING}
     option_hints = ("avgK/maxK for snapkv's pooling",)
     closed_loop = False  # it compresses a prompt once: no perplexity over a text
 
@@ -39,10 +38,6 @@ class SnapKVCache(Budgeted):
         """``avgK`` / ``maxK``, once (the kernel is checked with the row)."""
         return ("pooling", token) if POOL.match(token) and "pooling" not in read else None
 
-    @classmethod
-    def refusal(cls, name: str, who: str) -> str:
-        return f"only snapkv pools its scores, not {who}"
-
     def check(self) -> None:
         r = self.row
         if r.policy not in (None, SNAPKV):
@@ -50,7 +45,7 @@ class SnapKVCache(Budgeted):
         object.__setattr__(r, "policy", SNAPKV)
         super().check()
         named = r.option("pooling")
-        if named is not None:
+        if named != DEFAULT_POOLING:
             m = POOL.match(str(named))
             if not m or int(m["kernel"]) % 2 == 0 or int(m["kernel"]) < 1:
                 raise ValueError(
@@ -60,20 +55,20 @@ class SnapKVCache(Budgeted):
     @property
     def pooling(self) -> tuple[str, int]:
         """``(mode, kernel)``: ``("max", 5)`` unless the row names another."""
-        m = POOL.match(self.row.option("pooling") or DEFAULT_POOLING)
+        m = POOL.match(self.row.option("pooling"))
         assert m is not None
         return m["mode"], int(m["kernel"])
 
     def head(self) -> str:
         named = self.row.option("pooling")
-        return super().head() + (f":{named}" if named else "")
+        return super().head() + (f":{named}" if named != DEFAULT_POOLING else "")
 
     def name(self) -> str:
         r, named = self.row, self.row.option("pooling")
         return (
             "SnapKV"
             + (f" ({r.allocation})" if r.allocation else "")
-            + (f" ({named})" if named else "")
+            + (f" ({named})" if named != DEFAULT_POOLING else "")
         )
 
     def read_prompt(self, model, prompt, cache, quant, reading, calibration_ids=None):
