@@ -3,20 +3,25 @@ their markers are exactly what ``python -m h2o.needle.findings`` prints from ``t
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
 
+from h2o.model.rows import Row
 from h2o.needle import findings
 from h2o.needle.results import (
     Cell,
     FollowUpCell,
+    FrontierRow,
     attention_band,
     read_followup,
+    read_frontier,
     read_grid,
     read_json,
 )
-from h2o.stats import Paired, p_text, paired
+from h2o.stats import Paired, p_text, paired, sign_test
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,8 +32,10 @@ def test_the_readme_and_the_findings_page_state_what_the_files_hold():
     assert findings.between_markers(readme) == findings.headline(results)
     page = (ROOT / "docs" / "explanation" / "findings.md").read_text(encoding="utf-8")
     assert findings.between_markers(page) == findings.details(results)
-    both = f"{findings.headline(results)}\n\n{findings.details(results)}"
-    assert findings.findings(results) == both
+    ppl = findings.between_markers(page, findings.PPL_START, findings.PPL_END)
+    assert ppl == findings.perplexity(results) != ""
+    every = f"{findings.headline(results)}\n\n{findings.details(results)}\n\n{ppl}"
+    assert findings.findings(results) == every
 
 
 def test_the_findings_read_the_files_with_the_apps_checks(tmp_path):
@@ -55,6 +62,15 @@ def test_the_block_is_written_between_the_markers(tmp_path):
     with pytest.raises(ValueError, match="findings:start"):
         findings.write_block(p, "x")
     assert p.read_text() == "no markers"
+    # the page's second block, beside the first: each is written between its own markers
+    both = f"{findings.START}\na\n{findings.END}\n{findings.PPL_START}\nold\n{findings.PPL_END}\n"
+    p.write_text(both)
+    findings.write_block(p, "new", findings.PPL_START, findings.PPL_END)
+    assert findings.between_markers(p.read_text(), findings.PPL_START, findings.PPL_END) == "new"
+    assert findings.between_markers(p.read_text()) == "a"
+    p.write_text(f"{findings.START}\na\n{findings.END}\n")
+    with pytest.raises(ValueError, match="perplexity:start"):
+        findings.write_block(p, "x", findings.PPL_START, findings.PPL_END)
 
 
 def _line(row: str, length: int, depth: int, needle: str, ok: bool, kv_bytes: int = 1) -> Cell:
@@ -446,3 +462,188 @@ def test_the_docs_say_no_more_than_the_evidence():
     assert not w.differs and "half the budget as window answers more cells" not in docs
     flat = " ".join(docs.split())
     assert f"{w.more_a} won and {w.more_b} lost of {w.n} (exact sign test {p_text(w.p)})" in flat
+
+
+# -- perplexity over a text (frontier.jsonl) -------------------------------------------------------
+FRONTIER = ROOT / "traces" / "results" / "frontier.jsonl"
+
+
+def _ppl(records, row: str) -> dict[str, FrontierRow]:
+    """A row's lines at the findings' 2,048 tokens, by text."""
+    return {r.text: r for r in records if r.row == row and r.tokens == 2048}
+
+
+def _fr(row: str, text: str, ppl: float, per_token: float = 1000.0, share=None) -> FrontierRow:
+    """A frontier line of ``row`` on ``text`` (the fields the findings do not read fixed)."""
+    return FrontierRow(
+        row, row, "policy", None, None, None, None, 0, text, 2048, ppl, int(per_token * 2048),
+        per_token, 1.0, read_share=share,
+    )  # fmt: skip
+
+
+def test_the_perplexity_lines_change_when_the_file_changes(tmp_path):
+    """The block's values are the file's: the shipped lines on lighthouse.txt, then the same
+    with kivi2 read lower than the rows at its memory, then with a second text on which one row
+    has no line."""
+    shipped = [
+        s
+        for s in FRONTIER.read_text(encoding="utf-8").splitlines()
+        if json.loads(s)["text"] == "lighthouse.txt"
+    ]
+    by_row = {json.loads(s)["row"]: json.loads(s) for s in shipped}
+    kivi2, h2o = by_row["kivi2"], by_row["h2o@415:w50%"]
+    head = f"`kivi2` ({kivi2['kv_bytes_per_token']:,.0f} KV bytes per token)"
+    beside = f"`h2o@415:w50%` ({h2o['kv_bytes_per_token']:,.0f} B) "
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (folder / "frontier.jsonl").write_text("\n".join(shipped) + "\n")
+    before = findings.perplexity(folder)
+    side = "lower" if h2o["perplexity"] < kivi2["perplexity"] else "higher"
+    assert f"{head} {kivi2['perplexity']:.2f};" in before
+    assert f"{beside}{h2o['perplexity']:.2f}, {side} than `kivi2` on 1 of 1 text;" in before
+
+    edited = []
+    for s in shipped:
+        d = json.loads(s)
+        if d["row"] == "kivi2":
+            d["perplexity"] = 1.5  # lower than any row at its memory
+        edited.append(json.dumps(d))
+    (folder / "frontier.jsonl").write_text("\n".join(edited) + "\n")
+    after = findings.perplexity(folder)
+    assert f"{head} 1.50;" in after and f"{head} {kivi2['perplexity']:.2f};" not in after
+    assert f"{beside}{h2o['perplexity']:.2f}, higher than `kivi2` on 1 of 1 text;" in after
+    assert ", lower than `kivi2`" not in after
+
+    # a second text: every line again but the first H2O row at kivi2's memory, 1.0 higher
+    other = []
+    for s in edited:
+        d = json.loads(s)
+        if d["row"] != "h2o@415:w50%":
+            other.append(
+                json.dumps({**d, "text": "another.txt", "perplexity": d["perplexity"] + 1})
+            )
+    (folder / "frontier.jsonl").write_text("\n".join(edited + other) + "\n")
+    two = findings.perplexity(folder)
+    assert "the first 2,048 tokens of another.txt and lighthouse.txt (each row's values" in two
+    assert f"{head} 2.50 and 1.50;" in two
+    line = next(x for x in two.splitlines() if x.startswith("- `kivi2`"))
+    assert f"{beside}{h2o['perplexity']:.2f} on lighthouse.txt (no line on another.txt)" in line
+    assert "higher than `kivi2` on 1 of 1 text;" in line  # compared on the text both have
+    assert "higher than `kivi2` on 2 of 2 texts." in line  # streaming-llm@436 on both
+    assert "No sign test on 2 texts or fewer can reach p < 0.05 (the smallest p on 2 is 0.50)" in (
+        two
+    )
+
+
+def test_perplexity_counts_texts_and_says_a_sign_test_only_where_one_could_decide():
+    """Made-up lines on six texts: kivi2 at 10 on each; an eviction row lower on five and equal
+    on one (a sign test over 5 discordant texts cannot reach p < 0.05), another lower on all six
+    (2 / 2**6 < 0.05: its p is said, still no "beats"), a third outside 2 % of kivi2's bytes on
+    one text and missing on another."""
+    texts = [f"t{i}.txt" for i in range(6)]
+    recs = [_fr("kivi2", t, 10.0) for t in texts]
+    recs += [_fr("h2o@415:w50%", t, 10.0 if t == "t0.txt" else 9.0) for t in texts]
+    recs += [_fr("streaming-llm@436", t, 8.0, 1010.0) for t in texts]
+    old = findings.PPL_AT_MEMORY
+    try:
+        findings.PPL_AT_MEMORY = (("kivi2", ("h2o@415:w50%", "streaming-llm@436", "snapkv@9")),)
+        recs += [_fr("snapkv@9", t, 11.0, 1030.0 if t == "t1.txt" else 1000.0) for t in texts[1:]]
+        (line,) = findings.ppl_at_memory(recs)
+    finally:
+        findings.PPL_AT_MEMORY = old
+    assert line.startswith("- `kivi2` (1,000 KV bytes per token) 10.00 on each text; at its")
+    assert "`h2o@415:w50%` (1,000 B) 10.00, 9.00, 9.00, 9.00, 9.00 and 9.00, lower than " in line
+    p5, p6 = sign_test(5, 0), sign_test(6, 0)
+    assert p5 >= 0.05 > p6
+    assert f"lower than `kivi2` on 5 of 6 texts (equal on 1), exact sign test p = {p5:.3f};" in line
+    assert (
+        "`streaming-llm@436` (1,010 B) 8.00 on each text, lower than `kivi2` on 6 of 6 texts, "
+        in (line)
+    )
+    assert f"exact sign test p = {p6:.3f};" in line
+    assert "`snapkv@9` (1,000–1,030 B) 11.00 on t1.txt, " in line and "(no line on t0.txt)" in line
+    assert "not within 2% of its bytes on t1.txt, higher than `kivi2` on 4 of 4 texts." in line
+    # four texts compared, where six could decide: that line says a test on 4 cannot
+    assert line.endswith(
+        "No sign test on 4 texts or fewer can reach p < 0.05 (the smallest p on "
+        f"4 is {2 / 2**4:.2f}): values text by text, and no verdict."
+    )
+    assert "beats" not in line
+    full = findings.ppl_full([_fr("full", t, 5.0) for t in texts])
+    assert "No sign test" not in full and "5.00 on each text" in full
+
+
+def test_every_perplexity_row_the_findings_list_is_in_the_shipped_file():
+    """A row listed but absent would drop out of the page silently: each is in the frontier
+    file at 2,048 tokens, every row beside another holds its bytes within 2 % on the shipped
+    text, and the rows at the same slots have the same budget."""
+    recs = read_frontier(FRONTIER).records
+    listed = [
+        *(r for a, bs in findings.PPL_AT_MEMORY for r in (a, *bs)),
+        *(r for g in findings.PPL_SAME_SLOTS for r in g),
+        *findings.PPL_READ,
+        "full",
+    ]
+    missing = [r for r in listed if not _ppl(recs, r)]
+    assert not missing, f"listed, not in the frontier file: {missing}"
+    for a, partners in findings.PPL_AT_MEMORY:
+        for b in partners:
+            for t, x in _ppl(recs, b).items():
+                ref = _ppl(recs, a)[t].kv_bytes_per_token
+                assert abs(x.kv_bytes_per_token - ref) <= findings.EQUAL_TOLERANCE * ref, (a, b, t)
+    for g in findings.PPL_SAME_SLOTS:
+        assert len({Row.parse(r).budget for r in g}) == 1, g
+    assert all(_ppl(recs, r)[t].read_share is not None for r in findings.PPL_READ for t in
+               _ppl(recs, r))  # fmt: skip
+
+
+def _mostly(b: dict[str, FrontierRow], a: dict[str, FrontierRow], lower: bool) -> bool:
+    """``b`` reads more of the texts both have lower (or higher) than ``a`` than the other way."""
+    shared = [t for t in b if t in a]
+    lo = sum(b[t].perplexity < a[t].perplexity for t in shared)
+    hi = sum(b[t].perplexity > a[t].perplexity for t in shared)
+    return lo > hi if lower else hi > lo
+
+
+def test_the_docs_perplexity_prose_is_the_files():
+    """The findings page's prose about perplexity, recounted from the frontier file: the
+    directions it states hold on more of the texts than not, and it types no perplexity of the
+    file outside the generated block (a typed number goes stale when a text is added)."""
+    recs = read_frontier(FRONTIER).records
+    docs = _docs()
+    ppl = dict(findings.PPL_AT_MEMORY)
+    # "At the 2-bit cache's memory, H2O ... and StreamingLLM read the frontier's texts with a
+    # lower perplexity than the 2-bit cache"; "at the 4-bit cache's memory the 4-bit cache's
+    # perplexity is the lower"
+    assert "**Perplexity can say the opposite.** At the 2-bit cache's memory, H2O" in docs
+    assert [Row.parse(b).policy for b in ppl["kivi2"]] == ["h2o", "streaming-llm"]
+    assert all(_mostly(_ppl(recs, b), _ppl(recs, "kivi2"), lower=True) for b in ppl["kivi2"])
+    assert all(_mostly(_ppl(recs, b), _ppl(recs, "kivi4"), lower=False) for b in ppl["kivi4"])
+    # "On perplexity the combination is lower than eviction at its own memory ... at each budget"
+    stacked = [a for a in ppl if a.endswith("+kivi4")]
+    assert len(stacked) >= 2 and "On perplexity the combination is lower than eviction" in docs
+    assert all(_mostly(_ppl(recs, b), _ppl(recs, a), lower=False) for a in stacked for b in ppl[a])
+    # "Quest's perplexity is higher than the full cache's"
+    assert "Quest's perplexity is higher than the full cache's" in docs
+    assert all(_mostly(_ppl(recs, q), _ppl(recs, "full"), lower=False) for q in findings.PPL_READ)
+    # "Expected Attention is the lowest of them" at 128 slots; "H2O at its memory is the lower
+    # at every budget"
+    (group,) = findings.PPL_SAME_SLOTS
+    ea = "expected-attention@128"
+    # "At 128 slots a head K-norm, KVzip and H2O hold the same bytes a token"
+    assert "At 128 slots a head K-norm, KVzip and H2O hold the same bytes a token" in docs
+    assert {Row.parse(r).budget for r in group} == {128}
+    held = {r.kv_bytes_per_token for g in group if g != ea for r in _ppl(recs, g).values()}
+    assert len(held) == 1, held
+    assert all(_mostly(_ppl(recs, ea), _ppl(recs, r), lower=True) for r in group if r != ea)
+    assert "and Expected Attention is the lowest of them" in docs
+    eas = [a for a in ppl if a.startswith("expected-attention@")]
+    assert len(eas) == 4 and "H2O at its memory is the lower at every budget" in docs
+    assert all(_mostly(_ppl(recs, b), _ppl(recs, a), lower=True) for a in eas for b in ppl[a])
+    page = (ROOT / "docs" / "explanation" / "findings.md").read_text(encoding="utf-8")
+    block = findings.between_markers(page, findings.PPL_START, findings.PPL_END)
+    prose = page.replace(block, "")
+    typed = sorted(
+        {f"{r.perplexity:.2f}" for r in recs} & set(re.findall(r"(?<![\d.])\d+\.\d\d(?!\d)", prose))
+    )
+    assert not typed, f"perplexities typed in the page's prose: {typed}"

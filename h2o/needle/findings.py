@@ -2,12 +2,14 @@
 answered with a 95 % interval over positions (a position is a (length, depth) of the haystack,
 its needles one observation: :mod:`h2o.stats`), the paired comparisons the text makes (an exact
 sign test on the positions two rows share), H2O's window sweep (with what its band column's
-window is against the model's attention band, ``attention-band.json``), and the second question.
+window is against the model's attention band, ``attention-band.json``), the second question, and
+perplexity over each text of ``frontier.jsonl`` (values text by text, and on how many texts one
+row is the lower: a few texts allow no sign test).
 
 ``python -m h2o.needle.findings`` prints them as Markdown; ``--write`` puts the table between the
-README's findings markers and the rest between those of ``docs/explanation/findings.md``
-(``tests/test_findings.py`` checks both hold exactly what it prints, so their figures are the
-files' own).
+README's findings markers, the rest between those of ``docs/explanation/findings.md`` and the
+perplexity lines between its perplexity markers (``tests/test_findings.py`` checks each holds
+exactly what it prints, so their figures are the files' own).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from h2o.needle import results
-from h2o.needle.results import BAND_FILE, Cell, FollowUpCell
-from h2o.stats import ALPHA, Paired, min_p, p_text, paired, positions
+from h2o.needle.results import BAND_FILE, Cell, FollowUpCell, FrontierRow
+from h2o.stats import ALPHA, Paired, min_p, p_text, paired, positions, sign_test
 
 #: The lengths where the compared rows have several needles a cell.
 MAX_LENGTH = 2048
@@ -373,6 +375,222 @@ def followup(lines: Sequence[FollowUpCell]) -> list[str]:
     return out
 
 
+#: The perplexity block: closed-loop perplexity over the first :data:`PPL_TOKENS` tokens of each
+#: text ``frontier.jsonl`` holds at that length (the app's frontier page charts the same lines).
+PPL_TOKENS = 2048
+
+#: Rows on the frontier beside the rows holding their bytes per token (within
+#: :data:`EQUAL_TOLERANCE` on each text; a text where a partner is not is named, not compared):
+#: the quantized caches, H2O with its kept slots at 4 bits, and Expected Attention (whose
+#: statistics of the queries count in its bytes), each beside eviction at that memory.
+PPL_AT_MEMORY: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("kivi2", ("h2o@415:w50%", "streaming-llm@436")),
+    ("kivi4", ("h2o@651:w50%", "streaming-llm@684")),
+    ("h2o@256:w50%+kivi4", ("h2o@173:w50%", "streaming-llm@181")),
+    ("h2o@512:w50%+kivi4", ("h2o@262:w50%", "streaming-llm@276")),
+    ("expected-attention@64", ("h2o@435",)),
+    ("expected-attention@128", ("h2o@499",)),
+    ("expected-attention@256", ("h2o@627",)),
+    ("expected-attention@512", ("h2o@883",)),
+)
+#: Rows with the same slots a head, each with H2O's window of 32: the family since H2O over a text.
+PPL_SAME_SLOTS: tuple[tuple[str, ...], ...] = (
+    ("h2o@128", "knorm@128", "kvzip@128", "expected-attention@128"),
+)
+#: Rows that hold every token and read a part of them at each step (Quest), beside the full cache.
+PPL_READ: tuple[str, ...] = ("quest@128", "quest@256")
+
+
+def _per_text(records: Iterable[FrontierRow], row: str) -> dict[str, FrontierRow]:
+    """A row's lines at :data:`PPL_TOKENS` tokens, by the text's file name."""
+    return {Path(r.text).name: r for r in records if r.row == row and r.tokens == PPL_TOKENS}
+
+
+def ppl_texts(records: Iterable[FrontierRow]) -> list[str]:
+    """Every text the file holds at :data:`PPL_TOKENS` tokens, by name (the app's order)."""
+    return sorted({Path(r.text).name for r in records if r.tokens == PPL_TOKENS})
+
+
+def _and(xs: Sequence[str]) -> str:
+    return xs[0] if len(xs) == 1 else f"{', '.join(xs[:-1])} and {xs[-1]}"
+
+
+def _values(mine: dict[str, FrontierRow], texts: Sequence[str], key: str = "perplexity") -> str:
+    """A row's values in the order of ``texts`` (one figure where they are all the same; named
+    text by text, and the texts it has no line on named, where it lacks one)."""
+    fmt = (lambda v: f"{v:.2f}") if key == "perplexity" else (lambda v: f"{v:.0%}")
+    if all(t in mine for t in texts):
+        xs = [fmt(getattr(mine[t], key)) for t in texts]
+        return f"{xs[0]} on each text" if len(xs) > 1 and len(set(xs)) == 1 else _and(xs)
+    have = [f"{fmt(getattr(mine[t], key))} on {t}" for t in texts if t in mine]
+    return f"{_and(have)} (no line on {_and([t for t in texts if t not in mine])})"
+
+
+def _bytes(mine: dict[str, FrontierRow]) -> str:
+    """A row's KV bytes per token over its texts: one figure, or their range where they differ."""
+    xs = sorted({round(r.kv_bytes_per_token) for r in mine.values()})
+    return f"{xs[0]:,}" if len(xs) == 1 else f"{xs[0]:,}–{xs[-1]:,}"
+
+
+def _lower(b: dict[str, float], a: dict[str, float], than: str) -> str:
+    """On how many of the texts both have ``b``'s value is the lower, or the higher where it is
+    more often higher (never "beats": a sign test is said only where one on that many texts
+    could reach p < ALPHA; :func:`_too_few` says so where none could)."""
+    shared = [t for t in b if t in a]
+    lower = sum(b[t] < a[t] for t in shared)
+    higher = sum(b[t] > a[t] for t in shared)
+    counts = {"lower": lower, "higher": higher, "equal": len(shared) - lower - higher}
+    side = "lower" if lower >= higher else "higher"
+    extra = [f"{k} on {n}" for k, n in counts.items() if k != side and n]
+    said = f"{side} than {than} on {counts[side]} of {len(shared)} text{'s' * (len(shared) != 1)}"
+    if extra:
+        said += f" ({', '.join(extra)})"
+    if min_p(len(shared)) < ALPHA:
+        said += f", exact sign test {p_text(sign_test(lower, higher))}"
+    return said
+
+
+def _too_few(n: int, lines: str = "") -> str:
+    """What a sign test over ``n`` texts can say: nothing, where none on that many could reach
+    p < ALPHA ("" where one could)."""
+    if min_p(n) < ALPHA:
+        return ""
+    return (
+        f"No sign test on {n} text{'s or fewer' if n > 1 else ''} can reach p < {ALPHA:g} (the "
+        f"smallest p on {n} is {min_p(n):.2f}): {lines}values text by text, and no verdict."
+    )
+
+
+def ppl_full(records: Sequence[FrontierRow]) -> str:
+    """The full cache's perplexity on every text: the line the others stand beside."""
+    texts = ppl_texts(records)
+    full = _per_text(records, "full")
+    if not texts:
+        return ""
+    over = f"the first {PPL_TOKENS:,} tokens of {_and(texts)}"
+    if len(texts) > 1:
+        over += " (each row's values below are in that order)"
+    if not full:
+        line = f"- Closed-loop perplexity over {over}; the file has no full-cache line."
+    else:
+        line = (
+            f"- Closed-loop perplexity over {over}: the full cache (`full`, {_bytes(full)} KV "
+            f"bytes per token) reads {'them' if len(texts) > 1 else 'it'} at "
+            f"{_values(full, texts)}."
+        )
+    return f"{line} {_too_few(len(texts), 'the lines below give ')}".rstrip()
+
+
+def ppl_at_memory(records: Sequence[FrontierRow]) -> list[str]:
+    """One line per row of :data:`PPL_AT_MEMORY` in the file: its perplexity on each text, then
+    each partner's, on how many of the texts both have the partner's is the lower, and what so
+    few texts allow a sign test to say."""
+    texts = ppl_texts(records)
+    out = []
+    for a, partners in PPL_AT_MEMORY:
+        mine = _per_text(records, a)
+        if not mine:
+            continue
+        said, ns = [], []
+        for b in partners:
+            theirs = _per_text(records, b)
+            if not theirs:
+                continue
+            far = [
+                t
+                for t in theirs
+                if t in mine
+                and abs(theirs[t].kv_bytes_per_token - mine[t].kv_bytes_per_token)
+                > EQUAL_TOLERANCE * mine[t].kv_bytes_per_token
+            ]
+            near = {t: r.perplexity for t, r in theirs.items() if t not in far}
+            line = f"`{b}` ({_bytes(theirs)} B) {_values(theirs, texts)}"
+            if far:
+                line += f", not within {EQUAL_TOLERANCE:.0%} of its bytes on {_and(far)}"
+            if set(near) & set(mine):
+                line += ", " + _lower(near, {t: r.perplexity for t, r in mine.items()}, f"`{a}`")
+                ns.append(len(set(near) & set(mine)))
+            said.append(line)
+        if not said:
+            continue
+        line = (
+            f"- `{a}` ({_bytes(mine)} KV bytes per token) {_values(mine, texts)}; at its "
+            f"memory: {'; '.join(said)}."
+        )
+        # a line compared on fewer texts than the file holds, where the full line's note
+        # (on every text) does not cover it
+        few = [n for n in ns if min_p(n) >= ALPHA] if min_p(len(texts)) < ALPHA else []
+        out.append(f"{line} {_too_few(max(few)) if few else ''}".rstrip())
+    return out
+
+
+def ppl_same_slots(records: Sequence[FrontierRow]) -> list[str]:
+    """One line per group of :data:`PPL_SAME_SLOTS`: each row's bytes and perplexity on each
+    text, and which row is the lowest on each text the group's rows all have."""
+    from h2o.model.rows import Row
+
+    texts = ppl_texts(records)
+    out = []
+    for group in PPL_SAME_SLOTS:
+        have = {r: m for r in group if (m := _per_text(records, r))}
+        if len(have) < 2:
+            continue
+        slots = sorted({Row.parse(r).budget for r in have})
+        said = [f"`{r}` ({_bytes(m)} B) {_values(m, texts)}" for r, m in have.items()]
+        lowest: dict[str, list[str]] = {}
+        for t in texts:
+            if all(t in m for m in have.values()):
+                r = min(have, key=lambda r: have[r][t].perplexity)
+                lowest.setdefault(r, []).append(t)
+        line = f"- At {_and([str(s) for s in slots])} slots a head: {'; '.join(said)}."
+        if lowest:
+            line += " The lowest of them: " + "; ".join(
+                f"`{r}` on {_and(ts)}" for r, ts in lowest.items()
+            )
+            line += "."
+        out.append(line)
+    return out
+
+
+def ppl_read(records: Sequence[FrontierRow]) -> list[str]:
+    """One line per row of :data:`PPL_READ` in the file: what it holds, the share of that a step
+    reads on average over a text's steps, and its perplexity beside the full cache's."""
+    texts = ppl_texts(records)
+    full = {t: r.perplexity for t, r in _per_text(records, "full").items()}
+    out = []
+    for a in PPL_READ:
+        mine = _per_text(records, a)
+        if not mine:
+            continue
+        line = f"- `{a}` holds {_bytes(mine)} KV bytes per token"
+        read = {t: r for t, r in mine.items() if r.read_share is not None}
+        if read:
+            shares = _values(read, texts, "read_share")
+            each = shares.endswith(" on each text")
+            line += (
+                f" and a step reads {shares.removesuffix(' on each text')} of what it holds then, "
+                f"on average over a text's steps{', on each text' if each else ''}"
+            )
+        line += f": perplexity {_values(mine, texts)}"
+        if set(full) & set(mine):
+            ours = {t: r.perplexity for t, r in mine.items()}
+            line += ", " + _lower(ours, full, "the full cache's")
+        out.append(line + ".")
+    return out
+
+
+def perplexity(folder: Path = results.RESULTS_DIR) -> str:
+    """The findings page's perplexity block, from ``frontier.jsonl``: the full cache on every
+    text, the rows at each other's memory, the family at the same slots, and the rows that read a
+    part of what they hold."""
+    records = results.read_frontier(folder / results.FRONTIER_FILE).records
+    at_memory, same, read = ppl_at_memory(records), ppl_same_slots(records), ppl_read(records)
+    if not (at_memory or same or read):
+        return ""
+    parts = [ppl_full(records), "\n".join(at_memory), "\n".join(same), "\n".join(read)]
+    return "\n\n".join(p for p in parts if p)
+
+
 def headline(folder: Path = results.RESULTS_DIR) -> str:
     """The README's block: each compared row's needles answered, with its interval."""
     return "\n".join(table(results.read_grid(folder / results.GRID_FILE).records))
@@ -399,29 +617,33 @@ def details(folder: Path = results.RESULTS_DIR) -> str:
 
 
 def findings(folder: Path = results.RESULTS_DIR) -> str:
-    """Every block, as Markdown: the README's table, then the findings page's details."""
-    return "\n\n".join(p for p in (headline(folder), details(folder)) if p)
+    """Every block, as Markdown: the README's table, then the findings page's details and its
+    perplexity block."""
+    blocks = (headline(folder), details(folder), perplexity(folder))
+    return "\n\n".join(p for p in blocks if p)
 
 
 START, END = "<!-- findings:start -->", "<!-- findings:end -->"
+#: The findings page's second block: the perplexity sentences (:func:`perplexity`).
+PPL_START, PPL_END = "<!-- perplexity:start -->", "<!-- perplexity:end -->"
 README = results.ROOT / "README.md"
 DOCS = results.ROOT / "docs" / "explanation" / "findings.md"
 
 
-def between_markers(text: str) -> str:
-    """The block between a file's findings markers (``ValueError`` without them)."""
-    if START not in text or END not in text:
-        raise ValueError(f"the file has no {START} ... {END} block")
-    return text.split(START, 1)[1].split(END, 1)[0].strip("\n")
+def between_markers(text: str, start: str = START, end: str = END) -> str:
+    """The block between a file's ``start`` and ``end`` markers (``ValueError`` without them)."""
+    if start not in text or end not in text:
+        raise ValueError(f"the file has no {start} ... {end} block")
+    return text.split(start, 1)[1].split(end, 1)[0].strip("\n")
 
 
-def write_block(path: Path, block: str) -> None:
-    """Write ``block`` between the findings markers of the file at ``path`` (README or docs)."""
+def write_block(path: Path, block: str, start: str = START, end: str = END) -> None:
+    """Write ``block`` between the ``start`` and ``end`` markers of the file at ``path``."""
     text = path.read_text(encoding="utf-8")
-    between_markers(text)
-    head, rest = text.split(START, 1)
-    tail = rest.split(END, 1)[1]
-    path.write_text(f"{head}{START}\n{block}\n{END}{tail}", encoding="utf-8")
+    between_markers(text, start, end)
+    head, rest = text.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    path.write_text(f"{head}{start}\n{block}\n{end}{tail}", encoding="utf-8")
 
 
 if __name__ == "__main__":
@@ -430,5 +652,6 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--write"]:
         write_block(README, headline())
         write_block(DOCS, details())
+        write_block(DOCS, perplexity(), PPL_START, PPL_END)
     else:
         print(findings())
