@@ -48,6 +48,10 @@ from scipy.stats import binomtest, norm
 #: Confidence of every interval shown, and the level a paired test must pass to call a difference.
 CONFIDENCE = 0.95
 ALPHA = 0.05
+#: The fewest positions a comparison on the pages rests on. With fewer, a sign test can pass
+#: :data:`ALPHA` only if (nearly) every position goes one way (on 5 it never can: ``2 / 2**5``);
+#: on 10, nine won and one lost still pass. Rows with fewer are drawn and named as not compared.
+MIN_POSITIONS = 10
 
 
 def _count(name: str, value: object) -> int:

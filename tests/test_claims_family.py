@@ -41,7 +41,8 @@ def test_rows_come_from_the_kinds_of_cache() -> None:
 
 def test_a_difference_is_said_only_when_the_paired_test_supports_it() -> None:
     """The unit is the position (a length and depth): 30 cells at 10 positions, all won by
-    SnapKV, is 2 / 2**10; at one length (5 positions) no sign test can reach p < 0.05."""
+    SnapKV, is 2 / 2**10; at one length (5 positions) the rows are not compared: fewer than the
+    10 positions a comparison rests on (no sign test on 5 could reach p < 0.05)."""
     keys = [(L, d, n) for L in (512, 1024) for d in (0, 25, 50, 75, 100) for n in "abc"]
     snap = [_cell("snapkv@256", L, d, n, True) for L, d, n in keys]
     knorm = [_cell("knorm@256", L, d, n, False) for L, d, n in keys]
@@ -50,10 +51,11 @@ def test_a_difference_is_said_only_when_the_paired_test_supports_it() -> None:
     assert "it answers 0 and SnapKV 30 of 30 needles" in said
     assert f"SnapKV answers more (exact sign test p = {2 / 2**10:.3f})" in said
     assert "the same memory (2 bytes a token)" in said
-    # at one length: 15 needles lost, but 5 positions: no verdict possible
+    # at one length: 15 needles lost, but 5 positions, fewer than 10: not compared
     short = [c for c in snap + knorm if c.length == 512]
     said = family.family_sentence(short, "knorm@256")
-    assert "answers more" not in said and "no verdict possible with n = 5 positions" in said
+    assert "answers more" not in said and "sign test" not in said
+    assert said.endswith(": not compared (5 positions, fewer than 10).")
     # two cells apart, at two positions: not a difference
     near = [_cell("knorm@256", L, d, n, i >= 2 and i != 5) for i, (L, d, n) in enumerate(keys)]
     said = family.family_sentence(snap + near, "knorm@256")

@@ -54,7 +54,15 @@ def fixture() -> list[dict]:
     out = [line("full", n, True, True) for n in range(6)]
     out += [line("snapkv@256", n, True, n == 0) for n in range(6)]  # 5 lost: p = 0.0625
     out += [line("snapkv@64", n, n < 6, False) for n in range(8)]  # 6 of 8 lost: p = 0.03125
+    # ten positions and more: the rows a sign test may compare
+    out += [line("h2o@64", n, n < 9, n < 2) for n in range(10)]  # 7 of 10 lost: p = 0.0156
+    out += [line("h2o@128", n, n < 4, n < 2) for n in range(12)]  # 2 of 12 lost: p = 0.5
+    out += [line("kivi4", n, True, True) for n in range(10)]  # none lost
     return out
+
+
+#: A comparison rests on at least 10 positions (the unit); on fewer the rows are not compared.
+MIN_POSITIONS = 10
 
 
 def position(key: tuple) -> tuple:
@@ -77,7 +85,12 @@ def check(cells: list, rows: list[str]) -> None:
         assert f"positions {more_first} won by the first, {more_second} by the second" in text
         assert f"{n - more_first - more_second} tied of {n}" in text
         a, b = sum(first.values()), sum(second.values())
-        if p < 0.05:
+        if n < MIN_POSITIONS:
+            unit = "position" if n == 1 else "positions"
+            assert f"not compared ({n} {unit}, fewer than {MIN_POSITIONS})" in text
+            assert "answered fewer" not in text and "answered more" not in text
+            assert "same count" not in text and "p = " not in text
+        elif p < 0.05:
             assert f"the second answered {'fewer' if more_first > more_second else 'more'}" in text
         elif a == b:
             assert "the same count" in text
@@ -95,28 +108,32 @@ def check(cells: list, rows: list[str]) -> None:
 def test_the_sentences_by_hand_on_the_fixture(tmp_path):
     loaded = results.read_followup(write(tmp_path / "f.jsonl", fixture()))
     cells = loaded.records
-    rows = ["full", "snapkv@256", "snapkv@64"]
+    rows = ["full", "snapkv@256", "snapkv@64", "h2o@64", "h2o@128", "kivi4"]
     check(cells, rows)
     said = claims.followup_sentences(cells, rows)
-    assert "the same count" in said[0]
-    assert "not distinguishable with n = 6 positions" in said[1] and "p = 0.062" in said[1]
-    assert "the second answered fewer" in said[2] and "p = 0.031" in said[2]
+    # fewer than 10 positions: not compared, whatever the counts (6 of 8 lost is p = 0.031)
+    assert "not compared (6 positions, fewer than 10)" in said[0]
+    assert "not compared (6 positions, fewer than 10)" in said[1]
+    assert "not compared (8 positions, fewer than 10)" in said[2] and "fewer (" not in said[2]
+    assert "the second answered fewer" in said[3] and "p = 0.016" in said[3]
+    assert "not distinguishable with n = 12 positions" in said[4] and "p = 0.500" in said[4]
+    assert "the same count" in said[5]
     assert claims.followup_summary(cells, rows) == (
-        "Answered the first question and missed the second: snapkv@256 in 5 of 6 and "
-        "snapkv@64 in 6 of 8; full in none."
+        "Answered the first question and missed the second: snapkv@256 in 5 of 6, "
+        "snapkv@64 in 6 of 8, h2o@64 in 7 of 10 and h2o@128 in 2 of 12; full and kivi4 in none."
     )
     assert claims.followup_summary([], rows) == "The file has no follow-up cell for these rows yet."
 
 
 def test_facts_asked_at_one_position_are_one_observation(tmp_path):
     """The same six cells, their facts all asked at one position: the second question lost in
-    5 cells is one position, not five observations — and no sign test on one position can pass."""
+    5 cells is one position, not five observations — not compared (fewer than 10 positions)."""
     lines = [line("snapkv@256", n, True, n == 0, depth_first=25, depth_second=75) for n in range(6)]
     said = claims.followup_sentences(
         results.read_followup(write(tmp_path / "f.jsonl", lines)).records, ["snapkv@256"]
     )[0]
     assert "positions 1 won by the first, 0 by the second, 0 tied of 1" in said
-    assert "no verdict possible with n = 1 position" in said
+    assert "not compared (1 position, fewer than 10)" in said
 
 
 def test_the_shipped_file(tmp_path):

@@ -426,28 +426,39 @@ def test_the_scores_sentence_ranks_by_accuracy(fixture_dir):
         f"positions {more_a} won by the first, {more_b} by the second" in text
         and f"tied of {n}" in text
     )
+    assert n >= MIN_POSITIONS  # the fixture's rows share enough positions to be compared
     if p < 0.05:
         assert "The most accurate row answers more than the least" in text
     else:
-        assert "not distinguishable" in text or "no verdict possible" in text
+        assert f"not distinguishable with n = {n} positions" in text
 
 
 def test_the_scores_sentence_refuses_a_difference_the_test_does_not_support():
-    """3 of 5 against 5 of 5 ("40 percentage points" on 5 positions): p = 0.5, and no test on 5
-    positions can reach p < 0.05 (the smallest is 2 / 2**5); three needles at each of 4
-    positions, all answered by a and none by b, are 4 positions won, p = 2 / 2**4 = 0.125."""
+    """3 of 5 against 5 of 5 ("40 percentage points" on 5 positions): fewer than 10 positions,
+    not compared (no sign test on 5 could reach p < 0.05: the smallest is 2 / 2**5); three
+    needles at each of 4 positions, all answered by a and none by b, are 4 positions: not
+    compared either. On 10 positions, 3 won and 7 tied is p = 0.25: not distinguishable."""
 
     cs = [_cell("a", d, "n", True) for d in range(5)] + [
         _cell("b", d, "n", d < 3) for d in range(5)
     ]
     text = claims.scores_sentence(grid.scores(cs, ["a", "b"]), cs)
-    assert "no verdict possible with n = 5 positions" in text and "p = 0.500" in text
-    assert f"the smallest attainable is p = {2 / 2**5:.3f}" in text
-    assert "answers more" not in text
+    assert (
+        "5 against 3 of 5 shared needles): not compared (5 shared positions, fewer than 10)."
+        in (text)
+    )
+    assert "sign test" not in text and "answers more" not in text
     cs = [_cell(r, d, x, r == "a") for d in range(4) for x in "xyz" for r in "ab"]
     text = claims.scores_sentence(grid.scores(cs, ["a", "b"]), cs)
-    assert "12 against 0 of 12 shared needles at 4 positions" in text
-    assert f"p = {2 / 2**4:.3f}" in text and "answers more" not in text
+    assert "12 against 0 of 12 shared needles): not compared (4 shared positions" in text
+    assert "sign test" not in text and "answers more" not in text
+    cs = [_cell("a", d, "n", True) for d in range(10)] + [
+        _cell("b", d, "n", d < 7) for d in range(10)
+    ]
+    text = claims.scores_sentence(grid.scores(cs, ["a", "b"]), cs)
+    assert "10 against 7 of 10 shared needles at 10 positions" in text
+    assert "not distinguishable with n = 10 positions" in text and "p = 0.250" in text
+    assert "answers more" not in text
     cs = [_cell("a", d, "n", True) for d in range(12)] + [
         _cell("b", d, "n", d < 2) for d in range(12)
     ]
@@ -522,7 +533,9 @@ def expected_bests(frame: pd.DataFrame, memory: int, lower: bool) -> dict[str, p
     return out
 
 
-MIN_POSITIONS = 5  # a row is ranked with at least 5 positions (the unit) at the length
+# A comparison rests on at least 10 positions (the unit) in its scope: at one length, a row
+# is ranked with at least 10 positions there, and two rows are tested on at least 10 shared.
+MIN_POSITIONS = 10
 
 
 def rel(v: float) -> str:
@@ -546,14 +559,17 @@ def check_verdict(text: str, frame: pd.DataFrame, memory: int, lower: bool, outc
     if not lower:  # accuracy: rows with fewer positions are named, never ranked
         few = (frame.group != "full") & (frame.positions < MIN_POSITIONS)
         near = frame[few & ((frame.x - memory).abs() <= TOLERANCE * memory)]
+        aside = " Not compared, drawn but not ranked: "
         if len(near):
-            assert " Not compared: " in text and "drawn, not ranked" in text
-            tail = text.split(" Not compared: ")[1]
-            for r in near.row:
-                assert f"({claims.esc(r)})" in tail or claims.esc(r) in tail, r
+            assert aside in text
+            tail = text.split(aside)[1]
+            for r, k in zip(near.row, near.positions, strict=True):
+                assert claims.esc(r) in tail, r
+                unit = "position" if k == 1 else "positions"
+                assert f"({k} {unit} at this length, fewer than {MIN_POSITIONS})" in tail, r
         else:
-            assert " Not compared: " not in text
-        text = text.split(" Not compared: ")[0]
+            assert "Not compared" not in text
+        text = text.split(aside)[0]
         frame = frame[~few]
     bests = expected_bests(frame, memory, lower)
     names = {
@@ -595,6 +611,9 @@ def check_verdict(text: str, frame: pd.DataFrame, memory: int, lower: bool, outc
             return
         for g, b in ranked[1:]:
             n, more_a, more_b, p = sign_by_hand(outcomes[win.row], outcomes[b.row])
+            if n < MIN_POSITIONS:  # each has enough positions but they share too few
+                assert f"not compared ({n} shared positions, fewer than 10)" in text, (g, text)
+                continue
             said = f"positions {more_a} won by the first, {more_b} by the second"
             assert said in text and f"tied of {n}" in text, (g, text)
             if p < 0.05:
@@ -603,14 +622,16 @@ def check_verdict(text: str, frame: pd.DataFrame, memory: int, lower: bool, outc
                     if more_a > more_b
                     else "answers fewer needles than" in text
                 )
-            elif 2 / 2**n < 0.05:  # a sign test on n positions could have decided
-                assert f"not distinguishable with n = {n}" in text
             else:
-                assert f"no verdict possible with n = {n} positions" in text
+                assert f"not distinguishable with n = {n}" in text
     elif len(bests) == 1:
         assert f"Only {names[next(iter(bests))]} has a row at this memory" in text
     else:
-        assert "within 2% of it" in text or "no row but the full cache" in text
+        assert (
+            "within 2% of it" in text
+            or "no row but the full cache" in text
+            or f"no row at this length has the {MIN_POSITIONS} positions" in text
+        )
 
 
 def frontier_frames(folder: Path) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]]:
@@ -745,8 +766,8 @@ def point(row, group, x, y, outcomes=(), family=None, needles=3, positions=None,
 
 def test_a_row_with_too_few_positions_is_named_but_never_ranked():
     """4 of 4 right at four positions is an anecdote: beside a row with 12 positions at the same
-    memory it is named as not compared, and the verdict ranks only the other. One needle a
-    position is enough: the position is the unit."""
+    memory it is named as not compared, with its count of positions, and the verdict ranks only
+    the other. One needle a position is enough: the position is the unit."""
     a = [((d, "n"), True) for d in range(4)]
     b = [((d, "n"), d < 2) for d in range(12)]
     pts = [
@@ -757,7 +778,7 @@ def test_a_row_with_too_few_positions_is_named_but_never_ranked():
     assert "the best KIVI-style quantization row is b" in text
     assert "Only KIVI-style quantization has a row at this memory" in text
     assert text.endswith(
-        " Not compared: a (fewer than 5 positions at this length: drawn, not ranked)."
+        " Not compared, drawn but not ranked: a (4 positions at this length, fewer than 10)."
     )
     assert "answers more" not in text and "the best eviction row" not in text
     # with twelve positions, one needle each, the same kind of outcomes are compared, and the
@@ -886,25 +907,39 @@ def test_perplexity_points_put_each_text_against_its_full_cache(fixture_dir):
 
 
 def test_an_accuracy_verdict_says_more_only_when_the_paired_test_does():
-    """5 of 5 against 3 of 5 on the same 5 positions is p = 0.5, and 5 positions cannot reach
-    p < 0.05 at all: no verdict; 6 of 8 positions won, 2 tied, is p = 2 / 2**6 = 0.031 but
-    three needles at each of 5 positions, all won, only p = 2 / 2**5."""
+    """5 of 5 against 3 of 5 on the same 5 positions: fewer than 10, neither ranked (no sign
+    test on 5 could reach p < 0.05); three needles at each of 5 positions, all won, are still 5
+    positions; two rows of 12 positions that share 6 are not compared; 10 of 10 against 7 of 10
+    on the same 10 is p = 0.25: not distinguishable; 12 positions, 10 won, is p = 0.002."""
     a = [((d, "n"), True) for d in range(5)]
     b = [((d, "n"), d < 3) for d in range(5)]
     pts = [point("a", "evict", 1000, 1.0, a), point("b", "compress", 1005, 0.6, b)]
     text = claims.verdict(pts, 1000, claims.ACCURACY)
-    assert "Against the best KIVI-style quantization row" in text
-    assert "no verdict possible with n = 5 positions" in text
-    assert (
-        "positions 2 won by the first, 0 by the second, 3 tied of 5, exact sign test p = 0.500"
-        in text
+    assert ": no row at this length has the 10 positions a comparison needs." in text
+    assert text.endswith(
+        " Not compared, drawn but not ranked: a and b (5 positions at this length, fewer than 10)."
     )
-    assert "answers more" not in text
+    assert "sign test" not in text and "answers more" not in text
     a = [((d, x), True) for d in range(5) for x in "xyz"]
     b = [((d, x), False) for d in range(5) for x in "xyz"]
     pts = [point("a", "evict", 1000, 1.0, a), point("b", "compress", 1005, 0.0, b)]
     text = claims.verdict(pts, 1000, claims.ACCURACY)
-    assert f"p = {2 / 2**5:.3f}" in text and "answers more" not in text
+    assert "sign test" not in text and "answers more" not in text
+    a = [((d, "n"), True) for d in range(12)]
+    b = [((d, "n"), d < 8) for d in range(6, 18)]
+    pts = [point("a", "evict", 1000, 1.0, a), point("b", "compress", 1005, 2 / 12, b)]
+    text = claims.verdict(pts, 1000, claims.ACCURACY)
+    assert text.endswith(
+        " a and the best KIVI-style quantization row: not compared (6 shared positions, fewer "
+        "than 10)."
+    )
+    assert "sign test" not in text and "answers more" not in text
+    a = [((d, "n"), True) for d in range(10)]
+    b = [((d, "n"), d < 7) for d in range(10)]
+    pts = [point("a", "evict", 1000, 1.0, a), point("b", "compress", 1005, 0.7, b)]
+    text = claims.verdict(pts, 1000, claims.ACCURACY)
+    assert "a is not distinguishable with n = 10 positions from the best KIVI-style" in text
+    assert "exact sign test p = 0.250" in text and "answers more" not in text
     a = [((d, "n"), True) for d in range(12)]
     b = [((d, "n"), d < 2) for d in range(12)]
     pts = [point("a", "evict", 1000, 1.0, a), point("b", "compress", 1005, 2 / 12, b)]
@@ -941,19 +976,24 @@ def test_the_modes_sentence_by_hand():
             cs.append(_cell(dec, d, nd, d == 100))
             cs.append(_cell(pre, d, nd, d == 100))
     text = claims.modes_sentence(cs, dec, pre)
-    # one length, five depths: 5 positions of three needles
+    # one length, five depths: 5 positions of three needles, fewer than 10: not compared
     assert text.startswith(
         "On the same 5 positions, H2O in its prefill mode (h2o@256:w50%:prefill)"
     )
     mode = {(512, d, nd): d == 100 for d in (0, 25, 50, 75, 100) for nd in "abc"}
     assert f"answers {positions_text(mode)}" in text and "right only at depth 100 %" in text
-    assert "no verdict possible with n = 5 positions" in text
-    assert "(exact sign test p = 1.000)" in text
+    assert text.endswith(": not compared (5 positions, fewer than 10).")
     cs = [_cell(pre, d, nd, d < 100) for d in (0, 25, 50, 75, 100) for nd in "ab"]
     cs += [_cell(dec, d, nd, False) for d in (0, 25, 50, 75, 100) for nd in "ab"]
     text = claims.modes_sentence(cs, dec, pre)
-    # 8 cells against 0, but 4 positions against 0: p = 2 / 2**4, never below 0.05 on 5
-    assert "answers more" not in text and f"exact sign test p = {2 / 2**4:.3f}" in text
+    # 8 cells against 0, but 4 positions against 0, of 5: not compared
+    assert "answers more" not in text and "sign test" not in text
+    assert "not compared (5 positions, fewer than 10)" in text
+    cs = [_cell(pre, d, nd, d < 80) for d in range(0, 100, 10) for nd in "ab"]
+    cs += [_cell(dec, d, nd, d == 0) for d in range(0, 100, 10) for nd in "ab"]
+    text = claims.modes_sentence(cs, dec, pre)
+    # 10 positions, 7 won by the prefill mode, 1 tied: p = 2 / 2**7
+    assert text.endswith(f": the prefill mode answers more (exact sign test p = {2 / 2**7:.3f}).")
     assert claims.modes_sentence(cs, dec, "h2o@64") == ""
 
 
@@ -1034,3 +1074,180 @@ def test_a_shipped_files_points_are_computed_once_and_equal_the_fresh_ones(
     frontier.accuracy_points(list(cells), 1024)
     frontier.accuracy_points(tuple(list(cells)), 1024)  # another tuple: another file version
     assert calls == [1024, 1024, 1024]
+
+
+# -- every comparison the pages state, over the shipped files --------------------------------------
+def _outcomes(cells, row: str, keep=lambda c: True) -> dict:
+    return {
+        (c.length, c.depth, c.needle): bool(c.correct) for c in cells if c.row == row and keep(c)
+    }
+
+
+def _scope_and_claims(text: str, where: str) -> None:
+    """What any sentence says of its scopes: every "n = N positions" (a test made) has N at
+    least :data:`MIN_POSITIONS`, every "not compared (N ...)" fewer, and no test is reported as
+    unable to decide (a scope that small is not compared at all)."""
+    for n in re.findall(r"with n = ([\d, and]+) positions?", text):
+        for k in re.findall(r"\d+", n):
+            assert int(k) >= MIN_POSITIONS, (where, text)
+    for k in re.findall(r"not compared \((\d+) ", text):
+        assert int(k) < MIN_POSITIONS, (where, text)
+    assert "no verdict possible" not in text, (where, text)
+
+
+def _supports(t: stats.Paired, first_more: bool, where: str, text: str) -> None:
+    """A stated difference, recomputed: at least MIN_POSITIONS shared positions, p < 0.05, and
+    the direction said."""
+    assert t.n >= MIN_POSITIONS, (where, t, text)
+    assert t.p < 0.05, (where, t, text)
+    assert (t.more_a > t.more_b) == first_more, (where, t, text)
+
+
+def _best_rows(cells, length: int, memory: float) -> tuple[dict[str, tuple], dict[str, dict]]:
+    """Per group, the rank key (accuracy, bytes, row) of its best row within 2 % of ``memory``
+    among the rows with at least MIN_POSITIONS positions at ``length`` (from the records), and
+    every row's outcomes there."""
+    by: dict[str, list] = {}
+    for c in cells:
+        if c.length == length:
+            by.setdefault(c.row, []).append(c)
+    out = {r: {(c.depth, c.needle): bool(c.correct) for c in cs} for r, cs in by.items()}
+    best: dict[str, tuple] = {}
+    for r, cs in by.items():
+        g = frontier.group(r, cs[0].kind, cs[0].bits)
+        x = sum(c.kv_bytes / c.tokens for c in cs) / len(cs)
+        n_pos = len({c.depth for c in cs})
+        if g == "full" or abs(x - memory) > TOLERANCE * memory or n_pos < MIN_POSITIONS:
+            continue
+        key = (-sum(c.correct for c in cs) / len(cs), x, r)
+        if g not in best or key < best[g]:
+            best[g] = key
+    return best, out
+
+
+def _listed(text: str, lead: str) -> list[str]:
+    """The groups a sentence lists after ``lead`` ("answers more needles than ..."), up to the
+    sentence's end."""
+    if lead not in text:
+        return []
+    part = text.split(lead, 1)[1].split(").", 1)[0]
+    return re.findall(r"the best (.+?) row \(", part)
+
+
+def test_every_comparison_on_the_pages_rests_on_ten_positions_and_p_below_005():
+    """Every sentence that compares rows over needle positions, at every choice of the pages
+    (each memory row × each length of Evict or compress?, chapter 8's default, the needle grid's
+    rows, chapter 7's rows, modes and family, chapter 9's fact, the second question), over the
+    shipped files: each stated comparison's scope has at least 10 positions, and each "answers
+    more" / "fewer" has p < 0.05 by the exact sign test recomputed here from the records."""
+    if not (SHIPPED / results.GRID_FILE).is_file():
+        pytest.skip("no shipped needle-grid.jsonl in this copy")
+    from app.lesson import chapters_7_10, needle
+    from app.needle import family
+    from h2o.model.rows import Row
+
+    cells = results.read_grid(SHIPPED / results.GRID_FILE).records
+    groups = {v: k for k, v in frontier.GROUPS.items()}
+    lens = sorted({c.length for c in cells})
+    acc = {n: frontier.accuracy_points(cells, n) for n in lens}
+    ppl = []
+    if (SHIPPED / results.FRONTIER_FILE).is_file():
+        ppl = frontier.ppl_points(results.read_frontier(SHIPPED / results.FRONTIER_FILE).records)
+    refs = frontier.reference_rows(ppl, *(acc[n] for n in reversed(lens)))
+    said = 0
+    # Evict or compress? (every memory row × every length) and chapter 8 (its default memory)
+    for n in lens:
+        memories = {frontier.memory_of(acc[n], r) for r in refs} | {frontier.default_memory(acc[n])}
+        for memory in sorted(m for m in memories if m is not None):
+            text = claims.verdict(acc[n], memory, claims.ACCURACY)
+            where = f"verdict at {memory} B, {n} tokens"
+            _scope_and_claims(text, where)
+            best, out = _best_rows(cells, n, memory)
+            ranked = text.split(" Not compared, drawn but not ranked: ")[0]
+            for p in acc[n]:  # a row with fewer positions is never in the ranking
+                if p.group != "full" and p.positions < MIN_POSITIONS:
+                    assert claims.label(p) not in ranked, (where, p.row, text)
+            if len(best) < 2:
+                assert "needles than" not in text, (where, text)
+                continue
+            win = min(best.values())[2]
+            for verb, first_more in (("more", True), ("fewer", False)):
+                for name in _listed(text, f"answers {verb} needles than "):
+                    t = stats.paired(out[win], out[best[groups[name]][2]])
+                    _supports(t, first_more, where, text)
+                    said += 1
+    # the needle grid: the rows it opens on, and each row beside the full cache
+    rows = grid.rows(cells)
+    choices = [grid.pick(rows, ("full", "h2o@256:w50%", "h2o@256:w50%:prefill"), 5)]
+    choices += [["full", r] for r in rows if r != "full"]
+    lesson = [c for c in cells if c.length <= needle.LESSON_MAX_LENGTH]
+    for shown, mine in [(c, cells) for c in choices] + [(needle.lesson_rows(rows), lesson)]:
+        text = claims.scores_sentence(grid.scores(mine, shown), mine)
+        _scope_and_claims(text, f"scores {shown}")
+        m = re.search(r"\((\S+) against (\S+): ", text)
+        if "answers more" in text:
+            a, b = m.group(1), m.group(2)
+            t = stats.paired(_outcomes(mine, a), _outcomes(mine, b))
+            _supports(t, "most accurate row answers more" in text, f"scores {shown}", text)
+            said += 1
+    # chapter 7: the two modes and the family since H2O; the grid page's family, every budget
+    dec, pre = f"h2o@{needle.LESSON_BUDGET}:w50%", f"h2o@{needle.LESSON_BUDGET}:w50%:prefill"
+    text = claims.modes_sentence(lesson, dec, pre)
+    _scope_and_claims(text, "modes")
+    if "answers more" in text:
+        t = stats.paired(_outcomes(lesson, pre), _outcomes(lesson, dec))
+        _supports(t, "the prefill mode answers more" in text, "modes", text)
+        said += 1
+    for mine, budget in ((lesson, needle.LESSON_BUDGET), (cells, None)):
+        for row in family.family_rows(mine, budget):
+            text = family.family_sentence(mine, row)
+            _scope_and_claims(text, row)
+            for part in text.split(" At ")[1:] if "beside " in text else [text]:
+                if "answers more" not in part:
+                    continue
+                m = re.search(r"beside (\S+) \(which holds", part)
+                other = m.group(1) if m else family.partner(row)
+                ours = _outcomes(mine, row)
+                theirs = _outcomes(mine, other)
+                keys = [k for k in ours if k in theirs]
+                t = stats.paired({k: ours[k] for k in keys}, {k: theirs[k] for k in keys})
+                _supports(t, "SnapKV answers more" not in part, row, text)
+                said += 1
+    # chapter 9: a fact stated once, each window against the full cache and each other
+    text = chapters_7_10.grid_fact(cells)
+    _scope_and_claims(text, "grid_fact")
+    mid = [c for c in lesson if 0 < c.depth < 100]
+    full = _outcomes(mid, "full")
+    windows = {}
+    for r in chapters_7_10.FACT_ROWS:
+        t = stats.paired(_outcomes(mid, r), full)
+        w = Row.parse(r).recent_window
+        windows[w] = _outcomes(mid, r)
+        if "fewer than the full cache with either window" in text:
+            _supports(t, False, "grid_fact", text)
+            said += 1
+        for verb in ("fewer", "more"):
+            if f"with {w} slots {verb} than the full cache" in text:
+                _supports(t, verb == "more", "grid_fact", text)
+                said += 1
+    (wa, a), (_, b) = windows.items()
+    for w in windows:
+        if f"the window of {w} slots answers more" in text:
+            _supports(stats.paired(a, b), w == wa, "grid_fact", text)
+            said += 1
+    # the second question: per row, the first against the second
+    if (SHIPPED / results.FOLLOWUP_FILE).is_file():
+        fu = results.read_followup(SHIPPED / results.FOLLOWUP_FILE).records
+        rows = list(dict.fromkeys(c.row for c in fu))
+        for r, text in zip(rows, claims.followup_sentences(fu, rows), strict=True):
+            _scope_and_claims(text, r)
+            if "answered fewer" in text or "answered more" in text:
+                cs = [c for c in fu if c.row == r]
+                t = stats.paired(
+                    {c.key: c.correct_first for c in cs},
+                    {c.key: c.correct_second for c in cs},
+                    claims.followup_position,
+                )
+                _supports(t, "answered fewer" in text, r, text)
+                said += 1
+    assert said  # the shipped files do state differences, and each was recomputed here

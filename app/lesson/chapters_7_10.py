@@ -13,11 +13,12 @@ import h2o
 from app import card, charts, data, figures, model_runs, pages, state, sweeps
 from app.lesson import Chapter, more, open_in, projected
 from app.lesson import needle as needle_chapters
+from app.needle import claims as needle_claims
 from app.real_model import claims
 from h2o.model.generate import label_policy
 from h2o.model.rows import Row
 from h2o.needle.results import Cell, derived
-from h2o.stats import p_text, paired, positions
+from h2o.stats import MIN_POSITIONS, p_text, paired, positions
 
 ANSWER_BUDGETS = (256, 512, 1024)
 #: The policies of the shipped answers, in their order (`generate --policy full,…`).
@@ -319,7 +320,8 @@ def grid_fact(cells: Sequence[Cell]) -> str:
     100 %, prompts up to chapter 7's longest): H2O's count with each of :data:`FACT_ROWS`'
     windows and the full cache's over their positions (a length and depth), each with its 95 %
     interval over positions; each window against the full cache and the two against each other
-    by an exact sign test over the positions both rows have, a difference said only at p < 0.05;
+    by an exact sign test over the positions both rows have, a difference said only at p < 0.05
+    and a comparison made only on at least :data:`h2o.stats.MIN_POSITIONS` positions;
     where both windows answer fewer than the full cache, that the card's first point does not
     hold on this model ("" when the file lacks a row)."""
     top = needle_chapters.LESSON_MAX_LENGTH
@@ -344,7 +346,7 @@ def grid_fact(cells: Sequence[Cell]) -> str:
         f"the full cache answers {positions(full).text()}"
     )
     tests = [(r, paired(o, full)) for r, o in ((ra, a), (rb, b))]
-    fails = all(t.differs and t.more_b > t.more_a for _, t in tests)
+    fails = all(t.n >= MIN_POSITIONS and t.differs and t.more_b > t.more_a for _, t in tests)
     if fails:
         verdict = (
             "fewer than the full cache with either window (exact sign tests over positions "
@@ -354,15 +356,19 @@ def grid_fact(cells: Sequence[Cell]) -> str:
         verdict = "; ".join(
             f"with {r.recent_window} slots "
             + (
-                f"{'fewer' if t.more_b > t.more_a else 'more'} than the full cache"
+                f"{needle_claims.not_compared(t.n)} with the full cache"
+                if t.n < MIN_POSITIONS
+                else f"{'fewer' if t.more_b > t.more_a else 'more'} than the full cache"
+                f" (exact sign test {p_text(t.p)})"
                 if t.differs
-                else f"{t.undecided()} from the full cache"
+                else f"{t.undecided()} from the full cache (exact sign test {p_text(t.p)})"
             )
-            + f" (exact sign test {p_text(t.p)})"
             for r, t in tests
         )
     t = paired(a, b)
-    if t.differs:
+    if t.n < MIN_POSITIONS:
+        windows = f"the two windows {needle_claims.not_compared(t.n)}"
+    elif t.differs:
         more = ra if t.more_a > t.more_b else rb
         windows = f"the window of {more.recent_window} slots answers more ({p_text(t.p)})"
     else:

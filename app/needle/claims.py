@@ -19,7 +19,16 @@ from app.needle.grid import RowScore
 from app.needle.grid import rows as grid_rows
 from app.real_model.claims import esc, names
 from h2o.needle.results import Cell, FollowUpCell, FrontierRow, derived, parsed
-from h2o.stats import ALPHA, Paired, min_p, p_text, paired, positions, sign_test
+from h2o.stats import (
+    ALPHA,
+    MIN_POSITIONS,
+    Paired,
+    min_p,
+    p_text,
+    paired,
+    positions,
+    sign_test,
+)
 
 #: The share of cells the full cache should answer at ≤ :data:`FULL_MAX_LENGTH` tokens (what the
 #: needle prompt's format aims for; the page says so when the full cache falls short of it).
@@ -112,6 +121,14 @@ def _nearest(mine: Sequence[Point], memory: float, name: str) -> str:
     )
 
 
+def not_compared(n: int, what: str = "positions") -> str:
+    """What the pages say in place of a comparison over fewer than
+    :data:`h2o.stats.MIN_POSITIONS` positions: ``not compared (5 positions, fewer than 10)``."""
+    if n == 1:
+        what = what.removesuffix("s")
+    return f"not compared ({n} {what}, fewer than {MIN_POSITIONS})"
+
+
 def compare(win: Point, other: Point) -> Paired:
     """The exact sign test of two accuracy points over the positions (depths, at the point's
     length) they share."""
@@ -119,15 +136,18 @@ def compare(win: Point, other: Point) -> Paired:
 
 
 def _accuracy_said(win: Point, others: Sequence[tuple[str, Point]]) -> str:
-    more, same, fewer = [], [], []
+    more, same, fewer, thin = [], [], [], []
     for name, b in others:
         t = compare(win, b)
+        if t.n < MIN_POSITIONS:  # each has enough positions, but they share too few
+            thin.append((t.n, f"the best {name} row"))
+            continue
         said = (
             f"the best {name} row ({t.right_a} against {t.right_b} of {t.needles} shared "
             f"needles at {t.n} positions, {t.counts()}, exact sign test {p_text(t.p)})"
         )
         if not t.differs:
-            same.append(said)
+            same.append((t.n, said))
         else:  # on the positions both have, the test may favour either (their cells differ)
             (more if t.more_a > t.more_b else fewer).append(said)
     text = ""
@@ -137,17 +157,16 @@ def _accuracy_said(win: Point, others: Sequence[tuple[str, Point]]) -> str:
         text += (
             f" On their shared positions, {label(win)} answers fewer needles than {names(fewer)}."
         )
-    if same:
-        tests = [t for _, b in others if not (t := compare(win, b)).differs]
+    if same:  # every test here is on at least MIN_POSITIONS positions: each could decide
         lead = "It" if more or fewer else label(win)
-        if all(t.decidable for t in tests):
-            n = sorted({t.n for t in tests})
-            text += (
-                f" {lead} is not distinguishable with n = {names([str(x) for x in n])} "
-                f"positions from {names(same)}."
-            )
-        else:  # as many positions as depths: a sign test may not be able to decide at all
-            text += f" Against {names(same)}: {names(sorted({t.undecided() for t in tests}))}."
+        n = sorted({n for n, _ in same})
+        text += (
+            f" {lead} is not distinguishable with n = {names([str(x) for x in n])} positions "
+            f"from {names([said for _, said in same])}."
+        )
+    for n in sorted({n for n, _ in thin}):
+        who = names([w for k, w in thin if k == n])
+        text += f" {label(win)} and {who}: {not_compared(n, 'shared positions')}."
     return text
 
 
@@ -156,30 +175,42 @@ def verdict(points: Sequence[Point], memory: int, metric: Metric) -> str:
     :data:`frontier.TOLERANCE` of it (a group with none says so, and names its nearest row), and
     how they compare — for accuracy by an exact sign test over their shared positions (the
     depths: one length), a difference said only at p < 0.05, among rows with at least
-    :data:`frontier.MIN_POSITIONS` positions; for perplexity by the mean over texts of each
-    row's perplexity against the full cache's on the same text, and on how many of their texts
-    the best row's perplexity is the lower, among rows measured on every text of the chart.
+    :data:`h2o.stats.MIN_POSITIONS` positions that share that many; for perplexity by the mean
+    over texts of each row's perplexity against the full cache's on the same text, and on how
+    many of their texts the best row's perplexity is the lower, among rows measured on every
+    text of the chart.
     Rows near ``memory`` set aside (:func:`frontier.compared`) are named as not compared."""
     points, aside = frontier.compared(points)
-    text = _verdict(points, memory, metric)
+    none = "the file has no row but the full cache to compare yet"
+    if aside and not metric.lower_better and all(p.group == "full" for p in points):
+        none = f"no row at this length has the {MIN_POSITIONS} positions a comparison needs"
+    text = _verdict(points, memory, metric, none)
     near = frontier.at_memory(aside, memory)
     if near:
-        named = names([label(p) for p in sorted(near, key=lambda p: p.order)])
         if metric.lower_better:
+            named = names([label(p) for p in sorted(near, key=lambda p: p.order)])
             most = max(len(p.texts) for p in points)
             text += (
                 f" Not compared: {named} (measured on fewer than the {most} texts: drawn, not "
                 "ranked)."
             )
         else:
+            by_n: dict[int, list[str]] = {}
+            for p in sorted(near, key=lambda p: p.order):
+                by_n.setdefault(p.positions, []).append(label(p))
             text += (
-                f" Not compared: {named} (fewer than {frontier.MIN_POSITIONS} positions at this "
-                "length: drawn, not ranked)."
+                " Not compared, drawn but not ranked: "
+                + "; ".join(
+                    f"{names(rows)} ({_count(n, 'position')} at this length, fewer than "
+                    f"{MIN_POSITIONS})"
+                    for n, rows in sorted(by_n.items())
+                )
+                + "."
             )
     return text
 
 
-def _verdict(points: Sequence[Point], memory: int, metric: Metric) -> str:
+def _verdict(points: Sequence[Point], memory: int, metric: Metric, none: str) -> str:
     full = min((p for p in points if p.group == "full"), key=lambda p: p.order, default=None)
     head = f"At {memory:,} KV bytes per token (± {frontier.TOLERANCE:.0%})"
     if full is not None and metric.lower_better and full.texts:
@@ -204,7 +235,7 @@ def _verdict(points: Sequence[Point], memory: int, metric: Metric) -> str:
         elif mine:
             parts.append(_nearest(mine, memory, name))
     if not parts:
-        return f"{head}: the file has no row but the full cache to compare yet."
+        return f"{head}: {none}."
     text = f"{head}: {'; '.join(parts)}."
     if not bests:
         return text
@@ -296,7 +327,8 @@ def scores_sentence(scores: Sequence[RowScore], cells: Sequence[Cell]) -> str:
     """Per row: needles answered over its positions (each a length and depth) with the 95 %
     interval over positions, and mean log-prob; then the most against the least accurate row,
     said to differ only when an exact sign test over their shared positions (``cells``: the
-    cells shown) gives p < 0.05."""
+    cells shown) gives p < 0.05, and compared only on at least
+    :data:`h2o.stats.MIN_POSITIONS` of them."""
     if not scores:
         return ""
     mine: dict[str, dict] = {s.row: {} for s in scores}
@@ -319,6 +351,12 @@ def scores_sentence(scores: Sequence[RowScore], cells: Sequence[Cell]) -> str:
         except ValueError:
             return text + f" {esc(top.row)} and {esc(low.row)} share no cell to compare."
         pair = f"{esc(top.row)} against {esc(low.row)}"
+        if t.n < MIN_POSITIONS:
+            return text + (
+                f" The most and the least accurate rows ({pair}: {t.right_a} against "
+                f"{t.right_b} of {t.needles} shared needles): "
+                f"{not_compared(t.n, 'shared positions')}."
+            )
         said = (
             f"{t.right_a} against {t.right_b} of {t.needles} shared needles at {t.n} positions, "
             f"{t.counts()}, exact sign test {p_text(t.p)}"
@@ -396,7 +434,8 @@ def followup_sentences(cells: Sequence[FollowUpCell], rows: Sequence[str]) -> li
     """Per row of ``rows`` (in that order; those with cells): the first and the second question
     answered over the row's positions (a position: the length and the two facts' depths), each
     with its 95 % interval over positions, and whether the second is answered less — an exact
-    sign test over the positions (each cell asks both), said only at p < 0.05."""
+    sign test over the positions (each cell asks both), said only at p < 0.05 and made only on
+    at least :data:`h2o.stats.MIN_POSITIONS` positions."""
     out = []
     for r in rows:
         cs = [c for c in cells if c.row == r]
@@ -410,7 +449,9 @@ def followup_sentences(cells: Sequence[FollowUpCell], rows: Sequence[str]) -> li
             f"second {positions(second, followup_position).text()}"
         )
         test = f"{t.counts()}; {p_text(t.p)}"
-        if t.differs:
+        if t.n < MIN_POSITIONS:
+            said += f" — {t.counts()}: {not_compared(t.n)}"
+        elif t.differs:
             more = "fewer" if t.more_a > t.more_b else "more"
             said += f" — the second answered {more} ({test})"
         elif t.right_a == t.right_b:
@@ -452,7 +493,7 @@ def followup_summary(cells: Sequence[FollowUpCell], rows: Sequence[str]) -> str:
 def modes_sentence(cells: Sequence[Cell], decode: str, prefill: str) -> str:
     """H2O's two modes on the cells both rows have: how many each answers over its positions
     (with its interval), where (the depths), and what the exact sign test over the positions
-    says."""
+    says (on at least :data:`h2o.stats.MIN_POSITIONS` of them; else not compared)."""
     a = {(c.length, c.depth, c.needle): c for c in cells if c.row == prefill}
     b = {(c.length, c.depth, c.needle): c for c in cells if c.row == decode}
     shared = [k for k in a if k in b]
@@ -472,6 +513,8 @@ def modes_sentence(cells: Sequence[Cell], decode: str, prefill: str) -> str:
         f"{positions(oa).text()} and evicting while it reads ({esc(decode)}) "
         f"{positions(ob).text()}, right {where}"
     )
+    if t.n < MIN_POSITIONS:
+        return text + f": {not_compared(t.n)}."
     if t.differs:
         more = "the prefill mode" if t.more_a > t.more_b else "evicting while reading"
         return text + f": {more} answers more (exact sign test {p_text(t.p)})."

@@ -15,13 +15,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import h2o
+from app.needle.claims import not_compared
 from app.needle.frontier import TOLERANCE
 from app.needle.grid import rows as ordered_rows
 from app.real_model.claims import esc, names
 from h2o.model.caches.base import ContextCompression
 from h2o.model.rows import Row
 from h2o.needle.results import Cell, parsed
-from h2o.stats import Paired, p_text, paired, positions
+from h2o.stats import MIN_POSITIONS, Paired, p_text, paired, positions
 
 
 def _family(cells: Sequence[Cell], budget: int | None) -> list[tuple[str, Row]]:
@@ -137,12 +138,13 @@ def _key(c: Cell) -> tuple[int, int, str]:
 
 
 def _verdict(t: Paired, mine: str) -> str:
-    """Which answers more, only at p < 0.05 by the sign test over positions."""
+    """Which answers more, only at p < 0.05 by the sign test over positions, and only on at
+    least :data:`h2o.stats.MIN_POSITIONS` of them (else not compared)."""
+    if t.n < MIN_POSITIONS:
+        return f": {not_compared(t.n)}"
     if t.differs:
         more = "SnapKV" if t.more_b > t.more_a else mine
         return f": {more} answers more (exact sign test {p_text(t.p)})"
-    if not t.decidable:  # the clause names the smallest attainable p instead
-        return f": {t.undecided()}"
     return f": {t.undecided()} (exact sign test {p_text(t.p)})"
 
 

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from app.needle.grid import family_name, row_order
 from h2o.needle.results import Cell, FrontierRow, derived, parsed
+from h2o.stats import MIN_POSITIONS
 
 GROUPS = {
     "evict": "eviction",
@@ -190,16 +191,11 @@ def _accuracy_points(cells: Iterable[Cell], length: int) -> list[Point]:
     return out
 
 
-#: A needle accuracy is compared with another only when its row has at least this many positions
-#: (depths) at the length. The position is the unit (its needles move together: one observation,
-#: :mod:`h2o.stats`), so the count that matters is of positions, not of needles at each.
-MIN_POSITIONS = 5
-
-
 def compared(points: Sequence[Point]) -> tuple[list[Point], list[Point]]:
     """Points split into those a verdict may compare and those it sets aside: the full cache
-    is always compared; a needle accuracy with at least :data:`MIN_POSITIONS` positions at the
-    length; a perplexity measured on every text the chart holds (a mean over fewer texts is
+    is always compared; a needle accuracy with at least :data:`h2o.stats.MIN_POSITIONS`
+    positions (depths) at the length (the position is the unit: its needles move together, one
+    observation); a perplexity measured on every text the chart holds (a mean over fewer texts is
     not the same measurement)."""
     most = max((len(p.texts) for p in points), default=0)
     keep: list[Point] = []

@@ -20,7 +20,7 @@ from app import a11y, charts, figures, pages, painted, state
 from app.needle import claims, frontier, shipped
 from app.needle.frontier import GROUPS, PPL_TOKENS
 from h2o.needle.results import derived
-from h2o.stats import positions
+from h2o.stats import MIN_POSITIONS, positions
 
 a11y.focus_ring()  # the keyboard's focus, seen on every control
 
@@ -168,8 +168,8 @@ def rest() -> None:
             "depth and needle of that length in the file); bytes per token are each row's KV "
             "bytes over the prompt's tokens, averaged over its cells."
             + (
-                f" {plural(few, 'row')} with fewer than {frontier.MIN_POSITIONS} positions: "
-                "drawn but never ranked."
+                f" {plural(few, 'row')} with fewer than {MIN_POSITIONS} positions at this "
+                "length: drawn, not compared."
                 if few
                 else ""
             )
