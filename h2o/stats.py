@@ -199,8 +199,9 @@ class Paired:
 
     @property
     def decidable(self) -> bool:
-        """Whether a sign test on these ``n`` positions could reach :data:`ALPHA` at all."""
-        return min_p(self.n) < ALPHA
+        """Whether the pages compare on these ``n`` positions at all: at least
+        :data:`MIN_POSITIONS` of them."""
+        return self.n >= MIN_POSITIONS
 
     def counts(self) -> str:
         """``positions 3 won by the first, 1 by the second, 11 tied of 15``."""
@@ -211,15 +212,18 @@ class Paired:
 
     def undecided(self) -> str:
         """What the pages say without a difference: not distinguishable with ``n`` positions,
-        or, where no sign test on ``n`` positions could pass :data:`ALPHA`, that no verdict is
-        possible (with the smallest attainable p)."""
-        where = "position" if self.n == 1 else "positions"
-        if self.decidable:
-            return f"not distinguishable with n = {self.n} {where}"
-        return (
-            f"no verdict possible with n = {self.n} {where} (no sign test on {self.n} {where} "
-            f"can reach p < {ALPHA:g}: the smallest attainable is {p_text(min_p(self.n))})"
-        )
+        or, below :data:`MIN_POSITIONS`, that the rows are not compared."""
+        if not self.decidable:
+            return not_compared(self.n)
+        return f"not distinguishable with n = {self.n} positions"
+
+
+def not_compared(n: int, what: str = "positions") -> str:
+    """What the pages and the findings say in place of a comparison over fewer than
+    :data:`MIN_POSITIONS` positions: ``not compared (5 positions, fewer than 10)``."""
+    if n == 1:
+        what = what.removesuffix("s")
+    return f"not compared ({n} {what}, fewer than {MIN_POSITIONS})"
 
 
 def sign_test(more_a: int, more_b: int) -> float:

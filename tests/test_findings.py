@@ -85,28 +85,34 @@ def test_a_pair_is_said_to_differ_only_at_p_below_005():
     """The unit is the position: three needles at a position are one observation. Five positions,
     each with three needles kivi4 answers and kivi2 does not: 15 discordant cells (exact McNemar
     2 / 2**15) but 5 positions won of 5 — p = 2 / 2**5 = 0.0625, the smallest a sign test on 5
-    positions can give, so no verdict is possible there."""
+    positions can give: the two rows are not compared (fewer than 10 positions)."""
     five = [(512, d) for d in (0, 25, 50, 75, 100)]
     cells = [
         _line(r, n, d, x, r == "kivi4") for n, d in five for x in "abc" for r in ("kivi4", "kivi2")
     ]
     (line,) = findings.comparisons(cells)
     assert "3 against 0" not in line and "15 against 0 of 15 shared needles at 5 positions" in line
-    assert "(positions 5 won by the first, 0 by the second, 0 tied of 5; exact sign test" in line
-    assert f"p = {2 / 2**5:.3f}" in line and "answers more" not in line
-    assert line.endswith(
-        "no verdict possible with n = 5 positions (no sign test on 5 positions can reach "
-        "p < 0.05: the smallest attainable is p = 0.062)."
-    )
-    # a sixth position (another length), also won: 6 of 6, p = 2 / 2**6 = 0.031 < 0.05
-    cells += [_line(r, 1024, 0, "a", r == "kivi4") for r in ("kivi4", "kivi2")]
+    assert "(positions 5 won by the first, 0 by the second, 0 tied of 5)" in line
+    assert "sign test" not in line and "answers more" not in line
+    assert line.endswith("not compared (5 positions, fewer than 10).")
+    # five more positions (another length), each won: 10 of 10, p = 2 / 2**10 < 0.05
+    more = [(1024, d) for d in (0, 25, 50, 75, 100)]
+    cells += [_line(r, n, d, "a", r == "kivi4") for n, d in more for r in ("kivi4", "kivi2")]
     (line,) = findings.comparisons(cells)
-    assert f"p = {2 / 2**6:.3f}" in line and line.endswith("`kivi4` answers more.")
-    # five of six won, one tied: 5 discordant positions, p = 0.0625: not distinguishable
-    cells = [c for c in cells if c.length == 512 or c.row == "kivi4"]
-    cells += [_line("kivi2", 1024, 0, "a", True)]
+    assert "at 10 positions" in line and f"exact sign test {p_text(2 / 2**10)}" in line
+    assert line.endswith("`kivi4` answers more.")
+    # kivi2 answers too at six of the ten: 4 won, 6 tied, p = 2 / 2**4: not distinguishable
+    ties = {(1024, d) for d in (0, 25, 50, 75, 100)} | {(512, 0)}
+    cells = [c for c in cells if c.row == "kivi4" or (c.length, c.depth) not in ties]
+    cells += [
+        _line("kivi2", n, d, x, True)
+        for n, d in five + more
+        if (n, d) in ties
+        for x in ("abc" if n == 512 else "a")
+    ]
     (line,) = findings.comparisons(cells)
-    assert "1 tied of 6" in line and line.endswith("not distinguishable with n = 6 positions.")
+    assert "4 won by the first, 0 by the second, 6 tied of 10" in line
+    assert line.endswith("not distinguishable with n = 10 positions.")
 
 
 def _cell(row: str, depth: int, needle: str, ok: bool, length: int = 1024) -> Cell:
@@ -181,9 +187,11 @@ def test_followup_rows_with_the_same_counts_share_a_line():
         "- `full`, `kivi4` (1,024 tokens): the first question 6 of 6 needles, at 2 of 2 positions"
     )
     assert "the second 5 of 6 needles, at 2 of 2 positions" in out[0]
-    assert "(positions 1 won by the first, 0 by the second, 1 tied of 2; sign test" in out[0]
-    # two positions: no sign test can reach p < 0.05 (the smallest p is 2 / 2**2)
-    assert f"the smallest attainable is p = {2 / 2**2:.3f}" in out[0]
+    # two positions: fewer than 10, so no test and no verdict
+    assert out[0].endswith(
+        "(positions 1 won by the first, 0 by the second, 1 tied of 2; "
+        "not compared (2 positions, fewer than 10))."
+    )
     assert out[1].startswith("- `snapkv@256` (1,024 tokens): the first question 2 of 6 needles")
     assert "at 1 of 2 positions" in out[1]  # both first answers at the first position
 
@@ -288,18 +296,20 @@ def test_the_docs_snapkv_paragraph_is_the_files():
         )
 
     snap = test_of("snapkv@256")
-    assert not snap.differs  # otherwise the paragraph must say which answers more
+    assert not snap.decidable  # otherwise the paragraph must give the test and its verdict
     needles = snap.needles
     assert (
         f"SnapKV at 256 slots answers the first question in {snap.right_a} of {needles} cells and "
-        f"the second in {snap.right_b} ({snap.counts()}; exact sign test {p_text(snap.p)}): "
-        f"{snap.undecided().split(' (')[0]}." in said
+        f"the second in {snap.right_b} ({snap.counts()}): not compared, with {snap.n} positions."
+        in " ".join(said.split())
     )
     assert "answers fewer" not in said and "where that ends" not in said
     rows = list(dict.fromkeys(x.row for x in lines))
-    assert all(not test_of(r).decidable for r in rows)  # "no sign test on them can reach"
+    assert all(not test_of(r).decidable for r in rows)  # "too few to compare"
     assert {test_of(r).needles for r in rows} == {6} and {test_of(r).n for r in rows} == {2}
-    assert "6 cells a row at 1,024 tokens, 2 positions: no sign test on them can" in said
+    assert "6 cells a row at 1,024 tokens, 2 positions: too few to compare" in " ".join(
+        said.split()
+    )
     for r in ("full", "kivi4"):  # "the first in every cell and the second in all but one"
         t = test_of(r)
         assert (t.right_a, t.right_b) == (t.needles, t.needles - 1), r
@@ -328,12 +338,9 @@ def test_equal_memory_compares_only_rows_within_two_percent():
         findings.EQUAL_MEMORY.clear()
         findings.EQUAL_MEMORY.update(old)
     assert line.startswith("- `kivi4` at 512 tokens, 1,000 KV bytes per token, 6/6; at its memory:")
-    # 5 positions won by kivi4, 0 by snapkv, 1 tied: the sign test's 2 / 2**5 = 0.0625; six
-    # positions could reach p < 0.05 (2 / 2**6), so "not distinguishable"
-    assert (
-        "`snapkv@100` 1/6 (1,019 B; positions 5 won by `kivi4`, 0 by `snapkv@100` of 6, sign "
-        "test p = 0.062: not distinguishable with n = 6 positions)" in line
-    )
+    # six positions: fewer than the 10 a comparison needs, so no test and no verdict
+    assert "`snapkv@100` 1/6 (1,019 B; not compared (6 positions, fewer than 10))" in line
+    assert "sign test" not in line
     assert "no verdict" not in line
     assert "`h2o@100:w50%` 1,021 B: not within 2%, not compared" in line
     assert "answers more" not in line

@@ -64,7 +64,7 @@ def test_three_needles_at_one_position_are_one_observation():
     assert (t.more_a, t.more_b, t.ties) == (1, 1, 1) and t.p == 1.0
     assert t.counts() == "positions 1 won by the first, 1 by the second, 1 tied of 3"
     assert not t.decidable
-    assert t.undecided().startswith("no verdict possible with n = 3 positions")
+    assert t.undecided() == "not compared (3 positions, fewer than 10)"
     with pytest.raises(ValueError):
         stats.paired({(1, "a"): True}, {(2, "a"): True})
     with pytest.raises(ValueError):

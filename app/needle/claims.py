@@ -24,6 +24,7 @@ from h2o.stats import (
     MIN_POSITIONS,
     Paired,
     min_p,
+    not_compared,
     p_text,
     paired,
     positions,
@@ -119,14 +120,6 @@ def _nearest(mine: Sequence[Point], memory: float, name: str) -> str:
         f"no {name} row holds within {frontier.TOLERANCE:.0%} of it (the nearest, {label(near)}, "
         f"holds {near.x:,.0f}: {abs(gap):.0%} {side})"
     )
-
-
-def not_compared(n: int, what: str = "positions") -> str:
-    """What the pages say in place of a comparison over fewer than
-    :data:`h2o.stats.MIN_POSITIONS` positions: ``not compared (5 positions, fewer than 10)``."""
-    if n == 1:
-        what = what.removesuffix("s")
-    return f"not compared ({n} {what}, fewer than {MIN_POSITIONS})"
 
 
 def compare(win: Point, other: Point) -> Paired:

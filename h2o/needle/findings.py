@@ -209,10 +209,10 @@ def band_note(band: Sequence[int], window: int) -> str:
 
 
 def _verdict(t: Paired, a: str, b: str) -> str:
-    """Which row answers more, only where the sign test over positions says so (p < 0.05);
-    otherwise not distinguishable, or no verdict possible where no test on that many positions
-    could pass."""
-    if t.differs:
+    """Which row answers more, only on at least :data:`h2o.stats.MIN_POSITIONS` positions and
+    where the sign test over them says so (p < 0.05); otherwise not distinguishable, or not
+    compared."""
+    if t.decidable and t.differs:
         return f"`{a}` answers more" if t.more_a > t.more_b else f"`{b}` answers more"
     return t.undecided()
 
@@ -221,15 +221,15 @@ def equal_memory(cells: Sequence[Cell]) -> list[str]:
     """One line per (row, length) of :data:`EQUAL_MEMORY` in the file: its count, then each
     partner's, bytes per token and the sign test over their shared positions; a partner outside
     :data:`EQUAL_TOLERANCE` of the row's bytes is named as such, never compared. Counts are
-    needles. Where no sign test on a comparison's positions could reach p < 0.05, the line says so
-    (once for all of the line's comparisons, or naming those with too few) and gives no verdict."""
+    needles. A partner sharing fewer than :data:`h2o.stats.MIN_POSITIONS` positions with the row
+    is not compared (no test), as on the pages."""
     out = []
     for (a, length), partners in EQUAL_MEMORY.items():
         oa = _outcomes(cells, a, length)
         if not oa:
             continue
         xa = _bytes_per_token(cells, a, length)
-        said, mute, compared = [], [], 0
+        said = []
         for b in partners:
             ob = _outcomes(cells, b, length)
             if not ob or not set(oa) & set(ob):
@@ -239,13 +239,13 @@ def equal_memory(cells: Sequence[Cell]) -> list[str]:
                 said.append(f"`{b}` {xb:,.0f} B: not within {EQUAL_TOLERANCE:.0%}, not compared")
                 continue
             t = paired(oa, ob)
-            verdict = f": {_verdict(t, a, b)}" if t.decidable else ""
-            compared += 1
-            if not t.decidable:
-                mute.append((t, b))
+            if not t.decidable:  # the pages' rule: no test on fewer than MIN_POSITIONS
+                said.append(f"`{b}` {t.right_b}/{t.needles} ({xb:,.0f} B; {t.undecided()})")
+                continue
             said.append(
                 f"`{b}` {t.right_b}/{t.needles} ({xb:,.0f} B; positions {t.more_a} won by "
-                f"`{a}`, {t.more_b} by `{b}` of {t.n}, sign test {p_text(t.p)}{verdict})"
+                f"`{a}`, {t.more_b} by `{b}` of {t.n}, sign test {p_text(t.p)}: "
+                f"{_verdict(t, a, b)})"
             )
         if said:
             right = sum(oa.values())
@@ -253,17 +253,6 @@ def equal_memory(cells: Sequence[Cell]) -> list[str]:
                 f"- `{a}` at {length:,} tokens, {xa:,.0f} KV bytes per token, {right}/{len(oa)}; "
                 f"at its memory: {'; '.join(said)}."
             )
-            for n in sorted({t.n for t, _ in mute}):
-                few = [f"`{b}`" for t, b in mute if t.n == n]
-                where = (
-                    "at this length"
-                    if len(mute) == compared and len(few) == len(mute)
-                    else f"beside {', '.join(few)}"
-                )
-                line += (
-                    f" No sign test on {n} position{'s' * (n != 1)} can reach p < {ALPHA:g} (the "
-                    f"smallest attainable is {p_text(min_p(n))}): no verdict {where}."
-                )
             out.append(line)
     return out
 
@@ -330,12 +319,11 @@ def comparisons(cells: Sequence[Cell]) -> list[str]:
         if length:
             xa, xb = _bytes_per_token(cells, a, length), _bytes_per_token(cells, b, length)
             mem = f" ({xa:,.0f} and {xb:,.0f} KV bytes per token)"
-        verdict = _verdict(t, a, b)
+        test = f"; exact sign test {p_text(t.p)}" if t.decidable else ""
         out.append(
             f"- `{a}` against `{b}` {where}{mem}: {t.right_a} against {t.right_b} of "
-            f"{t.needles} shared needles at {t.n} position{'s' * (t.n != 1)} ({t.counts()}; "
-            f"exact sign test "
-            f"{p_text(t.p)}): {verdict}."
+            f"{t.needles} shared needles at {t.n} position{'s' * (t.n != 1)} ({t.counts()}"
+            f"{test}): {_verdict(t, a, b)}."
         )
     return out
 
@@ -362,15 +350,15 @@ def followup(lines: Sequence[FollowUpCell]) -> list[str]:
         said.setdefault((lens, a, b, t), []).append(r)
     out = []
     for (lens, a, b, t), rows in said.items():
-        verdict = (
-            f"the {'first' if t.more_a > t.more_b else 'second'} answered more"
-            if t.differs
-            else t.undecided()
-        )
+        if not t.decidable:
+            verdict = t.undecided()
+        else:
+            side = "first" if t.more_a > t.more_b else "second"
+            said_p = f"sign test {p_text(t.p)}: "
+            verdict = said_p + (f"the {side} answered more" if t.differs else t.undecided())
         out.append(
             f"- {', '.join(f'`{r}`' for r in rows)} ({', '.join(f'{x:,}' for x in lens)} "
-            f"tokens): the first question {a}, the second {b} ({t.counts()}; sign test "
-            f"{p_text(t.p)}: {verdict})."
+            f"tokens): the first question {a}, the second {b} ({t.counts()}; {verdict})."
         )
     return out
 
