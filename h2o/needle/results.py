@@ -66,8 +66,8 @@ def frontier_key(line: dict) -> tuple[str, str, int]:
 
 # -- the schema ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Cell:
-    """One line of the needle grid: a row (what holds the cache) at one length and depth."""
+class RowColumns:
+    """The row's columns every results line starts with (:func:`h2o.needle.cells.row_fields`)."""
 
     row: str
     family: str
@@ -77,6 +77,12 @@ class Cell:
     allocation: str | None
     bits: int | None
     sinks: int
+
+
+@dataclass(frozen=True)
+class Cell(RowColumns):
+    """One line of the needle grid: a row (what holds the cache) at one length and depth."""
+
     length: int
     depth: int
     needle: str
@@ -107,18 +113,10 @@ class Cell:
 
 
 @dataclass(frozen=True)
-class FollowUpCell:
+class FollowUpCell(RowColumns):
     """One line of the second-question file: two facts, the first asked, then the second on
     the same cache."""
 
-    row: str
-    family: str
-    kind: str
-    policy: str | None
-    budget: int | None
-    allocation: str | None
-    bits: int | None
-    sinks: int
     length: int
     depth_first: int
     depth_second: int
@@ -140,17 +138,9 @@ class FollowUpCell:
 
 
 @dataclass(frozen=True)
-class FrontierRow:
+class FrontierRow(RowColumns):
     """One line of the frontier: a row's perplexity on a text and the bytes it held."""
 
-    row: str
-    family: str
-    kind: str
-    policy: str | None
-    budget: int | None
-    allocation: str | None
-    bits: int | None
-    sinks: int
     text: str
     tokens: int
     perplexity: float
