@@ -64,6 +64,7 @@ from .needle import (  # noqa: F401
     frontier,
     held_bars,
     needle_heatmaps,
+    perplexity_frontier,
 )
 from .policies import (  # noqa: F401
     budget_curves,

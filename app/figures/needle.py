@@ -13,7 +13,8 @@ from collections.abc import Collection, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from app.needle.frontier import GROUPS, TOLERANCE, FigureLine
+from app.needle import claims
+from app.needle.frontier import GROUPS, PPL_TOKENS, TOLERANCE, FigureLine, Point, figure_lines
 from h2o.alloc import ALLOCATORS
 from h2o.model.caches import CACHE_KINDS
 
@@ -72,6 +73,29 @@ def family_style(
     if group == "both":
         return {"color": colour, "dash": "dash", "symbol": "star"}
     return {"color": colour, "dash": alloc_dash(allocation), "symbol": symbol}
+
+
+def perplexity_frontier(
+    points: Sequence[Point], texts: Sequence[str], *, limit: float | None, **layout: object
+) -> go.Figure:
+    """The frontier's perplexity chart: each row's perplexity over the full cache's on the same
+    text (the mean over ``texts``, a bar from the lowest to the highest) against KV bytes per
+    token, the full cache's row as the reference line (:func:`frontier`'s other arguments in
+    ``layout``)."""
+    over = texts[0] if len(texts) == 1 else f"{len(texts)} texts"
+    full = next(((p.x, p.y) for p in points if p.group == "full"), None)
+    return frontier(
+        lines=figure_lines(points, claims.ppl_hover),
+        full=full,
+        limit=limit,
+        title=f"Perplexity against the full cache's, by KV memory — {PPL_TOKENS:,} tokens of "
+        f"{over} (lower is better)",
+        bar=claims.bar_legend(texts),
+        ytitle="perplexity over the full cache's (same text)",
+        yformat="%{y:+.1%}",
+        ytickformat="+.0%",
+        **layout,
+    )
 
 
 @by_arguments

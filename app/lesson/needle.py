@@ -171,10 +171,7 @@ def evict_or_compress() -> None:
         st.info(claims.texts_note(fr.records, ppl), icon=":material/info:")
         open_in("Open Evict or compress?", pages.EVICT_OR_COMPRESS, {}, key="lesson_open_8")
         return
-    lines = frontier.figure_lines(ppl, claims.ppl_hover)
     texts = frontier.ppl_texts(fr.records).texts
-    over = texts[0] if len(texts) == 1 else f"{len(texts)} texts"
-    full = next(((p.x, p.y) for p in ppl if p.group == "full"), None)
     ppl_said = claims.verdict(ppl, memory, claims.PERPLEXITY) if memory is not None else None
     acc_said = None
     if acc_memory is not None:
@@ -190,16 +187,10 @@ def evict_or_compress() -> None:
     # projected: the answer beside the chart, which keeps its height
     chart, answer = st.columns([3, 2], vertical_alignment="center") if presented() else (st, st)
     charts.show(
-        figures.frontier(
-            lines=lines,
-            full=full,
+        figures.perplexity_frontier(
+            ppl,
+            texts,
             limit=memory,
-            title=f"Perplexity against the full cache's, by KV memory — "
-            f"{frontier.PPL_TOKENS:,} tokens of {over}",
-            bar=claims.bar_legend(texts),
-            ytitle="perplexity over the full cache's (lower is better)",
-            yformat="%{y:+.1%}",
-            ytickformat="+.0%",
             # the legend's width is the chapter's: the page's in presenter mode (a projector's
             # 1,280 px, the sidebar shut, less the answer beside it), beside the sidebar
             # otherwise; the plot keeps its height however many families the legend lists

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from app.needle.grid import family_name, row_order
-from h2o.needle.results import Cell, FrontierRow, derived, parsed
+from h2o.needle.results import Cell, FrontierRow, RowColumns, derived, parsed
 from h2o.stats import MIN_POSITIONS
 
 GROUPS = {
@@ -72,6 +72,21 @@ class Point:
     #: perplexity points: (text, perplexity, relative) per text it was measured on, ``relative``
     #: its perplexity over the full cache's on that text, less one (``y`` is their mean)
     texts: tuple[tuple[str, float, float], ...] = ()
+
+    @classmethod
+    def of(cls, first: RowColumns, **measures: object) -> Point:
+        """A point for ``first``'s row (its name, family, group, policy, bits, sinks and order
+        read from its columns) with the given measures (``x``, ``y``, ``n``, ...)."""
+        return cls(
+            row=first.row,
+            family=family_name(first.family, first.allocation, first.row),
+            group=group(first.row, first.kind, first.bits),
+            policy=first.policy,
+            bits=first.bits,
+            sinks=first.sinks,
+            order=row_order(first),
+            **measures,
+        )
 
     @property
     def spread(self) -> tuple[float, float]:
@@ -127,24 +142,17 @@ def _ppl_points(rows: Sequence[FrontierRow], tokens: int) -> list[Point]:
     for r in mine:
         by_row.setdefault(r.row, []).append(r)
     out = []
-    for row, rs in by_row.items():
+    for rs in by_row.values():
         rs.sort(key=lambda r: r.text)
         per_text = tuple(
             (r.text, r.perplexity, r.perplexity / reference[r.text].perplexity - 1) for r in rs
         )
-        r0 = rs[0]
         out.append(
-            Point(
-                row=row,
-                family=family_name(r0.family, r0.allocation, row),
-                group=group(row, r0.kind, r0.bits),
-                policy=r0.policy,
-                bits=r0.bits,
-                sinks=r0.sinks,
+            Point.of(
+                rs[0],
                 x=sum(r.kv_bytes_per_token for r in rs) / len(rs),
                 y=sum(rel for *_, rel in per_text) / len(per_text),
                 n=len(rs),
-                order=row_order(r0),
                 texts=per_text,
             )
         )
@@ -164,25 +172,18 @@ def _accuracy_points(cells: Iterable[Cell], length: int) -> list[Point]:
         if c.length == length:
             by.setdefault(c.row, []).append(c)
     out = []
-    for row, cs in by.items():
-        c0 = cs[0]
+    for cs in by.values():
         right = sum(c.correct for c in cs)
         per_depth: dict[int, set[str]] = {}
         for c in cs:
             per_depth.setdefault(c.depth, set()).add(c.needle)
         out.append(
-            Point(
-                row=row,
-                family=family_name(c0.family, c0.allocation, row),
-                group=group(row, c0.kind, c0.bits),
-                policy=c0.policy,
-                bits=c0.bits,
-                sinks=c0.sinks,
+            Point.of(
+                cs[0],
                 x=sum(c.kv_bytes / c.tokens for c in cs) / len(cs),
                 y=right / len(cs),
                 n=len(cs),
                 right=right,
-                order=row_order(c0),
                 outcomes=tuple(((c.depth, c.needle), bool(c.correct)) for c in cs),
                 needles=min(len(v) for v in per_depth.values()),
                 positions=len(per_depth),

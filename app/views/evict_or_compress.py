@@ -102,18 +102,7 @@ if shipped.report(fr, fr_path, "frontier"):
         counted = claims.ppl_counted(fr.records, ppl)
         over_texts = claims.texts_note(fr.records, ppl)
         charts.show(
-            figures.frontier(
-                lines=frontier.figure_lines(ppl, claims.ppl_hover),
-                full=full_of(ppl),
-                limit=memory,
-                title=f"Perplexity against the full cache's, by KV memory — {PPL_TOKENS:,} "
-                f"tokens of {over} (lower is better)",
-                bar=claims.bar_legend(texts),
-                ytitle="perplexity over the full cache's (same text)",
-                yformat="%{y:+.1%}",
-                ytickformat="+.0%",
-                height=CHART_HEIGHT,
-            ),
+            figures.perplexity_frontier(ppl, texts, limit=memory, height=CHART_HEIGHT),
             key="ec_ppl",
             describe=[t for t in (said, over_texts, counted) if t],
         )
