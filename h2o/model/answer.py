@@ -400,7 +400,7 @@ def score_rows(
             out[r.label] = score_cells(model, [cells[i] for i in asked[r.label]], r, **kw)
     pairs = [(r, i) for r in shared for i in asked[r.label]]
     if pairs:
-        scored = _score_shared(model, cells, pairs, Row.parse("full"), kw)
+        scored = _score_shared(model, cells, pairs, Row("full"), kw)
         for r in shared:
             out[r.label] = [scored[(r.label, i)] for i in asked[r.label]]
     return {label: out[label] for label in labels}

@@ -22,10 +22,13 @@ import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from h2o.needle.haystack import DEPTHS, LENGTHS, TEXTS_DIR, build_prompt
 from h2o.needle.needles import NEEDLES, first_line, is_correct, needle
+
+if TYPE_CHECKING:
+    from h2o.model.rows import Row
 
 #: The greedy continuation's length: a four-digit code and its full stop fit in 8 tokens.
 MAX_NEW = 8
@@ -66,12 +69,13 @@ def cell_needles(length: int, depth: int, count: int = 1) -> list[str]:
     return [NEEDLES[(base + j) % len(NEEDLES)].id for j in range(count)]
 
 
-def row_fields(label: str) -> dict[str, Any]:
+def row_fields(row: Row | str) -> dict[str, Any]:
     """The row's columns of a result line: label, family, kind, policy, budget, allocation,
-    bits, sinks (from :meth:`h2o.model.rows.Row.parse`)."""
+    bits, sinks (of the row, or of the label :meth:`h2o.model.rows.Row.parse` reads)."""
     from h2o.model.rows import Row
 
-    row = Row.parse(label)
+    if not isinstance(row, Row):
+        row = Row.parse(row)
     return {
         "row": row.label,
         "family": row.family,
@@ -101,13 +105,17 @@ def cell_batch(spec: dict) -> tuple:
     """The cells :func:`run_cells` takes as one job: one length, model and answer length, and
     one row — or every row that reads a prompt as the full cache does
     (:func:`h2o.model.answer.reads_prompt_as_full`; :data:`FULL_READING` stands for them)."""
-    from h2o.model.answer import reads_prompt_as_full
     from h2o.model.rows import Row
 
-    row = spec["row"]
-    if reads_prompt_as_full(Row.parse(row)):
-        row = FULL_READING
-    return (row, int(spec["length"]), spec.get("model"), int(spec.get("max_new", MAX_NEW)))
+    return _batch(spec, Row.parse(spec["row"]))
+
+
+def _batch(spec: dict, row: Row) -> tuple:
+    """:func:`cell_batch` of ``spec``, its row already read (``row``)."""
+    from h2o.model.answer import reads_prompt_as_full
+
+    name = FULL_READING if reads_prompt_as_full(row) else spec["row"]
+    return (name, int(spec["length"]), spec.get("model"), int(spec.get("max_new", MAX_NEW)))
 
 
 def run_cells(specs: list[dict], load: Callable[[], Any] | None = None) -> list[dict]:
@@ -120,18 +128,21 @@ def run_cells(specs: list[dict], load: Callable[[], Any] | None = None) -> list[
 
     if not specs:
         return []
-    batches = {cell_batch(s) for s in specs}
+    t0 = time.perf_counter()
+    # each label read once: a job's cells share a few rows, and what follows takes the Row
+    parsed = {label: Row.parse(label) for label in dict.fromkeys(s["row"] for s in specs)}
+    row_of = [parsed[s["row"]] for s in specs]
+    batches = {_batch(s, r) for s, r in zip(specs, row_of, strict=True)}
     if len(batches) != 1:
         got = sorted(map(str, batches))
         raise ValueError(
             "one job is one length, model and max_new, and one row or rows that read a prompt "
             f"as the full cache does, got {got}"
         )
-    t0 = time.perf_counter()
     first = specs[0]
-    rows = {r.label: r for r in (Row.parse(s["row"]) for s in specs)}
-    label_of = [Row.parse(s["row"]).label for s in specs]  # one spelling a row
-    fields = {label: row_fields(label) for label in rows}
+    rows = {r.label: r for r in row_of}
+    label_of = [r.label for r in row_of]  # one spelling a row
+    fields = {label: row_fields(row) for label, row in rows.items()}
     model = load() if load is not None else worker_model(first.get("model"))
     where = list(dict.fromkeys((int(s["depth"]), s["needle"]) for s in specs))
     needles = [needle(nd) for _, nd in where]
@@ -206,8 +217,8 @@ def run_followup(spec: dict, load: Callable[[], Any] | None = None) -> dict:
     from h2o.needle.haystack import build_followup
 
     t0 = time.perf_counter()
-    fields = row_fields(spec["row"])
     row = Row.parse(spec["row"])
+    fields = row_fields(row)
     a, b = needle(spec["first"]), needle(spec["second"])
     da, db = int(spec["depth_first"]), int(spec["depth_second"])
     model = load() if load is not None else worker_model(spec.get("model"))
@@ -253,8 +264,8 @@ def run_frontier(spec: dict) -> dict:
     from h2o.model.rows import Row
 
     t0 = time.perf_counter()
-    fields = row_fields(spec["row"])
     row = Row.parse(spec["row"])
+    fields = row_fields(row)
     model = worker_model(spec.get("model"))
     text_path = Path(spec["text"])
     # The text travels in the spec when given, so a cluster's workers need no copy of the file.
