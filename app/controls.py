@@ -335,7 +335,7 @@ def policy_choice(name: str, label: str, default: str, container: Any = st) -> s
         "sliding-window: newest only · random: any unprotected position, with equal chance (a "
         "baseline, not a floor: a policy with too narrow a window can fall below it) · "
         "key-norm: K-norm, the smallest key norms, no attention read · expected-attention: "
-        "the attention the next queries are expected to pay, every key rescored each step · "
+        "the attention the next queries are expected to pay, every key rescored once a window · "
         "kvzip: the attention a key gets while the model repeats the whole text (known only "
         "after it) — these three on the traces captured from the real model · quest: evicts "
         "nothing, each step reads the pages its query can attend to (on a trace of one query "

@@ -1,8 +1,9 @@
 """Expected Attention stepped as the model decodes (h2o/policies/expected_attention.py) against a
 literal transcription of its rule — kvpress's ExpectedAttentionPress score (statistics of the
 queries before RoPE, the rotation averaged in kvpress's own ``rotate_half`` layout, softmax over
-the keys, group mean, times ‖v‖, sinks at max + 1), applied at every step to the keys kept, with
-the card's protected window and argmin eviction — on random vectors and on a shipped trace."""
+the keys, group mean, times ‖v‖, sinks at max + 1), applied at every step to the keys kept
+(``rescore_every=1``; the interval: test_expected_attention_interval.py), with the card's
+protected window and argmin eviction — on random vectors and on a shipped trace."""
 
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ def random_trace(vec: HeadVectors, seed: int) -> Trace:
 def test_replay_matches_the_literal_rule_step_by_step(H, G, budget, window, seed) -> None:
     vec = random_vectors(60, H, G, 8, seed)
     trace = random_trace(vec, seed)
-    run = replay(ExpectedAttention(budget, window), trace)
+    run = replay(ExpectedAttention(budget, window, rescore_every=1), trace)
     for t, (kept, score) in enumerate(literal_replay(vec, 60, budget, window)):
         n = int(run.n_kept[t])
         assert run.kept_pos[t, :n].tolist() == kept, f"step {t}"
@@ -168,7 +169,7 @@ def test_on_a_shipped_trace_it_reads_the_captured_vectors() -> None:
         trace.vectors.value_norms[:40],
         trace.vectors.rope_base,
     )
-    small = replay_stepwise(ExpectedAttention(24, 8), _prefix(trace, 40))
+    small = replay_stepwise(ExpectedAttention(24, 8, rescore_every=1), _prefix(trace, 40))
     for t, (kept, score) in enumerate(literal_replay(head, 40, 24, 8)):
         n = int(small.n_kept[t])
         assert small.kept_pos[t, :n].tolist() == kept

@@ -68,7 +68,7 @@ def test_contract_budget_respected_victims_ascending_and_gone(name):
         before = set(p.kept.tolist()) | {t}
         p.on_decode_step(t, w)
         # admitted with score 0 (the card's rule), or K-norm's score known on arrival: -‖k‖
-        # (Expected Attention rescores every kept key at every step, the newest too)
+        # (Expected Attention rescores every kept key every window of 2 steps, the newest too)
         admitted = {"key-norm": -NORMS[t], "kvzip": NORMS[t] / NORMS.max()}.get(name, 0.0)
         assert p.kept[-1] == t
         assert p.scores[-1] == admitted or name == "expected-attention"
@@ -250,7 +250,8 @@ def test_null_attention_is_accepted_and_admits(name):
     p.on_decode_step(10, None)
     assert p.kept[-1] == 10
     if name == "expected-attention":
-        # Reads no attention (every step is None to it): each step's query rescores every key
+        # Reads no attention (every step is None to it): step 10 rescores every key (its window
+        # of 2 is its interval, 10 % 2 == 0)
         assert list(p.scores[:-1]) != before
     else:
         assert list(p.scores[:-1]) == before

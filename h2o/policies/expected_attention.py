@@ -10,27 +10,43 @@ before RoPE are close to Gaussian; with their mean ``mu`` and covariance ``Sigma
 positions to come (averaged) makes them the next queries'. In the card's decode-time mechanism::
 
     on_decode_step(pos, attn):             # attn is not read
-        admit(pos)
-        mu, Sigma = mean and covariance of the queries before RoPE at positions n_sink .. pos
-        R         = the RoPE rotation averaged over positions pos + 1 .. pos + 512
-        z_h[j]    = k_j · R mu_h / √d  +  k_jᵀ R Sigma_h Rᵀ k_j / (2 d)     every kept j
-        score[j]  = mean over KV heads g of
-                    (mean over g's query heads h of softmax_j(z_h)[j]) × ‖v_gj‖
-        the first n_sink = 4 positions score max + 1 (always kept)
+        admit(pos, score = 0)
+        if pos >= n_sink:                  # the sinks' queries are left out, as kvpress does
+            add q_pos (before RoPE) to the running sums of q and q qᵀ, each query head
+        if pos % rescoreEvery == 0:        # by default the recent window (1 if it is 0)
+            mu, Sigma = mean and covariance of the queries at n_sink .. pos (the sums)
+            R         = the RoPE rotation averaged over positions pos + 1 .. pos + 512
+            z_h[j]    = k_j · R mu_h / √d  +  k_jᵀ R Sigma_h Rᵀ k_j / (2 d)     every kept j
+            score[j]  = mean over KV heads g of
+                        (mean over g's query heads h of softmax_j(z_h)[j]) × ‖v_gj‖
+            the first n_sink = 4 positions score max + 1 (always kept)
+        # between rescorings every kept score is the last rescoring's, a later position's 0
 
     evict(budget):
         evictable = kept[: len(kept) - recentWindow]
         drop the `len(kept) - budget` lowest-scoring of those
 
+A rescoring costs ``k @ Sigma`` for every kept key and query head, so the policy rescores every
+``rescore_every`` steps and evicts by the last rescoring's scores in between (``rescore_every=1``
+rescores at every step). A position admitted since the last rescoring holds its admission score
+of 0 until the next one, which is why the interval is bounded by the window: a position is
+protected at the evictions of its first ``recentWindow`` steps, so with ``rescore_every <=
+recentWindow + 1`` a rescoring scores it before it can be evicted. A larger interval is refused
+(an unscored position would be the first evicted, for its 0 and not for its keys).
+
 The closed form, the averaged rotation, the value norm and the sinks are kvpress's, with its
 defaults (``n_future_positions=512``, ``n_sink=4``, covariance and value norm on, ``epsilon=0``);
 the model's ``expected-attention@B`` rows run it once after the prompt, as kvpress does
-(:mod:`h2o.model.caches.expected_attention_cache`). Where this class differs, ours: it rescores
-every kept key at every step and evicts one position a step, with H2O's recent window (32 by
-default; kvpress keeps none); its statistics are of every query read so far (kvpress's decoding
-wrapper takes the last 256 at a compression every 512 steps); on a trace that averages a layer's
-query heads, one kept set serves every head, scored by the mean over the KV heads (kvpress keeps
-a set per KV head). Equal scores evict the lower position.
+(:mod:`h2o.model.caches.expected_attention_cache`), and this policy over a text
+(:mod:`h2o.model.fed_heads`). Where this class differs, ours: it rescores every kept key every
+``rescore_every`` steps (the recent window, 32, by default) and evicts one position a step, the
+cache never above its budget, with H2O's recent window (kvpress's ``DecodingPress`` compresses
+the whole cache back to a target size every ``compression_interval`` steps, 512 by default and
+10 in its first versions, with no recent window, the cache growing in between); its statistics
+are of every query read so far, as running sums (kvpress's come from the hidden states it
+buffered since its last compression, at most the last 256 by default); on a trace that
+averages a layer's query heads, one kept set serves every head, scored by the mean over the KV
+heads (kvpress keeps a set per KV head). Equal scores evict the lower position.
 
 It reads each position's queries, keys and value norms (a trace's ``vectors``, which captured
 traces of the real model carry) and no attention weight.
@@ -39,14 +55,16 @@ traces of the real model carry) and no attention weight.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from ..trace_vectors import HeadVectors, check_vectors
-from .base import ScoredPolicy
+from .base import ScoredPolicy, check_int
 
 #: kvpress's defaults: the future positions the rotation is averaged over, the sinks kept.
 N_FUTURE, N_SINK = 512, 4
-#: Most work a replay takes (heads × head size² × steps × slots multiply-adds, stepped in numpy):
-#: ~5·10⁹ for a shipped trace at budget 128, a few seconds; an upload may not ask for minutes.
+#: Most work a replay takes (heads × head size² × rescorings × slots multiply-adds, in numpy):
+#: ~5·10⁹ for a shipped trace at budget 128 rescored at every step, a few seconds; an upload may
+#: not ask for minutes.
 MAX_WORK = 6e10
 
 
@@ -71,23 +89,33 @@ def _averaged_cos_sin(head_dim: int, base: float, first: int, n: int) -> tuple:
     return gain * np.cos(middle), gain * np.sin(middle)
 
 
-def rotate_stats(mu: np.ndarray, cov: np.ndarray, base: float, first: int) -> tuple:
-    """``R mu`` and ``R cov Rᵀ`` for :func:`averaged_rope`'s ``R``, one 2×2 block a rotary pair
-    (``R`` is block diagonal): each pair ``(x[2i], x[2i+1])`` of a vector, of the covariance's
-    rows, then of its columns becomes ``(c x[2i] - s x[2i+1], s x[2i] + c x[2i+1])`` —
-    ``O(H d²)`` elementwise instead of two dense ``d × d`` products."""
-    c, s = _averaged_cos_sin(mu.shape[-1], base, first, N_FUTURE)
-    m = np.empty_like(mu)
-    m[..., 0::2] = c * mu[..., 0::2] - s * mu[..., 1::2]
-    m[..., 1::2] = s * mu[..., 0::2] + c * mu[..., 1::2]
-    rows = np.empty_like(cov)
-    cr, sr = c[:, None], s[:, None]
-    rows[..., 0::2, :] = cr * cov[..., 0::2, :] - sr * cov[..., 1::2, :]
-    rows[..., 1::2, :] = sr * cov[..., 0::2, :] + cr * cov[..., 1::2, :]
-    C = np.empty_like(cov)
-    C[..., 0::2] = c * rows[..., 0::2] - s * rows[..., 1::2]
-    C[..., 1::2] = s * rows[..., 0::2] + c * rows[..., 1::2]
-    return m, C
+def rotate_keys(keys: np.ndarray, base: float, first: int) -> np.ndarray:
+    """``Rᵀ k`` for each key ``k`` (the last axis) and :func:`averaged_rope`'s ``R``, one 2×2
+    block a rotary pair: ``(k[2i], k[2i+1])`` becomes ``(c k[2i] + s k[2i+1], c k[2i+1] - s
+    k[2i])``. ``k · R mu = (Rᵀk) · mu`` and ``kᵀ R Sigma Rᵀ k = (Rᵀk)ᵀ Sigma (Rᵀk)``, so a
+    rescoring rotates its kept keys once, for every query head of the group, instead of each
+    head's mean and covariance (``O(n d)`` elementwise against ``O(H d²)``)."""
+    c, s = _averaged_cos_sin(keys.shape[-1], base, first, N_FUTURE)
+    out = np.empty_like(keys)
+    out[..., 0::2] = c * keys[..., 0::2] + s * keys[..., 1::2]
+    out[..., 1::2] = c * keys[..., 1::2] - s * keys[..., 0::2]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def add_query(s1: np.ndarray, s2: np.ndarray, q: np.ndarray) -> None:
+    """Add one position's queries ``q`` ``(H, d)`` to the running sums ``s1 += q`` and ``s2 +=
+    q qᵀ`` of each head, in float64, in place. Compiled because numpy's ``q[:, :, None] * q[:,
+    None, :]`` allocates and rereads a ``(H, d, d)`` temporary at every step of every head, which
+    over a text cost more than the rescorings (``benchmarks/model.py --text-only``); a product
+    of two float32 queries is exact in float64, so the sums are numpy's, bit for bit."""
+    H, d = q.shape
+    for h in range(H):
+        for i in range(d):
+            qi = np.float64(q[h, i])
+            s1[h, i] += qi
+            for j in range(d):
+                s2[h, i, j] += qi * np.float64(q[h, j])
 
 
 def expected_attention(keys: np.ndarray, mu: np.ndarray, cov: np.ndarray) -> np.ndarray:
@@ -118,11 +146,27 @@ class ExpectedAttention(ScoredPolicy):
         budget: int = 512,
         recent_window: int | None = None,
         *,
+        rescore_every: int | None = None,
         vectors: HeadVectors | None = None,
         rng: np.random.Generator | None = None,
     ) -> None:
         super().__init__(budget, recent_window, rng=rng)
+        window = self.recent_window
+        if rescore_every is None:
+            rescore_every = max(window, 1)
+        self.rescore_every = check_int("rescore_every", rescore_every, 1)
+        if self.rescore_every > window + 1:
+            raise ValueError(
+                f"rescore_every ({self.rescore_every}) must be at most recent_window + 1 "
+                f"({window + 1}): a position is protected for its first {window} steps, and "
+                "only a rescoring within them scores it before it can be evicted (until then it "
+                f"holds its admission score of 0). Lower rescore_every to {window + 1} or less, "
+                f"or widen the window to {self.rescore_every - 1}"
+            )
         self._take(vectors)
+
+    def params(self) -> dict[str, int]:
+        return {**super().params(), "rescore_every": self.rescore_every}
 
     @classmethod
     def state_bytes(cls, head_dim: int, group_size: int) -> int:
@@ -140,13 +184,14 @@ class ExpectedAttention(ScoredPolicy):
             return
         check_vectors(vectors, vectors.positions)
         H, d = vectors.queries.shape[1:]
-        work = H * d * d * vectors.positions * (self.budget + 1)
+        rescorings = -(-vectors.positions // self.rescore_every)  # positions 0, r, 2r, ...
+        work = H * d * d * rescorings * (self.budget + 1)
         if work > MAX_WORK:
             raise ValueError(
-                f"Expected Attention rescores every kept key each step: {work:.1e} multiply-adds "
-                f"on this trace ({vectors.positions} steps, {H} heads of {d}, budget "
-                f"{self.budget}), over the {MAX_WORK:.0e} it takes. Lower the budget or replay "
-                "a shorter trace"
+                f"Expected Attention rescores every kept key every {self.rescore_every} step(s): "
+                f"{work:.1e} multiply-adds on this trace ({vectors.positions} steps, {H} heads "
+                f"of {d}, budget {self.budget}), over the {MAX_WORK:.0e} it takes. Lower the "
+                "budget, raise rescore_every or replay a shorter trace"
             )
         self._s1, self._s2, self._count = np.zeros((H, d)), np.zeros((H, d, d)), 0
 
@@ -158,21 +203,20 @@ class ExpectedAttention(ScoredPolicy):
                 f"Expected Attention scores position {pos} by the queries, keys and value norms "
                 f"up to it and has {have}: give vectors=… or replay a trace that carries them"
             )
-        return 0.0  # rescored with every kept key below
+        return 0.0  # until a rescoring scores it with every kept key (_step)
 
     def _accumulate(self, score: np.ndarray, attn: np.ndarray) -> None:
-        pass  # attention is never read: every step rescores (_step)
+        pass  # attention is never read: the scores come from the rescorings (_step)
 
     def _step(self, pos: int, attn: np.ndarray | None) -> None:
         super()._step(pos, None)  # admit pos
         vec = self._vec
         assert vec is not None  # _admission_score refused otherwise
         if pos >= N_SINK:  # the statistics leave the sinks' queries out, as kvpress does
-            q = vec.queries[pos].astype(np.float64)  # (H, d)
-            self._s1 += q
-            self._s2 += q[:, :, None] * q[:, None, :]
+            add_query(self._s1, self._s2, vec.queries[pos])
             self._count += 1
-        self._rescore(pos)
+        if pos % self.rescore_every == 0:  # in between, the last rescoring's scores stand
+            self._rescore(pos)
 
     def _rescore(self, pos: int) -> None:
         n = self._n
@@ -186,12 +230,12 @@ class ExpectedAttention(ScoredPolicy):
         G, gs = vec.keys.shape[1], vec.group_size
         mu = self._s1 / self._count
         cov = self._s2 / self._count - mu[:, :, None] * mu[:, None, :]
-        mu, cov = rotate_stats(mu, cov, vec.rope_base, pos + 1)
         rest = kept[~sink]
+        keys = rotate_keys(vec.keys[rest].astype(np.float64), vec.rope_base, pos + 1)
         total = np.zeros(rest.shape[0])
         for g in range(G):
             h = slice(g * gs, (g + 1) * gs)
-            p = expected_attention(vec.keys[rest, g].astype(np.float64), mu[h], cov[h])
+            p = expected_attention(keys[:, g], mu[h], cov[h])
             total += p * vec.value_norms[rest, g]
         total /= G
         score[~sink] = total
