@@ -56,15 +56,18 @@ setup-docs: $(VENV)/.setup-docs
 docs: setup-docs
 	$(VENV)/bin/mkdocs serve
 
-# Every test, a test file to a worker on each core (pytest-xdist; a file's tests share one app
-# server), the files with the browser and real-model tests handed out first (tests/conftest.py
-# orders them). `make test-fast` leaves out the Chromium and real-model tests.
-XDIST := -n auto --dist loadfile --no-loadscope-reorder
+# Every test, a test file to a worker (pytest-xdist; a file's tests share one app server), the
+# files with the browser and real-model tests handed out first (tests/conftest.py orders them).
+# Two workers a core: a browser test's worker mostly waits on Chromium and the app's server, and
+# on one worker a core the suite kept the cores only about half busy. `make test-fast` leaves out
+# the Chromium and real-model tests, and its tests compute without waiting: one worker a core.
+JOBS ?= $(shell echo $$(( 2 * $$(getconf _NPROCESSORS_ONLN) )))
+XDIST := --dist loadfile --no-loadscope-reorder
 test: setup-test
-	$(PY) -m pytest $(XDIST)
+	$(PY) -m pytest -n $(JOBS) $(XDIST)
 
 test-fast: setup-test
-	$(PY) -m pytest $(XDIST) -m "not browser and not model"
+	$(PY) -m pytest -n auto $(XDIST) -m "not browser and not model"
 
 lint: setup-test
 	$(VENV)/bin/ruff format --check . && $(VENV)/bin/ruff check .
