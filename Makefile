@@ -60,14 +60,15 @@ docs: setup-docs
 # files with the browser and real-model tests handed out first (tests/conftest.py orders them).
 # Two workers a core: a browser test's worker mostly waits on Chromium and the app's server, and
 # on one worker a core the suite kept the cores only about half busy. `make test-fast` leaves out
-# the Chromium and real-model tests, and its tests compute without waiting: one worker a core.
+# the Chromium, real-model and slow tests (a second or more each), and its tests compute without
+# waiting: one worker a core.
 JOBS ?= $(shell echo $$(( 2 * $$(getconf _NPROCESSORS_ONLN) )))
 XDIST := --dist loadfile --no-loadscope-reorder
 test: setup-test
 	$(PY) -m pytest -n $(JOBS) $(XDIST)
 
 test-fast: setup-test
-	$(PY) -m pytest -n auto $(XDIST) -m "not browser and not model"
+	$(PY) -m pytest -n auto $(XDIST) -m "not browser and not model and not slow"
 
 lint: setup-test
 	$(VENV)/bin/ruff format --check . && $(VENV)/bin/ruff check .

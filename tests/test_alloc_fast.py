@@ -73,6 +73,7 @@ def _adaptive(cls, G, B, w, alpha):
     [(3, 12, 3, 0.2, 160), (3, 20, 4, 0.0, 160), (2, 9, 2, 1.0, 160), (3, 96, 8, 0.2, 500)],
 )
 @pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.slow
 def test_adaptive_step_is_the_heads_stepped_one_by_one(cls, G, B, w, alpha, steps, ties) -> None:
     rng = np.random.default_rng(G * B + w)
     slow, fast = _adaptive(cls, G, B, w, alpha), _adaptive(cls, G, B, w, alpha)
@@ -195,6 +196,7 @@ def test_fast_and_slow_paths_agree_in_the_model(model, policy, name, budget, par
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.2])
+@pytest.mark.slow
 def test_adaptive_fast_eviction_is_the_sort_on_random_states(alpha) -> None:
     """``_evict_fast`` against ``evict`` (``ada_select``'s sorts) from random layer states:
     fills, scores spread wide, ordered like old sums or on a few values (ties at the cut), one

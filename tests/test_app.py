@@ -103,6 +103,7 @@ def report(at: AppTest, **values: object) -> AppTest:
 
 # -- every page ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("page", PAGES)
+@pytest.mark.slow
 def test_every_page_runs(page):
     at = open_app(page)
     assert not at.error, [e.value for e in at.error]
@@ -116,6 +117,7 @@ def test_every_page_runs(page):
 
 
 @pytest.mark.parametrize("page", PAGES)
+@pytest.mark.slow
 def test_no_figure_above_budget(page):
     at = open_app(page)
     sizes = [len(c.proto.spec.encode()) for c in at.get("plotly_chart")]
@@ -127,6 +129,7 @@ def test_no_figure_above_budget(page):
 @pytest.mark.parametrize(
     "query", [{"step": 3000}, {"budget": 1024}, {"budget": 4095, "step": 4095}]
 )
+@pytest.mark.slow
 def test_one_range_load_stays_under_budget(query):
     """A range carries every step's kept scores: its length shrinks as the budget grows."""
     at = open_app(**query, policy_b="scissorhands")
@@ -328,6 +331,7 @@ def test_link_values_beyond_the_trace_are_ignored_and_named():
         ({"speed": "<b>9</b>"}, "speed=`<b>9</b>` is not one of 1, 2, 5, 10, 20, 30, 60"),
     ],
 )
+@pytest.mark.slow
 def test_link_values_that_are_not_usable_numbers(query, words):
     page = "views/stale_spike.py" if "spike_step" in query else "views/step_through.py"
     at = open_app(page, trace="toy", **query)
@@ -353,6 +357,7 @@ EVIL = [
 
 
 @pytest.mark.parametrize("evil", EVIL)
+@pytest.mark.slow
 def test_values_from_a_link_are_never_markup(evil):
     at = open_app(trace=evil, policy_a=evil, policy_b="tova", speed=evil, colour=evil)
     errors = [e.value for e in at.error]
@@ -363,6 +368,7 @@ def test_values_from_a_link_are_never_markup(evil):
 
 
 @pytest.mark.parametrize("evil", EVIL[:3])
+@pytest.mark.slow
 def test_an_upload_name_is_never_markup(evil):
     at = open_app(trace="toy")
     upload(at, f"{evil}.npz", b"not a zip file at all")
@@ -497,6 +503,7 @@ def with_meta(trace: h2o.Trace, **meta: object) -> bytes:
         ({"band": float("nan"), "source": "x" * 10_000}, 10, 5),
     ],
 )
+@pytest.mark.slow
 def test_untrusted_metadata_gives_usable_settings(meta, budget, top_k):
     at = open_app(trace="toy", step=9)
     upload(at, "meta.npz", with_meta(h2o.toy_trace(), **meta))
@@ -574,6 +581,7 @@ def test_token_strings_show_in_hovers_and_the_story():
         (trace_bytes(h2o.toy_trace())[:300], "not a readable .npz file"),
     ],
 )
+@pytest.mark.slow
 def test_bad_upload_shows_an_error_and_keeps_the_trace(payload, words):
     at = open_app(trace="toy", step=9)
     upload(at, "bad.npz", payload)
@@ -706,6 +714,7 @@ def test_plot_titles_show_file_names_as_text_never_as_markup():
 
 
 # -- the family since H2O in Step through ---------------------------------------------------------
+@pytest.mark.slow
 def test_the_familys_methods_step_on_the_traces_that_carry_what_they_read():
     """Expected Attention and KVzip step on a mean trace (KVzip with the sentence on what it knows
     ahead), Quest on the head trace, reading pages; Quest on a mean trace says which trace it

@@ -80,6 +80,7 @@ def markdown(at: AppTest) -> str:
 
 
 # -- without the model -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_missing_model_shows_the_install_command_and_the_traces(monkeypatch):
     monkeypatch.setenv("H2O_GGUF", "/nonexistent/SmolLM2.gguf")
     at = open_page()
@@ -97,6 +98,7 @@ def test_missing_model_shows_the_install_command_and_the_traces(monkeypatch):
 
 
 # -- section 1: the shipped traces (no model needed) -----------------------------------------------
+@pytest.mark.slow
 def test_trace_numbers_are_computed_from_replays():
     at = open_page()
     text = markdown(at)

@@ -126,6 +126,7 @@ def step_both(bank, policies, pos, rows, as_block: bool) -> bool:
 
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(BANK, SAME_BUDGET), st.lists(STEP, min_size=1, max_size=60))
+@pytest.mark.slow
 def test_a_bank_is_its_lanes_stepped_separately(spec, steps):
     policies = lanes_of(spec)
     bank = make_bank(lanes_of(spec))  # its own instances: random lanes get equal generators

@@ -226,6 +226,7 @@ def test_a_kind_owns_its_options(toy) -> None:
         Row.parse("h2o@128:last")
 
 
+@pytest.mark.slow
 def test_the_needle_grid_runs_a_toy_kind_and_the_app_shows_it(
     toy, tiny_path, tmp_path, monkeypatch
 ):

@@ -179,6 +179,7 @@ def test_toy_trace_is_small_and_normalised():
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+@pytest.mark.slow
 def test_the_claims_do_not_hang_on_seed_0(seed):
     """The calibration is of the trace's structure, not of one random draw."""
     tr = canonical_trace(seed=seed)

@@ -104,6 +104,7 @@ def lineup(budget: int, window: int, sinks: int) -> list[tuple[str, dict]]:
 
 
 @pytest.mark.parametrize("key", ["toy", "stale-spike"])
+@pytest.mark.slow
 def test_small_traces_at_every_budget(key):
     trace = data.load(key, {}).trace
     fit = controls.defaults(trace)
@@ -116,6 +117,7 @@ def test_small_traces_at_every_budget(key):
 
 
 @pytest.mark.parametrize("key", ["canonical", *data.trace_files()])
+@pytest.mark.slow
 def test_long_traces_at_the_budget_charts_budgets(key):
     trace = data.load(key, {}).trace
     fit = controls.defaults(trace)
@@ -160,6 +162,7 @@ def test_a_refused_window_names_who_refuses_and_where_each_is_shown():
     )
 
 
+@pytest.mark.slow
 def test_the_page_names_every_policy_that_refuses_the_sidebars_window():
     """At recent_window 300 over budget 256 on the canonical trace, every method of the lineup
     that takes the sidebar's window refuses it, each named with the windows its class is shown at

@@ -63,6 +63,7 @@ def library_rows(trace: h2o.Trace, budget: int) -> list[dict]:
 
 
 @pytest.mark.parametrize("budget", chapters_4_6.BUDGETS)
+@pytest.mark.slow
 def test_family_sentences_hold_at_every_budget(canonical, budget):
     rows = library_rows(canonical, budget)
     bench = analysis.bench(canonical, budget, 32, lineup=analysis.standard_lineup(budget))

@@ -244,6 +244,7 @@ def test_reads_are_bounded(tmp_path, monkeypatch):
 
 
 # -- the grid's numbers ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_matrices_and_scores_match_pandas(fixture_dir):
     for folder in sources(fixture_dir):
         cells = results.read_grid(folder / results.GRID_FILE).records
@@ -678,6 +679,7 @@ def frontier_frames(folder: Path) -> tuple[pd.DataFrame, dict[int, pd.DataFrame]
     return ppl, acc
 
 
+@pytest.mark.slow
 def test_the_verdicts_at_every_memory_and_length(fixture_dir):
     for folder in sources(fixture_dir):
         fr = results.read_frontier(folder / results.FRONTIER_FILE).records

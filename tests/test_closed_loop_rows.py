@@ -20,6 +20,7 @@ from h2o.policies import H2O, TOVA, Scissorhands
 
 
 @pytest.mark.parametrize("n", [*range(0, 300), 1000, 4097, 8192, 8193, 20_011])
+@pytest.mark.slow
 def test_the_float32_sum_is_numpys(n):
     rng = np.random.default_rng(n)
     a = (rng.random(n, dtype=np.float32) ** 6).astype(np.float32)

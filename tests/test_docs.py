@@ -64,6 +64,7 @@ def site(tmp_path_factory):
 
 # -- the site --------------------------------------------------------------------------------------
 @needs_mkdocs
+@pytest.mark.slow
 def test_the_site_builds_strict_with_no_warning(site):
     res, out = site
     log = res.stdout + res.stderr
@@ -133,6 +134,7 @@ def test_every_relative_link_in_the_readme_resolves():
     assert not broken, broken
 
 
+@pytest.mark.slow
 def test_the_readmes_python_runs():
     blocks = re.findall(r"^```python\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S)
     assert blocks

@@ -26,6 +26,7 @@ from h2o.stats import Paired, p_text, paired, sign_test
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_the_readme_and_the_findings_page_state_what_the_files_hold():
     results = ROOT / "traces" / "results"
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -346,6 +347,7 @@ def test_equal_memory_compares_only_rows_within_two_percent():
     assert "answers more" not in line
 
 
+@pytest.mark.slow
 def test_the_docs_equal_memory_bullets_are_the_files():
     """docs/explanation/findings.md's equal-memory bullets, recounted from the grid by position:
     over the three lengths (each beside its own equal-memory budget) the verdicts the bullet

@@ -71,6 +71,7 @@ def test_every_page_with_charts_after_its_first_draws_that_one_first():
 
 @pytest.mark.first_paint
 @pytest.mark.parametrize("spec", SHORT, ids=[p.url_path for p in SHORT])
+@pytest.mark.slow
 def test_a_pages_first_run_ends_below_its_first_figure_until_the_browser_reports_it(
     spec, monkeypatch
 ):

@@ -213,6 +213,7 @@ def _run_script(out: Path, kill_after: int | None) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_a_run_killed_midway_and_resumed_gives_the_same_file(tmp_path):
     whole, killed = tmp_path / "whole.jsonl", tmp_path / "killed.jsonl"
     _run_script(whole, None)
@@ -238,6 +239,7 @@ def dask_client():
     cluster.close()
 
 
+@pytest.mark.slow
 def test_a_local_dask_cluster_gives_the_same_file_as_local_processes(tmp_path, dask_client):
     a, b = tmp_path / "local.jsonl", tmp_path / "dask.jsonl"
     sp = specs()
@@ -271,6 +273,7 @@ def tiny_specs(path: str) -> list[dict]:
     ]
 
 
+@pytest.mark.slow
 def test_real_cells_on_the_tiny_model_locally_and_on_dask(tmp_path, tiny_path, dask_client):
     from h2o.needle.cells import run_cell
 
@@ -295,6 +298,7 @@ def test_real_cells_on_the_tiny_model_locally_and_on_dask(tmp_path, tiny_path, d
     assert by_row["kivi4"]["kv_bytes"] < by_row["full"]["kv_bytes"]
 
 
+@pytest.mark.slow
 def test_real_cells_batched_on_dask_give_the_cells_run_one_by_one(tmp_path, tiny_path, dask_client):
     """The grid's own path on a cluster: the cells of a row and length go as one job to a
     worker, which reads their shared haystack once; the lines are those of the cells run one
@@ -412,6 +416,7 @@ def test_a_job_with_the_wrong_number_of_lines_fails(tmp_path):
     assert read_lines(out, resume=True).records == []
 
 
+@pytest.mark.slow
 def test_real_cells_batched_are_the_cells_one_by_one_on_the_tiny_model(tmp_path, tiny_path):
     from h2o.needle.cells import cell_batch, run_cell, run_cells
 

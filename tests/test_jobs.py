@@ -11,6 +11,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from app.jobs import ModelQueue, blas_threads_wanted, bound_blas_threads, eta
 
 
+@pytest.mark.slow
 def test_jobs_run_one_at_a_time_and_waiters_know_their_place():
     queue = ModelQueue()
     running = []

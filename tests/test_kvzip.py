@@ -85,6 +85,7 @@ def model(tiny_smollm):
     return tiny_smollm
 
 
+@pytest.mark.slow
 def test_the_score_is_the_literal_rule_on_the_model(model) -> None:
     """The repeat pass's logits, recorded here, give kvpress's score by a literal softmax over
     the sinks, the chunk and the repeat (one chunk: no sinks apart from it)."""

@@ -87,6 +87,7 @@ def test_shipped_traces_carry_the_scores_the_model_computes():
     assert type(Row.parse("kvzip@128").cache).__name__ == "KvzipCache"
 
 
+@pytest.mark.slow
 def test_tables_that_rank_it_say_what_it_knows_ahead(capsys):
     from h2o.analysis import hindsight_notes
     from h2o.cli import main

@@ -61,6 +61,7 @@ def test_the_lesson_is_the_first_page_and_draws_every_chapter():
 
 
 @pytest.mark.parametrize("qid", sorted(QUESTIONS))
+@pytest.mark.slow
 def test_each_question_reveals_after_an_answer_or_on_request(qid):
     at = open_lesson()
     n_charts = len(at.get("plotly_chart"))
@@ -186,6 +187,7 @@ def test_the_real_model_chapter_recomputes_one_budget_on_a_click(monkeypatch):
 
 
 @pytest.mark.parametrize("chapter", range(1, 11))
+@pytest.mark.slow
 def test_presenter_mode_says_each_sentence_once(chapter):
     """Projected, a chapter's core is in place and its details under More: a finding shown in
     place is not listed again under More (the lecturer would read it twice)."""

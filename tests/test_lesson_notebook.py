@@ -228,6 +228,7 @@ def ran() -> nbformat.NotebookNode:
     return run(with_checks(load()))
 
 
+@pytest.mark.slow
 def test_the_lesson_runs_top_to_bottom_with_no_error_and_no_warning(ran):
     *lesson, checks, _broken = ran.cells
     for i, cell in enumerate(lesson):
@@ -282,6 +283,7 @@ def plot_titles(cell) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_the_needle_chapters_compute_from_a_partial_file_and_say_what_is_missing(tmp_path):
     from app.lesson import needle
     from app.needle import claims, family, frontier, grid
@@ -365,6 +367,7 @@ def test_chapter_7_runs_the_real_model_when_asked():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("marimo") is None, reason="marimo is not installed")
+@pytest.mark.slow
 def test_marimo_wraps_the_player_and_exports_it(tmp_path):
     path = tmp_path / "player_nb.py"
     path.write_text(MARIMO_NOTEBOOK, encoding="utf-8")

@@ -66,6 +66,7 @@ def test_a_missing_dask_names_the_cluster_extra(tmp_path, capsys, monkeypatch):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_an_unreachable_scheduler_is_a_clear_error(tmp_path, capsys, monkeypatch):
     pytest.importorskip("distributed")
     monkeypatch.setattr("h2o.needle.grid.CONNECT_TIMEOUT", "2s")

@@ -85,6 +85,7 @@ def markdown(at: AppTest) -> list[str]:
 
 # -- the needle grid -------------------------------------------------------------------------------
 @pytest.mark.parametrize("metric", ["correct", "logprob"])
+@pytest.mark.slow
 def test_the_grid_draws_each_row_on_one_scale_and_says_what_it_shows(results, metric):
     at = open_page(GRID_PAGE, ng_metric=metric)
     g, _ = raw_frames(results)
@@ -309,6 +310,7 @@ def test_evict_or_compress_table_gives_counts_intervals_and_needles(results):
 
 
 # -- Evict or compress? ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_frontier_draws_one_line_per_family_and_the_verdicts_at_every_rows_memory(results):
     fr = res.read_frontier(results / res.FRONTIER_FILE).records
     cells = res.read_grid(results / res.GRID_FILE).records
@@ -394,6 +396,7 @@ def test_the_frontier_draws_one_line_per_family_and_the_verdicts_at_every_rows_m
 
 
 @pytest.mark.parametrize("length", [512, 1024, 2048, 4096])
+@pytest.mark.slow
 def test_the_accuracy_chart_and_verdict_at_every_length(results, length):
     cells = res.read_grid(results / res.GRID_FILE).records
     _, acc_frames = frontier_frames(results)
@@ -557,6 +560,7 @@ def test_a_frontier_without_a_full_cache_row_at_2048_tokens_says_so(results):
 
 
 @pytest.mark.parametrize("kept", [("lighthouse.txt",), ("library.txt", "orchard.txt")])
+@pytest.mark.slow
 def test_the_perplexity_chart_reads_one_or_two_texts(results, kept):
     """The file as a run leaves it with one text, or two: the chart, its verdict and its notes
     count the texts it has; on one text no bar is drawn."""

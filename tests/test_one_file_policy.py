@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 POLICY = '''"""Decayed H2O: H2O's sum, times a factor below one before each step's attention."""
@@ -131,6 +133,7 @@ def _copy_with_the_new_method(dest: Path) -> Path:
     return pkg
 
 
+@pytest.mark.slow
 def test_a_method_in_one_file_and_its_registry_line_is_everywhere(tmp_path):
     pkg = _copy_with_the_new_method(tmp_path / "lib")
     changed = sorted(

@@ -112,6 +112,7 @@ def test_compiled_replay_is_the_python_replay(trace, name, budget, w, record, to
 
 
 @pytest.mark.parametrize("name", COMPILED)
+@pytest.mark.slow
 def test_every_shipped_trace_at_several_budgets(name):
     from app import data
 

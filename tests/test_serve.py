@@ -6,6 +6,7 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from streamlit_server import serve_process
 
 from app import serve
@@ -25,6 +26,7 @@ def test_every_preloaded_name_is_a_module():
         assert importlib.util.find_spec(name) is not None, name
 
 
+@pytest.mark.slow
 def test_the_server_loads_the_libraries_before_its_first_visitor():
     with serve_process() as (url, proc):
         port = url.rsplit(":", 1)[1]

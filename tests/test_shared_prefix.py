@@ -134,6 +134,7 @@ def test_prefix_states_refuse_stops_off_the_blocks(tiny_smollm):
 
 # -- the scores --------------------------------------------------------------------------------
 @pytest.mark.parametrize("label", ROWS)
+@pytest.mark.slow
 def test_shared_cells_score_as_each_prompt_alone(tiny_smollm, label):
     model = tiny_smollm
     row = Row.parse(label)

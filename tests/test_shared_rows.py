@@ -75,6 +75,7 @@ def test_which_rows_read_a_prompt_as_the_full_cache(tiny_smollm):
         assert plain is (label in QUALIFY or label == "snapkv@48/duo"), label
 
 
+@pytest.mark.slow
 def test_rows_scored_together_score_as_each_row_alone(tiny_smollm):
     model = tiny_smollm
     cells = prompts(model.tok_embd.shape[0])

@@ -177,6 +177,7 @@ def test_install_puts_it_first_in_streamlits_middleware(monkeypatch, tmp_path):
     assert stack[0].kwargs["directory"] == tmp_path
 
 
+@pytest.mark.slow
 def test_the_app_server_answers_from_memory():
     """Through ``python -m app.serve``: a file's bytes as on disk, answered by the middleware
     (its ETag is a BLAKE2b digest; Streamlit's an MD5 of the file's stat)."""

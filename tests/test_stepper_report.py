@@ -273,6 +273,7 @@ def test_a_view_of_refused_panels_only_still_plays():
 
 
 @pytest.mark.parametrize("step", [0, TOY_STEPS - 1, TOY_STEPS, 999])
+@pytest.mark.slow
 def test_a_link_step_past_the_trace_is_named_and_shown_at_the_last_step(step):
     at = open_page(spike_step=step)
     shown = min(step, TOY_STEPS - 1)

@@ -55,6 +55,7 @@ def _refusal(data: bytes) -> tuple[ValueError, int]:
 
 
 @pytest.mark.parametrize("make", [m for _, m in CORPUS], ids=[i for i, _ in CORPUS])
+@pytest.mark.slow
 def test_every_hostile_file_is_refused_with_a_value_error(make):
     data = make()
     err, peak = _refusal(data)
@@ -69,6 +70,7 @@ _SIZE = re.compile(r"\((\d+)(\.\.\.)? bytes\), but the archive member holds (\d+
 
 
 @pytest.mark.parametrize("make", [m for _, m in CORPUS], ids=[i for i, _ in CORPUS])
+@pytest.mark.slow
 def test_each_case_is_refused_by_the_check_made_for_it(make, request):
     """Not just refused: refused by the check its defect is made for, so that a check that no
     longer works is seen (its cases would reach a later check, or load)."""
@@ -168,6 +170,7 @@ def test_a_code_point_beyond_unicode_is_named():
     assert str(err) == f"'tokens' holds an invalid character U+110000 (entry {T - 1})"
 
 
+@pytest.mark.slow
 def test_dense_zeros_are_refused_at_the_first_row_or_as_a_bomb():
     """Was 1.6-2.0 GB and 3-15 s before the row-sum error."""
     err, peak = _refusal(archive({"attention": save(np.zeros((4000, 4000), np.float32))}))
