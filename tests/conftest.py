@@ -4,8 +4,14 @@ whole under AppTest."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+
+# One BLAS thread a test process (and the app servers and workers it starts): `make test` runs
+# two workers a core, and OpenBLAS's own threads, one a core in each worker by default, spin
+# against the other workers' (on 4 workers and 2 cores a real-model test ran 5x slower).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -16,6 +22,10 @@ from collections import Counter  # noqa: E402
 
 import pytest  # noqa: E402
 from streamlit_server import launch, serve  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
+
+# numpy may have been loaded (by a plugin) before the variable above was read: limit it as loaded
+_ONE_BLAS_THREAD = threadpool_limits(limits=1, user_api="blas")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
