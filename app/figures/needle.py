@@ -14,7 +14,15 @@ import numpy as np
 import plotly.graph_objects as go
 
 from app.needle import claims
-from app.needle.frontier import GROUPS, PPL_TOKENS, TOLERANCE, FigureLine, Point, figure_lines
+from app.needle.frontier import (
+    GROUPS,
+    PPL_TOKENS,
+    TOLERANCE,
+    FigureLine,
+    Point,
+    figure_lines,
+    full_of,
+)
 from h2o.alloc import ALLOCATORS
 from h2o.model.caches import CACHE_KINDS
 
@@ -83,10 +91,9 @@ def perplexity_frontier(
     token, the full cache's row as the reference line (:func:`frontier`'s other arguments in
     ``layout``)."""
     over = texts[0] if len(texts) == 1 else f"{len(texts)} texts"
-    full = next(((p.x, p.y) for p in points if p.group == "full"), None)
     return frontier(
         lines=figure_lines(points, claims.ppl_hover),
-        full=full,
+        full=full_of(points),
         limit=limit,
         title=f"Perplexity against the full cache's, by KV memory — {PPL_TOKENS:,} tokens of "
         f"{over} (lower is better)",

@@ -192,6 +192,11 @@ def _accuracy_points(cells: Iterable[Cell], length: int) -> list[Point]:
     return out
 
 
+def full_of(points: Iterable[Point]) -> tuple[float, float] | None:
+    """The full cache's point (``x``, ``y``): the chart's reference line; None if there is none."""
+    return next(((p.x, p.y) for p in points if p.group == "full"), None)
+
+
 def compared(points: Sequence[Point]) -> tuple[list[Point], list[Point]]:
     """Points split into those a verdict may compare and those it sets aside: the full cache
     is always compared; a needle accuracy with at least :data:`h2o.stats.MIN_POSITIONS`

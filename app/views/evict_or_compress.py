@@ -35,11 +35,6 @@ def plural(n: int, one: str, many: str = "") -> str:
     return f"{n:,} {one if n == 1 else (many or one + 's')}"
 
 
-def full_of(points: list[frontier.Point]) -> tuple[float, float] | None:
-    full = next((p for p in points if p.group == "full"), None)
-    return None if full is None else (full.x, full.y)
-
-
 def not_on(chart: str) -> None:
     st.info(
         f"{state.md(ref)} is not on {chart}: no verdict at its memory here. Pick a row the "
@@ -168,7 +163,7 @@ def rest() -> None:
                 lines=frontier.figure_lines(
                     acc, lambda p: f"{positions(dict(p.outcomes)).text()} answered"
                 ),
-                full=full_of(acc),
+                full=frontier.full_of(acc),
                 limit=memory,
                 title=f"Needle accuracy against KV memory — prompts of {length:,} tokens "
                 "(higher is better)",
