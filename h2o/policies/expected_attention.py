@@ -96,26 +96,39 @@ def rotate_keys(keys: np.ndarray, base: float, first: int) -> np.ndarray:
     rescoring rotates its kept keys once, for every query head of the group, instead of each
     head's mean and covariance (``O(n d)`` elementwise against ``O(H d²)``)."""
     c, s = _averaged_cos_sin(keys.shape[-1], base, first, N_FUTURE)
+    k = np.ascontiguousarray(keys, dtype=np.float64)
+    return _rotate_pairs(k.reshape(-1, k.shape[-1]), c, s).reshape(k.shape)
+
+
+@njit(cache=True, nogil=True)
+def _rotate_pairs(keys: np.ndarray, c: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """:func:`rotate_keys`'s pairs, compiled: numpy's slices of pairs cost six temporaries,
+    ten times this loop at 256 keys (the same products and sums, bit for bit)."""
     out = np.empty_like(keys)
-    out[..., 0::2] = c * keys[..., 0::2] + s * keys[..., 1::2]
-    out[..., 1::2] = c * keys[..., 1::2] - s * keys[..., 0::2]
+    for t in range(keys.shape[0]):
+        for i in range(c.shape[0]):
+            a, b = keys[t, 2 * i], keys[t, 2 * i + 1]
+            out[t, 2 * i] = c[i] * a + s[i] * b
+            out[t, 2 * i + 1] = c[i] * b - s[i] * a
     return out
 
 
 @njit(cache=True, nogil=True)
-def add_query(s1: np.ndarray, s2: np.ndarray, q: np.ndarray) -> None:
-    """Add one position's queries ``q`` ``(H, d)`` to the running sums ``s1 += q`` and ``s2 +=
-    q qᵀ`` of each head, in float64, in place. Compiled because numpy's ``q[:, :, None] * q[:,
-    None, :]`` allocates and rereads a ``(H, d, d)`` temporary at every step of every head, which
-    over a text cost more than the rescorings (``benchmarks/model.py --text-only``); a product
-    of two float32 queries is exact in float64, so the sums are numpy's, bit for bit."""
-    H, d = q.shape
-    for h in range(H):
-        for i in range(d):
-            qi = np.float64(q[h, i])
-            s1[h, i] += qi
-            for j in range(d):
-                s2[h, i, j] += qi * np.float64(q[h, j])
+def add_queries(s1: np.ndarray, s2: np.ndarray, queries: np.ndarray, at: np.ndarray) -> None:
+    """Add the queries of positions ``at`` (``queries[t]``: ``(H, d)``), one position after
+    the other, to the running sums ``s1 += q`` and ``s2 += q qᵀ`` of each head, in float64, in
+    place. Compiled because numpy's ``q[:, :, None] * q[:, None, :]`` allocates and rereads a
+    ``(H, d, d)`` temporary for every position of every head, which over a text cost more than
+    the rescorings (``benchmarks/model.py --text-only``); a product of two float32 queries is
+    exact in float64, and each sum adds its terms in position order, as step-by-step adds do."""
+    H, d = queries.shape[1:]
+    for t in at:
+        for h in range(H):
+            for i in range(d):
+                qi = np.float64(queries[t, h, i])
+                s1[h, i] += qi
+                for j in range(d):
+                    s2[h, i, j] += qi * np.float64(queries[t, h, j])
 
 
 def expected_attention(keys: np.ndarray, mu: np.ndarray, cov: np.ndarray) -> np.ndarray:
@@ -125,8 +138,12 @@ def expected_attention(keys: np.ndarray, mu: np.ndarray, cov: np.ndarray) -> np.
     k = np.asarray(keys, dtype=np.float64)
     d = k.shape[1]
     # k_j^T Sigma k_j for every j: (k Sigma) * k summed over the channel, as matrix products
-    # (a three-operand einsum loops in Python's order, six times slower at a 1,024-token prompt)
-    z = mu @ k.T / np.sqrt(d) + ((k @ cov) * k).sum(axis=2) / d / 2
+    # (a three-operand einsum loops in Python's order, six times slower at a 1,024-token prompt);
+    # the product is taken in place: a second (gs, n, d) temporary cost more than the products
+    # (2.5x this function at 256 keys), and the sum is the same, bit for bit
+    quad = k @ cov
+    quad *= k
+    z = mu @ k.T / np.sqrt(d) + quad.sum(axis=2) / d / 2
     z -= z.max(axis=1, keepdims=True)
     p = np.exp(z)
     p /= p.sum(axis=1, keepdims=True)
@@ -194,6 +211,7 @@ class ExpectedAttention(ScoredPolicy):
                 "budget, raise rescore_every or replay a shorter trace"
             )
         self._s1, self._s2, self._count = np.zeros((H, d)), np.zeros((H, d, d)), 0
+        self._unsummed: list[int] = []  # admitted since the last rescoring, past the sinks
 
     def _admission_score(self, pos: int) -> float:
         vec = self._vec
@@ -213,23 +231,29 @@ class ExpectedAttention(ScoredPolicy):
         vec = self._vec
         assert vec is not None  # _admission_score refused otherwise
         if pos >= N_SINK:  # the statistics leave the sinks' queries out, as kvpress does
-            add_query(self._s1, self._s2, vec.queries[pos])
-            self._count += 1
+            # only a rescoring reads the sums: it adds these queries first, in order (one
+            # compiled call a rescoring instead of one a step: the same sums, bit for bit)
+            self._unsummed.append(pos)
         if pos % self.rescore_every == 0:  # in between, the last rescoring's scores stand
             self._rescore(pos)
 
     def _rescore(self, pos: int) -> None:
+        vec = self._vec
+        assert vec is not None
+        if self._unsummed:
+            add_queries(self._s1, self._s2, vec.queries, np.array(self._unsummed))
+            self._count += len(self._unsummed)
+            self._unsummed.clear()
         n = self._n
         kept, score = self._pos[:n], self._score[:n]
         sink = kept < N_SINK
         if self._count == 0:  # only sinks are kept yet
             score[:] = 1.0
             return
-        vec = self._vec
-        assert vec is not None
         G, gs = vec.keys.shape[1], vec.group_size
         mu = self._s1 / self._count
-        cov = self._s2 / self._count - mu[:, :, None] * mu[:, None, :]
+        cov = self._s2 / self._count
+        cov -= mu[:, :, None] * mu[:, None, :]
         rest = kept[~sink]
         keys = rotate_keys(vec.keys[rest].astype(np.float64), vec.rope_base, pos + 1)
         total = np.zeros(rest.shape[0])
