@@ -246,10 +246,14 @@ def test_the_stepped_one_shot_methods_are_named_with_what_they_know_and_hold() -
     w = POLICIES["key-norm"].default_recent_window
     assert f"a recent window of {w}. " in one and "hindsight" not in one
     assert "statistics" not in one and "KVzip" not in one
+    assert "anew every" not in one  # K-norm's score never changes: nothing to rescore
     all3 = claims.stepped_note(["expected-attention@64", "knorm@64", "kvzip@64"])
     assert all3.startswith("K-norm, KVzip and Expected Attention compress a prompt once")
     assert POLICIES["kvzip"].hindsight in all3
     assert "Expected Attention also holds statistics of the queries" in all3
+    ea = POLICIES["expected-attention"](64)  # the chart's rows: the class at its defaults
+    assert ea.rescore_every > 1
+    assert f"Expected Attention scores its kept keys anew every {ea.rescore_every} tokens" in all3
 
 
 def test_a_selection_on_the_perplexity_chart_says_what_a_step_reads() -> None:
