@@ -726,7 +726,11 @@ def test_the_familys_methods_step_on_the_traces_that_carry_what_they_read():
     assert not at.error, [e.value for e in at.error]
     header, _ = view(at)
     assert [p["policy"] for p in header["panels"]] == ["expected-attention", "kvzip"]
-    assert h2o.POLICIES["kvzip"].hindsight in " ".join(c.value for c in at.caption)
+    captions = " ".join(c.value for c in at.caption)
+    assert h2o.POLICIES["kvzip"].hindsight in captions
+    every = h2o.POLICIES["expected-attention"](128).rescore_every  # the page's: its defaults
+    assert f"Expected Attention scores its kept positions anew every {every} steps" in captions
+    assert "anew every" not in h2o.POLICIES["kvzip"](128).score_note()
     at = open_app(trace="traces/lighthouse-L8-h0.npz", policy_b="quest", budget=128)
     assert not at.error, [e.value for e in at.error]
     header, arrays = view(at)

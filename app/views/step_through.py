@@ -63,6 +63,8 @@ for i, name in enumerate(chosen):
         cols[i].error(error, icon=":material/error:")
     elif hindsight := h2o.POLICIES[name].hindsight:  # what it knows that a decoder would not
         cols[i].caption(f"{hindsight}.")
+    if policy is not None and (note := policy.score_note()):  # a score set at an interval
+        cols[i].caption(note)
     label = (
         analysis.describe(name, policy.params()) if policy is not None else h2o.POLICIES[name].label
     )

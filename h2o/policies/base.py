@@ -317,6 +317,11 @@ class Policy:
         """Constructor parameters (without the rng), for labels and caching keys."""
         return {"budget": self.budget}
 
+    def score_note(self) -> str:
+        """What its scores are at a step that does not set them, in a sentence said beside it
+        in Step through (Expected Attention rescores at an interval); "" when every step does."""
+        return ""
+
 
 #: What the compiled loops run of a scored policy besides its rule: the card's, so a class that
 #: replaces one of these runs its own code one instance at a time.

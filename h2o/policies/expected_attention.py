@@ -185,6 +185,16 @@ class ExpectedAttention(ScoredPolicy):
     def params(self) -> dict[str, int]:
         return {**super().params(), "rescore_every": self.rescore_every}
 
+    def score_note(self) -> str:
+        r = self.rescore_every
+        if r == 1:
+            return ""
+        return (
+            f"Expected Attention scores its kept positions anew every {r} steps (at positions "
+            f"0, {r}, {2 * r}, …): in between, each keeps its last score, and a position "
+            f"admitted since holds 0, inside the recent window of {self.recent_window}."
+        )
+
     @classmethod
     def state_bytes(cls, head_dim: int, group_size: int) -> int:
         """The running sums of the queries and of their outer products, float64, for each of
