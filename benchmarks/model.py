@@ -28,6 +28,9 @@
   full cache's run of the same function in the same repeat: K-norm, KVzip and Expected
   Attention run their decode-time policy there, fed by the model; KVzip's scores (one repeat of
   the whole text, read first) are timed on their own too; ``--text-only`` runs this alone.
+  "stepping" is the part of a row's run spent stepping its layers' policies (the calls of
+  :meth:`h2o.model.fed_heads.FedHeads.step_rows`, summed; "-" for a row stepped otherwise): the
+  policy's own cost, which the ratio mixes with the noise of the model's matrix products.
 
 * depths: a needle-grid row's five depths at ``--grid-tokens`` with ``--grid-needles``
   needles a depth (3, as the grid runs), per row of ``--grid-rows``: the cells one by one (each
@@ -276,9 +279,23 @@ def _allocations(model: SmolLM, ids: list[int], args: argparse.Namespace) -> Non
 def _text_rows(model: SmolLM, ids_all: list[int], args: argparse.Namespace) -> None:
     """Each row's closed loop over a text (the frontier's cell), as a ratio to the full cache's
     in the same repeat; KVzip's repeat pass also alone."""
+    from h2o.model import fed_heads
     from h2o.model.answer import row_perplexity
     from h2o.model.caches import KvzipCache
     from h2o.model.rows import Row, parse_rows
+
+    # the time inside the layers' stepping, summed over a run (a wrapper: the benchmark's only)
+    stepped = [0.0]
+    step_rows = fed_heads.FedHeads.step_rows
+
+    def timed_step_rows(self, *args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return step_rows(self, *args, **kwargs)
+        finally:
+            stepped[0] += time.perf_counter() - t
+
+    fed_heads.FedHeads.step_rows = timed_step_rows  # type: ignore[method-assign]
 
     T = args.quality_tokens
     ids = ids_all[:T]
@@ -290,18 +307,25 @@ def _text_rows(model: SmolLM, ids_all: list[int], args: argparse.Namespace) -> N
         if isinstance(row.cache, KvzipCache) and "KVzip's repeat pass" not in runs:
             runs["KVzip's repeat pass"] = lambda row=row: row.cache.scores_ahead(model, ids[:-1])
     wall: dict[str, list[float]] = {k: [] for k in runs}
+    stepping: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(args.repeats):
         for label, fn in runs.items():
+            stepped[0] = 0.0
             wall[label].append(_timed(fn, 1))
+            stepping[label].append(stepped[0])
+    fed_heads.FedHeads.step_rows = step_rows  # type: ignore[method-assign]
     med = statistics.median
     print(
         f"\nrows over a text of {T} tokens (the frontier's cell); ratio = time / the full "
         f"cache's in the same repeat (medians of {args.repeats}); load average "
         f"{os.getloadavg()[0]:.2f}"
     )
+    print(f"{'row':<28} {'time':>9} {'ratio':>7} {'stepping':>9}")
     for label in runs:
         r = med(a / b for a, b in zip(wall[label], wall["full"], strict=True))
-        print(f"{label:<28} {med(wall[label]):>7.2f} s {r:>6.2f}x", flush=True)
+        s = med(stepping[label])
+        step = f"{s:>7.2f} s" if s else f"{'-':>9}"
+        print(f"{label:<28} {med(wall[label]):>7.2f} s {r:>6.2f}x {step}", flush=True)
 
 
 def _cells(model: SmolLM, ids_all: list[int], args: argparse.Namespace) -> None:
