@@ -251,9 +251,10 @@ def test_the_stepped_one_shot_methods_are_named_with_what_they_know_and_hold() -
     assert all3.startswith("K-norm, KVzip and Expected Attention compress a prompt once")
     assert POLICIES["kvzip"].hindsight in all3
     assert "Expected Attention also holds statistics of the queries" in all3
-    ea = POLICIES["expected-attention"](64)  # the chart's rows: the class at its defaults
+    ea = POLICIES["expected-attention"]()  # the chart's rows: the class at its defaults
     assert ea.rescore_every > 1
-    assert f"Expected Attention scores its kept keys anew every {ea.rescore_every} tokens" in all3
+    assert f"Expected Attention scores its kept positions anew every {ea.rescore_every} " in all3
+    assert ea.score_note() in all3
 
 
 def test_a_selection_on_the_perplexity_chart_says_what_a_step_reads() -> None:

@@ -644,17 +644,10 @@ def stepped_note(on_chart: Iterable[str]) -> str:
         "DecodingPress, which cuts the whole cache back to a target size at an interval of "
         "steps and keeps no recent window.)"
     )
-    for name, cls in stepped.items():
-        # what the chart ran: the class at its defaults (h2o.model.fed_heads.fed_layers)
-        pol = cls()
-        every = pol.params().get("rescore_every", 1)
-        if every > 1:
-            window = " (its recent window)" if every == pol.recent_window else ""
-            text += (
-                f" {esc(name)} scores its kept keys anew every {every} tokens{window} and "
-                "evicts by those scores in between; a position read since the last scoring "
-                "holds 0 until the next, protected by the window."
-            )
+    for cls in dict.fromkeys(stepped.values()):
+        # the class's own sentence, at its defaults: what the chart ran (fed_heads.fed_layers)
+        if note := cls().score_note():
+            text += f" {note}"
     for cls in dict.fromkeys(stepped.values()):
         if cls.hindsight:
             text += f" {cls.hindsight}: its line is a reference, not a decoder."
